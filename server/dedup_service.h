@@ -1,0 +1,47 @@
+// The dedup.v1.Dedup gRPC service: validates each request, hands it to the
+// store, and finishes the call from the store's callback. Handlers never
+// block: gRPC's callback threads are few, and a storage write may wait for an
+// fsync.
+#ifndef DEDUP_SERVER_DEDUP_SERVICE_H_
+#define DEDUP_SERVER_DEDUP_SERVICE_H_
+
+#include "dedup/v1/dedup.grpc.pb.h"
+#include "server/limits.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+// Thread-safe. Does not own `store`, which must outlive every call (shut the
+// gRPC server down before closing the store).
+class DedupService final : public v1::Dedup::CallbackService {
+ public:
+  DedupService(Store* store, const Limits& limits)
+      : store_(store), limits_(limits) {}
+
+  grpc::ServerUnaryReactor* Begin(grpc::CallbackServerContext* context,
+                                  const v1::BeginRequest* request,
+                                  v1::BeginResponse* response) override;
+  grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* context,
+                                     const v1::CompleteRequest* request,
+                                     v1::CompleteResponse* response) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
+                                    const v1::ReleaseRequest* request,
+                                    v1::ReleaseResponse* response) override;
+  grpc::ServerUnaryReactor* Renew(grpc::CallbackServerContext* context,
+                                  const v1::RenewRequest* request,
+                                  v1::RenewResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
+                                const v1::GetRequest* request,
+                                v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* Forget(grpc::CallbackServerContext* context,
+                                   const v1::ForgetRequest* request,
+                                   v1::ForgetResponse* response) override;
+
+ private:
+  Store* const store_;
+  const Limits limits_;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_DEDUP_SERVICE_H_

@@ -1,0 +1,61 @@
+// Input limits and defaults of the API, and the validation of every request
+// field against them. A rejected request gets INVALID_ARGUMENT whose message
+// starts with the field name and states the rule, e.g.
+//   "key: must be 1..255 bytes, got 256"
+#ifndef DEDUP_SERVER_LIMITS_H_
+#define DEDUP_SERVER_LIMITS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "dedup/v1/dedup.pb.h"
+
+namespace dedup {
+
+struct Limits {
+  uint32_t max_key_bytes = 255;
+  uint32_t max_namespace_bytes = 128;
+  uint32_t max_owner_bytes = 128;
+  uint32_t max_args_hash_bytes = 64;
+  uint32_t max_result_bytes = 1 << 20;
+  uint32_t min_ttl_s = 1;
+  uint32_t max_ttl_s = 30 * 24 * 3600;
+  uint32_t default_ttl_s = 24 * 3600;
+  uint32_t min_lease_ms = 100;
+  uint32_t max_lease_ms = 3600 * 1000;
+  uint32_t default_lease_ms = 60 * 1000;
+  uint32_t max_wait_ms = 60 * 1000;
+
+  // Checks the limits are coherent with each other and with the storage
+  // format (e.g. a namespace length must fit one byte).
+  [[nodiscard]] absl::Status Check() const;
+};
+
+// Each returns OK or INVALID_ARGUMENT naming the first bad field. When the
+// call is valid, the zero "use the default" values are left for the caller to
+// resolve with ResolveTtl/ResolveLease.
+[[nodiscard]] absl::Status ValidateBegin(const v1::BeginRequest& r,
+                                         const Limits& limits);
+[[nodiscard]] absl::Status ValidateComplete(const v1::CompleteRequest& r,
+                                            const Limits& limits);
+[[nodiscard]] absl::Status ValidateRelease(const v1::ReleaseRequest& r,
+                                           const Limits& limits);
+[[nodiscard]] absl::Status ValidateRenew(const v1::RenewRequest& r,
+                                         const Limits& limits);
+[[nodiscard]] absl::Status ValidateGet(const v1::GetRequest& r,
+                                       const Limits& limits);
+[[nodiscard]] absl::Status ValidateForget(const v1::ForgetRequest& r,
+                                          const Limits& limits);
+
+// 0 means the default.
+[[nodiscard]] inline uint32_t ResolveTtl(uint32_t ttl_s, const Limits& l) {
+  return ttl_s == 0 ? l.default_ttl_s : ttl_s;
+}
+[[nodiscard]] inline uint32_t ResolveLease(uint32_t lease_ms, const Limits& l) {
+  return lease_ms == 0 ? l.default_lease_ms : lease_ms;
+}
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_LIMITS_H_

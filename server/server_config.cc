@@ -1,0 +1,111 @@
+#include "server/server_config.h"
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, address, "127.0.0.1:50051",
+          "host:port to serve gRPC on; port 0 picks a free port (printed at "
+          "start)");
+ABSL_FLAG(std::string, data_dir, "./data",
+          "directory of the RocksDB database (created if missing)");
+ABSL_FLAG(std::string, durability, "sync",
+          "sync: answer after the WAL is fsynced (writes share fsyncs); "
+          "async: WAL fsynced every --async_sync_interval_ms; none: no WAL "
+          "(tests, benchmarks)");
+ABSL_FLAG(int32_t, storage_shards, 4,
+          "storage threads; each batches its keys' writes into one write");
+ABSL_FLAG(int32_t, async_sync_interval_ms, 100,
+          "WAL fsync period in --durability=async");
+ABSL_FLAG(int64_t, block_cache_mb, 64, "RocksDB block cache size, MiB");
+ABSL_FLAG(int64_t, compaction_grace_s, 60,
+          "expired records are dropped by compactions this long after expiry");
+ABSL_FLAG(int64_t, periodic_compaction_s, 6 * 3600,
+          "every SST file is recompacted (dropping expired records) at least "
+          "this often");
+ABSL_FLAG(int64_t, shutdown_grace_ms, 10000,
+          "on SIGTERM/SIGINT, how long in-flight calls get to finish");
+ABSL_FLAG(uint32_t, default_ttl_s, 24 * 3600, "TTL when a request gives 0");
+ABSL_FLAG(uint32_t, min_ttl_s, 1, "smallest ttl_s accepted");
+ABSL_FLAG(uint32_t, max_ttl_s, 30 * 24 * 3600, "largest ttl_s accepted");
+ABSL_FLAG(uint32_t, default_lease_ms, 60 * 1000,
+          "lease when a request gives 0");
+ABSL_FLAG(uint32_t, min_lease_ms, 100, "smallest lease_ms accepted");
+ABSL_FLAG(uint32_t, max_lease_ms, 3600 * 1000, "largest lease_ms accepted");
+ABSL_FLAG(uint32_t, max_wait_ms, 60 * 1000, "largest wait_ms accepted");
+ABSL_FLAG(uint32_t, max_key_bytes, 255, "longest key accepted");
+ABSL_FLAG(uint32_t, max_namespace_bytes, 128,
+          "longest namespace accepted (at most 255)");
+ABSL_FLAG(uint32_t, max_owner_bytes, 128, "longest owner accepted");
+ABSL_FLAG(uint32_t, max_args_hash_bytes, 64, "longest args_hash accepted");
+ABSL_FLAG(uint32_t, max_result_bytes, 1 << 20, "largest result accepted");
+
+namespace dedup {
+
+absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
+  ServerConfig config;
+  config.address = absl::GetFlag(FLAGS_address);
+  if (config.address.empty()) {
+    return absl::InvalidArgumentError("--address: must not be empty");
+  }
+
+  StoreOptions& store = config.store;
+  store.path = absl::GetFlag(FLAGS_data_dir);
+  if (store.path.empty()) {
+    return absl::InvalidArgumentError("--data_dir: must not be empty");
+  }
+  const std::string durability = absl::GetFlag(FLAGS_durability);
+  if (durability == "sync") {
+    store.durability = Durability::kSync;
+  } else if (durability == "async") {
+    store.durability = Durability::kAsync;
+  } else if (durability == "none") {
+    store.durability = Durability::kNone;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--durability: must be sync, async or none, got '", durability, "'"));
+  }
+  store.shards = absl::GetFlag(FLAGS_storage_shards);
+  if (store.shards < 1 || store.shards > 256) {
+    return absl::InvalidArgumentError("--storage_shards: must be 1..256");
+  }
+  store.async_sync_interval_ms = absl::GetFlag(FLAGS_async_sync_interval_ms);
+  if (store.async_sync_interval_ms < 1) {
+    return absl::InvalidArgumentError("--async_sync_interval_ms: must be >= 1");
+  }
+  const int64_t cache_mb = absl::GetFlag(FLAGS_block_cache_mb);
+  if (cache_mb < 1) {
+    return absl::InvalidArgumentError("--block_cache_mb: must be >= 1");
+  }
+  store.block_cache_bytes = static_cast<size_t>(cache_mb) << 20;
+  store.compaction_grace_ms = absl::GetFlag(FLAGS_compaction_grace_s) * 1000;
+  if (store.compaction_grace_ms < 0) {
+    return absl::InvalidArgumentError("--compaction_grace_s: must be >= 0");
+  }
+  const int64_t periodic = absl::GetFlag(FLAGS_periodic_compaction_s);
+  if (periodic < 0) {
+    return absl::InvalidArgumentError("--periodic_compaction_s: must be >= 0");
+  }
+  store.periodic_compaction_s = static_cast<uint64_t>(periodic);
+  config.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+
+  Limits& limits = config.limits;
+  limits.default_ttl_s = absl::GetFlag(FLAGS_default_ttl_s);
+  limits.min_ttl_s = absl::GetFlag(FLAGS_min_ttl_s);
+  limits.max_ttl_s = absl::GetFlag(FLAGS_max_ttl_s);
+  limits.default_lease_ms = absl::GetFlag(FLAGS_default_lease_ms);
+  limits.min_lease_ms = absl::GetFlag(FLAGS_min_lease_ms);
+  limits.max_lease_ms = absl::GetFlag(FLAGS_max_lease_ms);
+  limits.max_wait_ms = absl::GetFlag(FLAGS_max_wait_ms);
+  limits.max_key_bytes = absl::GetFlag(FLAGS_max_key_bytes);
+  limits.max_namespace_bytes = absl::GetFlag(FLAGS_max_namespace_bytes);
+  limits.max_owner_bytes = absl::GetFlag(FLAGS_max_owner_bytes);
+  limits.max_args_hash_bytes = absl::GetFlag(FLAGS_max_args_hash_bytes);
+  limits.max_result_bytes = absl::GetFlag(FLAGS_max_result_bytes);
+  if (absl::Status s = limits.Check(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
+  }
+  return config;
+}
+
+}  // namespace dedup

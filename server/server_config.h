@@ -1,0 +1,27 @@
+// dedupd's configuration, read from command-line flags (see --help).
+#ifndef DEDUP_SERVER_SERVER_CONFIG_H_
+#define DEDUP_SERVER_SERVER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/limits.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+struct ServerConfig {
+  std::string address;
+  StoreOptions store;
+  Limits limits;
+  int64_t shutdown_grace_ms = 10'000;
+};
+
+// Reads the flags after absl::ParseCommandLine. Fails with INVALID_ARGUMENT
+// naming the flag when a value is malformed or incoherent.
+[[nodiscard]] absl::StatusOr<ServerConfig> ServerConfigFromFlags();
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_SERVER_CONFIG_H_

@@ -1,0 +1,280 @@
+#include "storage/shard.h"
+
+#include <algorithm>
+#include <optional>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "rocksdb/write_batch.h"
+
+namespace dedup {
+namespace {
+
+template <typename Op>
+void Fail(Op& op, const absl::Status& status) {
+  if constexpr (!std::is_same_v<Op, WakeAllOp>) std::move(op.done)(status);
+}
+
+}  // namespace
+
+// The operations of one shard cycle: their reads see the batch's own earlier
+// writes, their writes go out in one RocksDB write, and their answers are
+// held until that write is done.
+class Shard::Batch {
+ public:
+  explicit Batch(rocksdb::DB* db) : db_(db) {}
+
+  absl::StatusOr<std::optional<Record>> Read(const std::string& skey) {
+    if (auto it = overlay_.find(skey); it != overlay_.end()) return it->second;
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), skey, &value);
+    if (s.IsNotFound()) return std::optional<Record>();
+    if (!s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("storage read: ", s.ToString()));
+    }
+    absl::StatusOr<Record> record = DecodeRecord(value);
+    if (!record.ok()) return record.status();
+    return std::optional<Record>(*std::move(record));
+  }
+
+  void Apply(const std::string& skey, WriteKind kind, const Record& record) {
+    switch (kind) {
+      case WriteKind::kNone:
+        return;
+      case WriteKind::kPut:
+        batch_.Put(skey, EncodeRecord(record));
+        overlay_[skey] = record;
+        return;
+      case WriteKind::kDelete:
+        batch_.Delete(skey);
+        overlay_[skey] = std::nullopt;
+        return;
+    }
+  }
+
+  template <typename T, typename R>
+  void Answer(StoreCallback<T> done, R&& value) {
+    absl::StatusOr<T> result(std::forward<R>(value));
+    completions_.push_back([done = std::move(done), result = std::move(result)](
+                               const absl::Status& write_status) mutable {
+      if (!write_status.ok() && result.ok()) {
+        std::move(done)(write_status);
+      } else {
+        std::move(done)(std::move(result));
+      }
+    });
+  }
+
+  absl::Status Commit(const rocksdb::WriteOptions& options) {
+    if (batch_.Count() == 0) return absl::OkStatus();
+    rocksdb::Status s = db_->Write(options, &batch_);
+    if (s.ok()) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat("storage write: ", s.ToString()));
+  }
+
+  void RunCompletions(const absl::Status& write_status) {
+    for (auto& completion : completions_) std::move(completion)(write_status);
+  }
+
+ private:
+  rocksdb::DB* const db_;
+  rocksdb::WriteBatch batch_;
+  absl::flat_hash_map<std::string, std::optional<Record>> overlay_;
+  std::vector<absl::AnyInvocable<void(const absl::Status&) &&>> completions_;
+};
+
+Shard::Shard(const ShardContext& context)
+    : context_(context), thread_([this] { Run(); }) {}
+
+Shard::~Shard() { Stop(); }
+
+void Shard::Submit(Operation op) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(op));
+      return;
+    }
+  }
+  std::visit(
+      [](auto& o) { Fail(o, absl::UnavailableError("store is closed")); }, op);
+}
+
+void Shard::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Shard::HasWorkLocked() const { return !queue_.empty() || stopping_; }
+
+void Shard::Run() {
+  for (;;) {
+    std::vector<Operation> ops;
+    bool last = false;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Condition has_work(this, &Shard::HasWorkLocked);
+      const int64_t next_timer = next_timer_ms_.load();
+      if (next_timer == INT64_MAX) {
+        mu_.Await(has_work);
+      } else {
+        const int64_t delay = next_timer - context_.clock->NowMillis();
+        if (delay > 0)
+          mu_.AwaitWithTimeout(has_work, absl::Milliseconds(delay));
+      }
+      while (!queue_.empty() &&
+             ops.size() < static_cast<size_t>(context_.max_batch)) {
+        ops.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      last = stopping_ && queue_.empty();
+    }
+    ProcessBatch(ops, last);
+    if (last) return;
+  }
+}
+
+void Shard::ProcessBatch(std::vector<Operation>& ops, bool last) {
+  Batch batch(context_.db);
+  const int64_t now_ms = context_.clock->NowMillis();
+  WakeDue(batch, now_ms);
+  for (Operation& op : ops) Process(batch, op, now_ms);
+  if (last) WakeAll(batch, now_ms);
+  batch.RunCompletions(batch.Commit(context_.write_options));
+  next_timer_ms_.store(timers_.empty() ? INT64_MAX : timers_.begin()->first);
+}
+
+void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
+  if (auto* op = std::get_if<BeginOp>(&operation)) {
+    ProcessBegin(batch, std::move(*op), now_ms);
+    return;
+  }
+  if (std::holds_alternative<WakeAllOp>(operation)) {
+    WakeAll(batch, now_ms);
+    return;
+  }
+  // The remaining operations all read one key, decide, and maybe write.
+  std::visit(
+      [&](auto& op) {
+        using Op = std::decay_t<decltype(op)>;
+        if constexpr (!std::is_same_v<Op, BeginOp> &&
+                      !std::is_same_v<Op, WakeAllOp>) {
+          absl::StatusOr<std::optional<Record>> stored = batch.Read(op.skey);
+          if (!stored.ok()) {
+            Fail(op, stored.status());
+            return;
+          }
+          WriteKind write = WriteKind::kNone;
+          if constexpr (std::is_same_v<Op, GetOp>) {
+            batch.Answer(std::move(op.done), LiveRecord(*stored, now_ms));
+          } else if constexpr (std::is_same_v<Op, ForgetOp>) {
+            const bool existed = LiveRecord(*stored, now_ms).has_value();
+            // Delete even an expired leftover so Forget always frees space.
+            if (stored->has_value()) write = WriteKind::kDelete;
+            batch.Apply(op.skey, write, Record());
+            batch.Answer(std::move(op.done), existed);
+          } else {
+            FencedDecision d;
+            if constexpr (std::is_same_v<Op, CompleteOp>) {
+              d = DecideComplete(*stored, op.params, now_ms);
+            } else if constexpr (std::is_same_v<Op, ReleaseOp>) {
+              d = DecideRelease(*stored, op.fence, now_ms);
+            } else {
+              d = DecideRenew(*stored, op.fence, op.lease_ms, now_ms);
+            }
+            write = d.write;
+            batch.Apply(op.skey, d.write, d.record);
+            batch.Answer(std::move(op.done), std::move(d));
+          }
+          // An outcome, a release or a removal is what parked Begins wait
+          // for; a renewed lease only moves their next check.
+          if (write != WriteKind::kNone && !std::is_same_v<Op, RenewOp>) {
+            WakeKey(batch, op.skey, now_ms);
+          }
+        }
+      },
+      operation);
+}
+
+void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
+  absl::StatusOr<std::optional<Record>> stored = batch.Read(op.skey);
+  if (!stored.ok()) {
+    Fail(op, stored.status());
+    return;
+  }
+  absl::Status fence_status;
+  BeginDecision d = DecideBegin(*stored, op.params, now_ms, [&]() -> uint64_t {
+    absl::StatusOr<uint64_t> fence = context_.fences->Next();
+    if (!fence.ok()) {
+      fence_status = fence.status();
+      return 0;
+    }
+    return *fence;
+  });
+  if (!fence_status.ok()) {
+    Fail(op, fence_status);
+    return;
+  }
+  if (d.status == BeginStatus::kInUse && now_ms < op.wait_deadline_ms) {
+    const int64_t next_check =
+        std::min(op.wait_deadline_ms, d.record.lease_until_ms);
+    Park(std::move(op), next_check);
+    return;
+  }
+  batch.Apply(op.skey, d.write, d.record);
+  batch.Answer(std::move(op.done), BeginResult{std::move(d), op.waited});
+}
+
+void Shard::Park(BeginOp op, int64_t next_check_ms) {
+  const uint64_t id = next_waiter_id_++;
+  op.waited = true;
+  waiters_by_key_[op.skey].push_back(id);
+  timers_.emplace(next_check_ms, id);
+  waiters_.emplace(id, Waiter{std::move(op), next_check_ms});
+  waiting_.fetch_add(1);
+}
+
+BeginOp Shard::Unpark(uint64_t id) {
+  auto it = waiters_.find(id);
+  Waiter waiter = std::move(it->second);
+  waiters_.erase(it);
+  timers_.erase({waiter.next_check_ms, id});
+  auto by_key = waiters_by_key_.find(waiter.op.skey);
+  std::vector<uint64_t>& ids = by_key->second;
+  ids.erase(std::find(ids.begin(), ids.end(), id));
+  if (ids.empty()) waiters_by_key_.erase(by_key);
+  waiting_.fetch_sub(1);
+  return std::move(waiter.op);
+}
+
+void Shard::WakeKey(Batch& batch, const std::string& skey, int64_t now_ms) {
+  auto it = waiters_by_key_.find(skey);
+  if (it == waiters_by_key_.end()) return;
+  // In arrival order, so after a Release the longest waiter gets STARTED and
+  // the others park again behind it.
+  const std::vector<uint64_t> ids = it->second;
+  for (uint64_t id : ids) ProcessBegin(batch, Unpark(id), now_ms);
+}
+
+void Shard::WakeDue(Batch& batch, int64_t now_ms) {
+  while (!timers_.empty() && timers_.begin()->first <= now_ms) {
+    ProcessBegin(batch, Unpark(timers_.begin()->second), now_ms);
+  }
+}
+
+void Shard::WakeAll(Batch& batch, int64_t now_ms) {
+  while (!waiters_.empty()) {
+    BeginOp op = Unpark(waiters_.begin()->first);
+    op.wait_deadline_ms = 0;
+    ProcessBegin(batch, std::move(op), now_ms);
+  }
+}
+
+}  // namespace dedup

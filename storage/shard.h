@@ -1,0 +1,134 @@
+// One storage thread and the keys hashed to it. Internal to the store.
+//
+// The thread alone reads and writes its keys, so a read-modify-write needs no
+// per-key lock, and it alone owns the parked Begins (waiters) of those keys.
+#ifndef DEDUP_STORAGE_SHARD_H_
+#define DEDUP_STORAGE_SHARD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "rocksdb/db.h"
+#include "storage/fence_allocator.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+struct BeginOp {
+  std::string skey;
+  BeginParams params;
+  int64_t wait_deadline_ms = 0;  // 0: never park
+  bool waited = false;
+  StoreCallback<BeginResult> done;
+};
+struct CompleteOp {
+  std::string skey;
+  CompleteParams params;
+  StoreCallback<FencedDecision> done;
+};
+struct ReleaseOp {
+  std::string skey;
+  uint64_t fence = 0;
+  StoreCallback<FencedDecision> done;
+};
+struct RenewOp {
+  std::string skey;
+  uint64_t fence = 0;
+  int64_t lease_ms = 0;
+  StoreCallback<FencedDecision> done;
+};
+struct GetOp {
+  std::string skey;
+  StoreCallback<std::optional<Record>> done;
+};
+struct ForgetOp {
+  std::string skey;
+  StoreCallback<bool> done;
+};
+// Answers every parked Begin now.
+struct WakeAllOp {};
+
+using Operation = std::variant<BeginOp, CompleteOp, ReleaseOp, RenewOp, GetOp,
+                               ForgetOp, WakeAllOp>;
+
+// Shared, read-only configuration of the shards. Pointers are not owned.
+struct ShardContext {
+  rocksdb::DB* db = nullptr;
+  FenceAllocator* fences = nullptr;
+  const Clock* clock = nullptr;
+  rocksdb::WriteOptions write_options;
+  int max_batch = 1024;
+};
+
+class Shard {
+ public:
+  // Starts the thread.
+  explicit Shard(const ShardContext& context);
+  // Stops (see Stop).
+  ~Shard();
+
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  // Queues an operation. After Stop it is answered at once with UNAVAILABLE.
+  void Submit(Operation op);
+
+  // Finishes queued operations, answers waiters, joins the thread.
+  void Stop();
+
+  [[nodiscard]] uint64_t waiting() const { return waiting_.load(); }
+
+ private:
+  class Batch;
+  struct Waiter {
+    BeginOp op;
+    int64_t next_check_ms = 0;
+  };
+
+  void Run();
+  bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // `last`: the shard is stopping and this is its final cycle.
+  void ProcessBatch(std::vector<Operation>& ops, bool last);
+  void Process(Batch& batch, Operation& op, int64_t now_ms);
+  void ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms);
+  void Park(BeginOp op, int64_t next_check_ms);
+  BeginOp Unpark(uint64_t id);
+  // Decides again every Begin parked on `skey` (after its owner finished).
+  void WakeKey(Batch& batch, const std::string& skey, int64_t now_ms);
+  // Decides again the Begins whose wait or observed lease ran out.
+  void WakeDue(Batch& batch, int64_t now_ms);
+  // Answers every parked Begin now, without parking again.
+  void WakeAll(Batch& batch, int64_t now_ms);
+
+  const ShardContext context_;
+
+  absl::Mutex mu_;
+  std::deque<Operation> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Waiters: touched only by the shard thread.
+  uint64_t next_waiter_id_ = 1;
+  std::map<uint64_t, Waiter> waiters_;
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> waiters_by_key_;
+  std::set<std::pair<int64_t, uint64_t>> timers_;  // (next_check_ms, id)
+  // Earliest timer, readable under mu_ for the thread's timed wait.
+  std::atomic<int64_t> next_timer_ms_{INT64_MAX};
+  std::atomic<uint64_t> waiting_{0};
+
+  std::thread thread_;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_STORAGE_SHARD_H_

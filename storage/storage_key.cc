@@ -1,0 +1,47 @@
+#include "storage/storage_key.h"
+
+namespace dedup {
+namespace {
+
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t FnvMix(uint64_t h, absl::string_view bytes) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+}  // namespace
+
+uint32_t SlotOf(absl::string_view ns, absl::string_view key) {
+  uint64_t h = FnvMix(kFnvOffset, ns);
+  h = FnvMix(h, absl::string_view("\0", 1));
+  h = FnvMix(h, key);
+  return static_cast<uint32_t>(h % kSlotCount);
+}
+
+std::string EncodeStorageKey(absl::string_view ns, absl::string_view key) {
+  const uint32_t slot = SlotOf(ns, key);
+  std::string out;
+  out.reserve(3 + ns.size() + key.size());
+  out.push_back(static_cast<char>(slot >> 8));
+  out.push_back(static_cast<char>(slot & 0xff));
+  out.push_back(static_cast<char>(ns.size()));
+  out.append(ns.data(), ns.size());
+  out.append(key.data(), key.size());
+  return out;
+}
+
+bool IsRecordKey(absl::string_view storage_key) {
+  return storage_key.size() >= 3 &&
+         static_cast<unsigned char>(storage_key[0]) < (kSlotCount >> 8);
+}
+
+std::string FenceReservationKey() {
+  return std::string(kMetaPrefix) + "fence_reserved";
+}
+
+}  // namespace dedup

@@ -1,0 +1,37 @@
+// Layout of the RocksDB keys. A record lives at
+//   [slot u16 big-endian][namespace length u8][namespace][key]
+// so each of the 16384 slots is one contiguous key range (cheap to scan, move
+// or delete when the cluster map changes). Node-wide metadata lives under a
+// 0xFF 0xFF prefix, above every slot.
+#ifndef DEDUP_STORAGE_STORAGE_KEY_H_
+#define DEDUP_STORAGE_STORAGE_KEY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace dedup {
+
+inline constexpr uint32_t kSlotCount = 16384;
+
+// FNV-1a 64 over namespace, a 0x00 separator, and key; modulo kSlotCount.
+// Stable across versions and languages: smart clients route with it.
+[[nodiscard]] uint32_t SlotOf(absl::string_view ns, absl::string_view key);
+
+// Requires ns.size() <= 255 (validated upstream).
+[[nodiscard]] std::string EncodeStorageKey(absl::string_view ns,
+                                           absl::string_view key);
+
+// True for keys written by EncodeStorageKey (not metadata).
+[[nodiscard]] bool IsRecordKey(absl::string_view storage_key);
+
+// First key after every record key: metadata keys start here.
+inline constexpr absl::string_view kMetaPrefix("\xff\xff", 2);
+
+// The node-wide fence reservation (see FenceAllocator).
+[[nodiscard]] std::string FenceReservationKey();
+
+}  // namespace dedup
+
+#endif  // DEDUP_STORAGE_STORAGE_KEY_H_

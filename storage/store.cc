@@ -1,0 +1,243 @@
+#include "storage/store.h"
+
+#include <atomic>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/table.h"
+#include "storage/fence_allocator.h"
+#include "storage/shard.h"
+#include "storage/storage_key.h"
+#include "storage/ttl_compaction_filter.h"
+
+namespace dedup {
+namespace {
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
+}
+
+rocksdb::WriteOptions WriteOptionsFor(Durability durability) {
+  rocksdb::WriteOptions options;
+  options.sync = durability == Durability::kSync;
+  options.disableWAL = durability == Durability::kNone;
+  return options;
+}
+
+class RocksStore : public Store {
+ public:
+  RocksStore(StoreOptions options, std::unique_ptr<TtlCompactionFilter> filter)
+      : options_(std::move(options)), filter_(std::move(filter)) {}
+
+  ~RocksStore() override { (void)Close(); }
+
+  absl::Status Init(rocksdb::Options db_options) {
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(db_options, options_.path, &db);
+    if (!s.ok()) {
+      // RocksDB reports a held LOCK file as an IO error mentioning the lock.
+      if (absl::StrContains(s.ToString(), "lock")) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "data dir ", options_.path,
+            " is locked by another process (is another dedupd running on "
+            "it?): ",
+            s.ToString()));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot open data dir ", options_.path, ": ", s.ToString()));
+    }
+    db_.reset(db);
+    absl::StatusOr<std::unique_ptr<FenceAllocator>> fences =
+        FenceAllocator::Open(db_.get());
+    if (!fences.ok()) return fences.status();
+    fences_ = *std::move(fences);
+
+    ShardContext context;
+    context.db = db_.get();
+    context.fences = fences_.get();
+    context.clock = options_.clock;
+    context.write_options = WriteOptionsFor(options_.durability);
+    context.max_batch = options_.max_batch;
+    for (int i = 0; i < options_.shards; ++i) {
+      shards_.push_back(std::make_unique<Shard>(context));
+    }
+    if (options_.durability == Durability::kAsync) {
+      wal_syncer_ = std::thread([this] { SyncWalPeriodically(); });
+    }
+    return absl::OkStatus();
+  }
+
+  void Begin(std::string ns, std::string key, BeginParams params,
+             int64_t wait_ms, StoreCallback<BeginResult> done) override {
+    BeginOp op;
+    op.skey = EncodeStorageKey(ns, key);
+    op.params = std::move(params);
+    op.wait_deadline_ms =
+        wait_ms > 0 ? options_.clock->NowMillis() + wait_ms : 0;
+    op.done = std::move(done);
+    Route(ns, key, std::move(op));
+  }
+
+  void Complete(std::string ns, std::string key, CompleteParams params,
+                StoreCallback<FencedDecision> done) override {
+    Route(ns, key,
+          CompleteOp{EncodeStorageKey(ns, key), std::move(params),
+                     std::move(done)});
+  }
+
+  void Release(std::string ns, std::string key, uint64_t fence,
+               StoreCallback<FencedDecision> done) override {
+    Route(ns, key,
+          ReleaseOp{EncodeStorageKey(ns, key), fence, std::move(done)});
+  }
+
+  void Renew(std::string ns, std::string key, uint64_t fence, int64_t lease_ms,
+             StoreCallback<FencedDecision> done) override {
+    Route(ns, key,
+          RenewOp{EncodeStorageKey(ns, key), fence, lease_ms, std::move(done)});
+  }
+
+  void Get(std::string ns, std::string key,
+           StoreCallback<std::optional<Record>> done) override {
+    Route(ns, key, GetOp{EncodeStorageKey(ns, key), std::move(done)});
+  }
+
+  void Forget(std::string ns, std::string key,
+              StoreCallback<bool> done) override {
+    Route(ns, key, ForgetOp{EncodeStorageKey(ns, key), std::move(done)});
+  }
+
+  void WakeAllWaiters() override {
+    for (auto& shard : shards_) shard->Submit(WakeAllOp{});
+  }
+
+  absl::Status Close() override {
+    if (closed_.exchange(true)) return absl::OkStatus();
+    for (auto& shard : shards_) shard->Stop();
+    if (wal_syncer_.joinable()) {
+      stop_syncer_.Notify();
+      wal_syncer_.join();
+    }
+    if (db_ == nullptr) return absl::OkStatus();
+    absl::Status status;
+    // Without a WAL the memtables are the only copy of recent writes.
+    if (options_.durability == Durability::kNone) {
+      status = FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush");
+    } else {
+      status = FromRocks(db_->SyncWAL(), "sync WAL");
+    }
+    absl::Status close = FromRocks(db_->Close(), "close");
+    // The stopped shards stay: they answer late calls with UNAVAILABLE.
+    fences_.reset();
+    db_.reset();
+    return status.ok() ? close : status;
+  }
+
+  absl::Status CompactAll() override {
+    if (closed_.load()) return absl::UnavailableError("store is closed");
+    rocksdb::CompactRangeOptions options;
+    // Bottom-level files are otherwise skipped when nothing overlaps them,
+    // and that is exactly where old expired records sit.
+    options.bottommost_level_compaction =
+        rocksdb::BottommostLevelCompaction::kForce;
+    return FromRocks(db_->CompactRange(options, nullptr, nullptr), "compact");
+  }
+
+  StoreStats Stats() override {
+    StoreStats stats;
+    if (closed_.load()) return stats;
+    uint64_t keys = 0;
+    if (db_->GetIntProperty("rocksdb.estimate-num-keys", &keys)) {
+      stats.estimated_records = keys;
+    }
+    stats.expired_dropped = filter_->dropped();
+    for (auto& shard : shards_) stats.waiting_begins += shard->waiting();
+    return stats;
+  }
+
+  absl::StatusOr<uint64_t> CountStoredRecords() override {
+    if (closed_.load()) return absl::UnavailableError("store is closed");
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions()));
+    uint64_t count = 0;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (!IsRecordKey(absl::string_view(it->key().data(), it->key().size()))) {
+        break;  // metadata sorts after every record
+      }
+      ++count;
+    }
+    if (absl::Status s = FromRocks(it->status(), "scan"); !s.ok()) return s;
+    return count;
+  }
+
+ private:
+  void Route(absl::string_view ns, absl::string_view key, Operation op) {
+    const uint32_t slot = SlotOf(ns, key);
+    shards_[slot % shards_.size()]->Submit(std::move(op));
+  }
+
+  void SyncWalPeriodically() {
+    const absl::Duration interval =
+        absl::Milliseconds(options_.async_sync_interval_ms);
+    while (!stop_syncer_.WaitForNotificationWithTimeout(interval)) {
+      (void)db_->SyncWAL();
+    }
+  }
+
+  const StoreOptions options_;
+  const std::unique_ptr<TtlCompactionFilter> filter_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<FenceAllocator> fences_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::thread wal_syncer_;
+  absl::Notification stop_syncer_;
+  std::atomic<bool> closed_{false};
+};
+
+rocksdb::Options DbOptions(const StoreOptions& options,
+                           const TtlCompactionFilter* filter) {
+  rocksdb::Options db;
+  db.create_if_missing = true;
+  db.compaction_filter = filter;
+  db.periodic_compaction_seconds = options.periodic_compaction_s;
+  db.max_background_jobs = 2;
+  db.bytes_per_sync = 1 << 20;
+  db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db.keep_log_file_num = 4;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  // Index and filter blocks live in the bounded cache, so memory does not
+  // grow with the number of records.
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  db.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return db;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(StoreOptions options) {
+  if (options.clock == nullptr) options.clock = RealClock();
+  if (options.shards < 1) {
+    return absl::InvalidArgumentError("shards: must be at least 1");
+  }
+  auto filter = std::make_unique<TtlCompactionFilter>(
+      options.clock, options.compaction_grace_ms);
+  rocksdb::Options db_options = DbOptions(options, filter.get());
+  auto store =
+      std::make_unique<RocksStore>(std::move(options), std::move(filter));
+  if (absl::Status s = store->Init(std::move(db_options)); !s.ok()) return s;
+  return store;
+}
+
+}  // namespace dedup

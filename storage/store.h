@@ -1,0 +1,121 @@
+// The durable authority: RocksDB holding one record per (namespace, key),
+// with every operation a per-key atomic read-modify-write.
+//
+// Keys are partitioned over a fixed set of shards, each served by one storage
+// thread. A shard thread takes everything queued since its last write, decides
+// each operation with the pure state machine (authority.h) against the latest
+// state (including earlier operations of the same batch), writes the whole
+// batch with a single RocksDB write, and only then runs the callbacks. So no
+// two operations on a key ever interleave, and in `kSync` mode an answer is
+// given only after its write is in a synced WAL, with one fsync shared by the
+// whole batch (and RocksDB merges the shards' concurrent writes further).
+//
+// Thread safety: every public method may be called from any thread. Callbacks
+// run on a storage thread, after the operation is durable per the mode; they
+// must be quick and must not block (hand work elsewhere if needed).
+#ifndef DEDUP_STORAGE_STORE_H_
+#define DEDUP_STORAGE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "storage/authority.h"
+#include "storage/clock.h"
+
+namespace dedup {
+
+enum class Durability {
+  kSync,   // answered after the WAL is synced (group commit)
+  kAsync,  // WAL written per batch, synced every async_sync_interval_ms
+  kNone,   // no WAL; for tests and benchmarks; memtables flushed on Close
+};
+
+struct StoreOptions {
+  std::string path;
+  Durability durability = Durability::kSync;
+  int shards = 4;
+  // Not owned; must outlive the store. Null means RealClock().
+  const Clock* clock = nullptr;
+  // Expired records are dropped by compactions this long after expiry.
+  int64_t compaction_grace_ms = 60'000;
+  // Every SST file is rewritten (and so filtered) at least this often, so
+  // expired records in cold bottom files do not linger.
+  uint64_t periodic_compaction_s = 6 * 3600;
+  int64_t async_sync_interval_ms = 100;
+  size_t block_cache_bytes = 64 << 20;
+  // Most operations a shard puts in one write batch.
+  int max_batch = 1024;
+};
+
+// Answer of a Begin that may have waited. `decision.record` is the record as
+// the caller should see it.
+struct BeginResult {
+  BeginDecision decision;
+  bool waited = false;
+};
+
+struct StoreStats {
+  uint64_t estimated_records = 0;  // RocksDB's estimate, includes expired
+  uint64_t expired_dropped = 0;    // by the compaction filter, this process
+  uint64_t waiting_begins = 0;     // Begins parked with wait_ms
+};
+
+template <typename T>
+using StoreCallback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
+
+class Store {
+ public:
+  // Opens (creating if missing) the database at options.path. Fails with
+  // FailedPreconditionError when another process holds the directory's lock,
+  // and with another error when the directory is unusable.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(
+      StoreOptions options);
+
+  // Drains queued operations, answers parked waiters, flushes and closes.
+  virtual ~Store() = default;
+
+  // Begin. With wait_ms > 0 and an IN_USE answer, the call is parked until the
+  // owner Completes, Releases, Forgets or its lease runs out, or wait_ms
+  // passes, and is then decided again.
+  virtual void Begin(std::string ns, std::string key, BeginParams params,
+                     int64_t wait_ms, StoreCallback<BeginResult> done) = 0;
+  virtual void Complete(std::string ns, std::string key, CompleteParams params,
+                        StoreCallback<FencedDecision> done) = 0;
+  virtual void Release(std::string ns, std::string key, uint64_t fence,
+                       StoreCallback<FencedDecision> done) = 0;
+  virtual void Renew(std::string ns, std::string key, uint64_t fence,
+                     int64_t lease_ms, StoreCallback<FencedDecision> done) = 0;
+  // nullopt when absent or expired.
+  virtual void Get(std::string ns, std::string key,
+                   StoreCallback<std::optional<Record>> done) = 0;
+  // true when a live record was removed.
+  virtual void Forget(std::string ns, std::string key,
+                      StoreCallback<bool> done) = 0;
+
+  // Answers every parked Begin now with its current decision (for shutdown:
+  // lets in-flight RPCs finish instead of waiting out wait_ms).
+  virtual void WakeAllWaiters() = 0;
+
+  // Stops accepting work, drains queues, answers waiters, flushes memtables
+  // and closes RocksDB. Idempotent; the destructor calls it.
+  virtual absl::Status Close() = 0;
+
+  // Compacts the whole key space now, through the TTL filter.
+  [[nodiscard]] virtual absl::Status CompactAll() = 0;
+
+  [[nodiscard]] virtual StoreStats Stats() = 0;
+
+  // Counts record keys physically present in RocksDB (expired or not) by a
+  // full scan. For tests and tools: O(records).
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> CountStoredRecords() = 0;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_STORAGE_STORE_H_

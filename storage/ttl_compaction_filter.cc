@@ -1,0 +1,29 @@
+#include "storage/ttl_compaction_filter.h"
+
+#include <optional>
+
+#include "storage/record.h"
+#include "storage/storage_key.h"
+
+namespace dedup {
+
+bool ShouldDropExpired(absl::string_view key, absl::string_view value,
+                       int64_t now_ms, int64_t grace_ms) {
+  if (!IsRecordKey(key)) return false;
+  std::optional<int64_t> expire_at = PeekExpireAt(value);
+  return expire_at.has_value() && now_ms >= *expire_at + grace_ms;
+}
+
+bool TtlCompactionFilter::Filter(int /*level*/, const rocksdb::Slice& key,
+                                 const rocksdb::Slice& existing_value,
+                                 std::string* /*new_value*/,
+                                 bool* /*value_changed*/) const {
+  const bool drop = ShouldDropExpired(
+      absl::string_view(key.data(), key.size()),
+      absl::string_view(existing_value.data(), existing_value.size()),
+      clock_->NowMillis(), grace_ms_);
+  if (drop) dropped_.fetch_add(1, std::memory_order_relaxed);
+  return drop;
+}
+
+}  // namespace dedup

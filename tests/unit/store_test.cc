@@ -1,0 +1,256 @@
+// The RocksDB store on a real temporary database: TTL on read and by
+// compaction, fences across restarts, per-key atomicity, parked Begins.
+#include "storage/store.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/store_test_util.h"
+
+namespace dedup {
+namespace {
+
+using ::dedup::testing::BeginSync;
+using ::dedup::testing::CompleteSync;
+using ::dedup::testing::GetSync;
+using ::dedup::testing::MakeBeginParams;
+using ::dedup::testing::ReleaseSync;
+
+constexpr int64_t kT0 = 1'700'000'000'000;
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "dedup-store-XXXXXX")
+            .string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  StoreOptions Options(Durability durability = Durability::kSync) {
+    StoreOptions o;
+    o.path = dir_;
+    o.durability = durability;
+    o.clock = &clock_;
+    o.compaction_grace_ms = 1000;
+    return o;
+  }
+
+  void OpenStore(StoreOptions options) {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  std::string dir_;
+  FakeClock clock_{kT0};
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StoreTest, ExpiredRecordsVanishOnReadAndCompactionDropsThem) {
+  OpenStore(Options());
+  constexpr int kExpiring = 50;
+  for (int i = 0; i < kExpiring; ++i) {
+    const std::string key = absl::StrCat("short-", i);
+    auto begun = BeginSync(*store_, key, MakeBeginParams("o", "h", 100, 1));
+    ASSERT_TRUE(begun.ok());
+    ASSERT_TRUE(CompleteSync(*store_, key, begun->decision.record.fence, "x",
+                             Outcome::kSuccess, 1)
+                    .ok());
+  }
+  auto keep = BeginSync(*store_, "long", MakeBeginParams("o", "h", 100, 3600));
+  ASSERT_TRUE(keep.ok());
+
+  clock_.Advance(1000);  // exactly at expiry of the short records
+  auto got = GetSync(*store_, "short-0");
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->has_value()) << "expired record must be absent on read";
+  auto again = BeginSync(*store_, "short-1", MakeBeginParams("p"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->decision.status, BeginStatus::kStarted);
+  ASSERT_TRUE(
+      ReleaseSync(*store_, "short-1", again->decision.record.fence).ok());
+
+  // Still physically there: readers hide it, compaction has not run.
+  EXPECT_EQ(*store_->CountStoredRecords(), kExpiring);  // one released
+  ASSERT_TRUE(store_->CompactAll().ok());
+  // Inside the grace period the filter keeps them.
+  EXPECT_EQ(*store_->CountStoredRecords(), kExpiring);
+
+  clock_.Advance(1000);  // past expiry + grace
+  ASSERT_TRUE(store_->CompactAll().ok());
+  EXPECT_EQ(*store_->CountStoredRecords(), 1u) << "only the live record stays";
+  EXPECT_EQ(store_->Stats().expired_dropped, kExpiring - 1);
+  auto live = GetSync(*store_, "long");
+  ASSERT_TRUE(live.ok());
+  EXPECT_TRUE(live->has_value());
+}
+
+TEST_F(StoreTest, FencesKeepRisingAcrossRestartReleaseAndExpiry) {
+  uint64_t highest = 0;
+  {
+    OpenStore(Options());
+    for (int i = 0; i < 5; ++i) {
+      auto b = BeginSync(*store_, absl::StrCat("k", i), MakeBeginParams("o"));
+      ASSERT_TRUE(b.ok());
+      EXPECT_GT(b->decision.record.fence, highest);
+      highest = b->decision.record.fence;
+    }
+    ASSERT_TRUE(CompleteSync(*store_, "k0", 1, "stale?").ok());
+    ASSERT_TRUE(store_->Close().ok());
+    store_.reset();
+  }
+  OpenStore(Options());
+  auto b = BeginSync(*store_, "fresh", MakeBeginParams("o"));
+  ASSERT_TRUE(b.ok());
+  EXPECT_GT(b->decision.record.fence, highest);
+  highest = b->decision.record.fence;
+  // k4 is still in flight under its old fence; release and re-begin.
+  auto k4 = GetSync(*store_, "k4");
+  ASSERT_TRUE(k4.ok() && k4->has_value());
+  ASSERT_EQ(ReleaseSync(*store_, "k4", (*k4)->fence)->status,
+            FencedStatus::kOk);
+  auto rebegun = BeginSync(*store_, "k4", MakeBeginParams("o2"));
+  ASSERT_TRUE(rebegun.ok());
+  EXPECT_GT(rebegun->decision.record.fence, highest);
+}
+
+TEST_F(StoreTest, ConcurrentBeginsOnOneKeyStartExactlyOnce) {
+  OpenStore(Options(Durability::kNone));
+  constexpr int kThreads = 32;
+  constexpr int kRounds = 50;
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<int> started{0}, in_use{0};
+    std::vector<std::thread> threads;
+    const std::string key = absl::StrCat("race-", round);
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        auto r = BeginSync(*store_, key, MakeBeginParams(absl::StrCat("o", t)));
+        ASSERT_TRUE(r.ok());
+        if (r->decision.status == BeginStatus::kStarted) ++started;
+        if (r->decision.status == BeginStatus::kInUse) ++in_use;
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(started.load(), 1) << key;
+    EXPECT_EQ(in_use.load(), kThreads - 1) << key;
+  }
+}
+
+TEST_F(StoreTest, ParkedBeginGetsDuplicateOnCompleteAndStartedOnRelease) {
+  StoreOptions options = Options();
+  options.clock = nullptr;  // parked Begins run on real timers
+  OpenStore(options);
+  auto owner = BeginSync(*store_, "k", MakeBeginParams("a"));
+  ASSERT_TRUE(owner.ok());
+
+  absl::Notification answered;
+  absl::StatusOr<BeginResult> waiter = absl::UnknownError("unset");
+  store_->Begin("ns", "k", MakeBeginParams("b"), /*wait_ms=*/10'000,
+                [&](absl::StatusOr<BeginResult> r) {
+                  waiter = std::move(r);
+                  answered.Notify();
+                });
+  // Parked, not answered.
+  EXPECT_FALSE(answered.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  EXPECT_EQ(store_->Stats().waiting_begins, 1u);
+  ASSERT_TRUE(
+      CompleteSync(*store_, "k", owner->decision.record.fence, "done").ok());
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  ASSERT_TRUE(waiter.ok());
+  EXPECT_EQ(waiter->decision.status, BeginStatus::kDuplicate);
+  EXPECT_EQ(waiter->decision.record.result, "done");
+  EXPECT_TRUE(waiter->waited);
+
+  // Two waiters, then a release: the first gets the claim, the second
+  // keeps waiting behind it.
+  auto owner2 = BeginSync(*store_, "k2", MakeBeginParams("a"));
+  ASSERT_TRUE(owner2.ok());
+  absl::Notification first_done, second_done;
+  absl::StatusOr<BeginResult> first = absl::UnknownError("unset");
+  absl::StatusOr<BeginResult> second = absl::UnknownError("unset");
+  store_->Begin("ns", "k2", MakeBeginParams("b"), 10'000,
+                [&](absl::StatusOr<BeginResult> r) {
+                  first = std::move(r);
+                  first_done.Notify();
+                });
+  store_->Begin("ns", "k2", MakeBeginParams("c"), 300,
+                [&](absl::StatusOr<BeginResult> r) {
+                  second = std::move(r);
+                  second_done.Notify();
+                });
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_EQ(ReleaseSync(*store_, "k2", owner2->decision.record.fence)->status,
+            FencedStatus::kOk);
+  ASSERT_TRUE(first_done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->decision.status, BeginStatus::kStarted);
+  EXPECT_GT(first->decision.record.fence, owner2->decision.record.fence);
+  EXPECT_FALSE(second_done.HasBeenNotified());
+  ASSERT_TRUE(second_done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(second->decision.status, BeginStatus::kInUse);
+}
+
+TEST_F(StoreTest, CloseAnswersParkedBegins) {
+  StoreOptions options = Options();
+  options.clock = nullptr;
+  OpenStore(options);
+  ASSERT_TRUE(BeginSync(*store_, "k", MakeBeginParams("a")).ok());
+  absl::Notification answered;
+  absl::StatusOr<BeginResult> waiter = absl::UnknownError("unset");
+  store_->Begin("ns", "k", MakeBeginParams("b"), 60'000,
+                [&](absl::StatusOr<BeginResult> r) {
+                  waiter = std::move(r);
+                  answered.Notify();
+                });
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(store_->Close().ok());
+  ASSERT_TRUE(answered.HasBeenNotified());
+  ASSERT_TRUE(waiter.ok());
+  EXPECT_EQ(waiter->decision.status, BeginStatus::kInUse);
+  // After Close, calls fail cleanly instead of hanging.
+  auto late = BeginSync(*store_, "k", MakeBeginParams("c"));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(StoreTest, EveryDurabilityModeKeepsDataAcrossCleanClose) {
+  for (Durability mode :
+       {Durability::kSync, Durability::kAsync, Durability::kNone}) {
+    OpenStore(Options(mode));
+    const std::string key = absl::StrCat("mode-", static_cast<int>(mode));
+    auto b = BeginSync(*store_, key, MakeBeginParams("o"));
+    ASSERT_TRUE(b.ok());
+    ASSERT_TRUE(CompleteSync(*store_, key, b->decision.record.fence, "v").ok());
+    ASSERT_TRUE(store_->Close().ok());
+    store_.reset();
+    OpenStore(Options(mode));
+    auto got = GetSync(*store_, key);
+    ASSERT_TRUE(got.ok() && got->has_value()) << key;
+    EXPECT_EQ((*got)->result, "v");
+    store_.reset();
+  }
+}
+
+TEST_F(StoreTest, SecondOpenOfALockedDirectoryFailsClearly) {
+  OpenStore(Options());
+  absl::StatusOr<std::unique_ptr<Store>> second = Store::Open(Options());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("locked"), std::string::npos)
+      << second.status();
+}
+
+}  // namespace
+}  // namespace dedup
