@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
                    ", draining in-flight calls"));
   server->GetHealthCheckService()->Shutdown();
   // Parked Begins would otherwise hold the drain for up to their wait_ms.
-  (*store)->WakeAllWaiters();
+  (*store)->DrainWaiters();
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(config->shutdown_grace_ms));
   server->Wait();

@@ -15,6 +15,9 @@ ABSL_FLAG(std::string, durability, "sync",
           "(tests, benchmarks)");
 ABSL_FLAG(int32_t, storage_shards, 4,
           "storage threads; each batches its keys' writes into one write");
+ABSL_FLAG(int64_t, max_queued_per_shard, 100000,
+          "operations a storage shard may have queued before new ones get "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, async_sync_interval_ms, 100,
           "WAL fsync period in --durability=async");
 ABSL_FLAG(int64_t, block_cache_mb, 64, "RocksDB block cache size, MiB");
@@ -69,6 +72,11 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   if (store.shards < 1 || store.shards > 256) {
     return absl::InvalidArgumentError("--storage_shards: must be 1..256");
   }
+  const int64_t max_queued = absl::GetFlag(FLAGS_max_queued_per_shard);
+  if (max_queued < 1) {
+    return absl::InvalidArgumentError("--max_queued_per_shard: must be >= 1");
+  }
+  store.max_queued_per_shard = static_cast<size_t>(max_queued);
   store.async_sync_interval_ms = absl::GetFlag(FLAGS_async_sync_interval_ms);
   if (store.async_sync_interval_ms < 1) {
     return absl::InvalidArgumentError("--async_sync_interval_ms: must be >= 1");

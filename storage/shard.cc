@@ -93,15 +93,22 @@ Shard::Shard(const ShardContext& context)
 Shard::~Shard() { Stop(); }
 
 void Shard::Submit(Operation op) {
+  absl::Status refusal;
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_) {
+    if (stopping_) {
+      refusal = absl::UnavailableError("store is closed");
+    } else if (queue_.size() >= context_.max_queued &&
+               !std::holds_alternative<WakeAllOp>(op)) {
+      refusal = absl::ResourceExhaustedError(absl::StrCat(
+          "storage overloaded: ", queue_.size(),
+          " operations queued on this shard; retry with backoff"));
+    } else {
       queue_.push_back(std::move(op));
       return;
     }
   }
-  std::visit(
-      [](auto& o) { Fail(o, absl::UnavailableError("store is closed")); }, op);
+  std::visit([&](auto& o) { Fail(o, refusal); }, op);
 }
 
 void Shard::Stop() {
@@ -146,7 +153,10 @@ void Shard::ProcessBatch(std::vector<Operation>& ops, bool last) {
   const int64_t now_ms = context_.clock->NowMillis();
   WakeDue(batch, now_ms);
   for (Operation& op : ops) Process(batch, op, now_ms);
-  if (last) WakeAll(batch, now_ms);
+  if (last) {
+    draining_ = true;
+    WakeAll(batch, now_ms);
+  }
   batch.RunCompletions(batch.Commit(context_.write_options));
   next_timer_ms_.store(timers_.empty() ? INT64_MAX : timers_.begin()->first);
 }
@@ -157,6 +167,7 @@ void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
     return;
   }
   if (std::holds_alternative<WakeAllOp>(operation)) {
+    draining_ = true;
     WakeAll(batch, now_ms);
     return;
   }
@@ -222,7 +233,8 @@ void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
     Fail(op, fence_status);
     return;
   }
-  if (d.status == BeginStatus::kInUse && now_ms < op.wait_deadline_ms) {
+  if (d.status == BeginStatus::kInUse && !draining_ &&
+      now_ms < op.wait_deadline_ms) {
     const int64_t next_check =
         std::min(op.wait_deadline_ms, d.record.lease_until_ms);
     Park(std::move(op), next_check);

@@ -56,7 +56,7 @@ struct ForgetOp {
   std::string skey;
   StoreCallback<bool> done;
 };
-// Answers every parked Begin now.
+// Answers every parked Begin now and stops parking new ones (shutdown).
 struct WakeAllOp {};
 
 using Operation = std::variant<BeginOp, CompleteOp, ReleaseOp, RenewOp, GetOp,
@@ -69,6 +69,7 @@ struct ShardContext {
   const Clock* clock = nullptr;
   rocksdb::WriteOptions write_options;
   int max_batch = 1024;
+  size_t max_queued = 100'000;
 };
 
 class Shard {
@@ -81,7 +82,8 @@ class Shard {
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
 
-  // Queues an operation. After Stop it is answered at once with UNAVAILABLE.
+  // Queues an operation. It is answered at once with UNAVAILABLE after Stop,
+  // and with RESOURCE_EXHAUSTED when max_queued operations already wait.
   void Submit(Operation op);
 
   // Finishes queued operations, answers waiters, joins the thread.
@@ -118,6 +120,7 @@ class Shard {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // Waiters: touched only by the shard thread.
+  bool draining_ = false;  // set by WakeAllOp: Begins no longer park
   uint64_t next_waiter_id_ = 1;
   std::map<uint64_t, Waiter> waiters_;
   absl::flat_hash_map<std::string, std::vector<uint64_t>> waiters_by_key_;

@@ -67,6 +67,7 @@ class RocksStore : public Store {
     context.clock = options_.clock;
     context.write_options = WriteOptionsFor(options_.durability);
     context.max_batch = options_.max_batch;
+    context.max_queued = options_.max_queued_per_shard;
     for (int i = 0; i < options_.shards; ++i) {
       shards_.push_back(std::make_unique<Shard>(context));
     }
@@ -116,7 +117,7 @@ class RocksStore : public Store {
     Route(ns, key, ForgetOp{EncodeStorageKey(ns, key), std::move(done)});
   }
 
-  void WakeAllWaiters() override {
+  void DrainWaiters() override {
     for (auto& shard : shards_) shard->Submit(WakeAllOp{});
   }
 

@@ -51,6 +51,9 @@ struct StoreOptions {
   size_t block_cache_bytes = 64 << 20;
   // Most operations a shard puts in one write batch.
   int max_batch = 1024;
+  // Operations a shard may have queued before new ones are refused with
+  // RESOURCE_EXHAUSTED (overload protection: bounded memory and latency).
+  size_t max_queued_per_shard = 100'000;
 };
 
 // Answer of a Begin that may have waited. `decision.record` is the record as
@@ -98,12 +101,15 @@ class Store {
   virtual void Forget(std::string ns, std::string key,
                       StoreCallback<bool> done) = 0;
 
-  // Answers every parked Begin now with its current decision (for shutdown:
-  // lets in-flight RPCs finish instead of waiting out wait_ms).
-  virtual void WakeAllWaiters() = 0;
+  // Answers every parked Begin now with its current decision, and from then
+  // on answers Begins without parking them. For shutdown: in-flight RPCs
+  // finish instead of waiting out their wait_ms.
+  virtual void DrainWaiters() = 0;
 
   // Stops accepting work, drains queues, answers waiters, flushes memtables
-  // and closes RocksDB. Idempotent; the destructor calls it.
+  // and closes RocksDB. Idempotent; the destructor calls it. Later calls are
+  // answered UNAVAILABLE. Must not run concurrently with CompactAll, Stats or
+  // CountStoredRecords.
   virtual absl::Status Close() = 0;
 
   // Compacts the whole key space now, through the TTL filter.
