@@ -14,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_syntax.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -69,6 +70,11 @@ int main(int argc, char** argv) {
       "dedupd: the dedup idempotency authority (gRPC dedup.v1.Dedup).\n"
       "Exit codes: 0 clean stop, 1 error while stopping, 2 bad flags, 3 data "
       "dir unusable or locked by another dedupd, 4 cannot listen.");
+  // ParseCommandLine would exit 1 on a bad flag; we promise 2.
+  if (absl::Status s = dedup::CheckFlagSyntax(argc, argv); !s.ok()) {
+    Log(absl::StrCat(s.message(), " (see --help)"));
+    return kExitBadFlags;
+  }
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<dedup::ServerConfig> config = dedup::ServerConfigFromFlags();
   if (!config.ok()) {

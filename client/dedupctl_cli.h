@@ -1,0 +1,69 @@
+// dedupctl's command line: usage text, exit codes, and turning flags plus
+// positional arguments into a validated Invocation. No I/O, no RPCs.
+#ifndef DEDUP_CLIENT_DEDUPCTL_CLI_H_
+#define DEDUP_CLIENT_DEDUPCTL_CLI_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/dedup_client.h"
+#include "dedup/v1/dedup.pb.h"
+
+namespace dedup::ctl {
+
+// Exit codes (sysexits.h style for usage).
+inline constexpr int kExitOk = 0;        // The call got an answer.
+inline constexpr int kExitRpcError = 2;  // gRPC error; message on stderr.
+// Complete/Release/Renew answered STALE_FENCE, NOT_FOUND or ALREADY_COMPLETED.
+inline constexpr int kExitRejected = 3;
+inline constexpr int kExitUsage = 64;  // Bad command line; usage on stderr.
+
+// Usage line and commands, shown after a usage error.
+extern const char kSynopsis[];
+// The full --help text: synopsis, flags, output format and exit codes.
+[[nodiscard]] std::string HelpText();
+
+enum class Command { kBegin, kComplete, kRelease, kRenew, kGet, kForget };
+
+// The per-command flags as given; std::nullopt when not on the command line,
+// so a flag that does not apply to the command can be rejected.
+struct CommandFlags {
+  std::optional<std::string> args_hash_hex;
+  std::optional<std::string> owner;
+  std::optional<uint32_t> lease_ms;
+  std::optional<uint32_t> ttl_s;
+  std::optional<uint32_t> wait_ms;
+  std::optional<std::string> outcome;
+  std::optional<std::string> result;
+};
+
+struct Invocation {
+  Command command = Command::kGet;
+  std::string ns;
+  std::string key;
+  uint64_t fence = 0;                 // complete, release, renew.
+  std::string args_hash;              // begin: raw bytes.
+  BeginOptions begin;                 // begin.
+  v1::Outcome outcome = v1::SUCCESS;  // complete.
+  std::string result;                 // complete.
+  uint32_t ttl_s = 0;                 // complete.
+  uint32_t lease_ms = 0;              // renew.
+};
+
+// `args` are the positional arguments after the program name:
+// COMMAND NS KEY [FENCE]. INVALID_ARGUMENT (with a message for the user) on
+// any usage error.
+[[nodiscard]] absl::StatusOr<Invocation> ParseInvocation(
+    const std::vector<std::string>& args, const CommandFlags& flags);
+
+// True for the spellings of a plain help request, which dedupctl answers with
+// HelpText() on stdout and kExitOk.
+[[nodiscard]] bool IsHelpRequest(int argc, char** argv);
+
+}  // namespace dedup::ctl
+
+#endif  // DEDUP_CLIENT_DEDUPCTL_CLI_H_

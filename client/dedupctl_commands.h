@@ -1,0 +1,20 @@
+// Runs one parsed dedupctl Invocation against the authority and renders the
+// answer. Thread-compatible; writes only to the given streams.
+#ifndef DEDUP_CLIENT_DEDUPCTL_COMMANDS_H_
+#define DEDUP_CLIENT_DEDUPCTL_COMMANDS_H_
+
+#include <ostream>
+
+#include "client/dedup_client.h"
+#include "client/dedupctl_cli.h"
+
+namespace dedup::ctl {
+
+// Prints the answer to `out` (or the gRPC error to `err`) and returns the
+// exit code documented in dedupctl_cli.h.
+[[nodiscard]] int RunInvocation(const Client& client, const Invocation& inv,
+                                std::ostream& out, std::ostream& err);
+
+}  // namespace dedup::ctl
+
+#endif  // DEDUP_CLIENT_DEDUPCTL_COMMANDS_H_

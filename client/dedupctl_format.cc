@@ -1,0 +1,128 @@
+#include "client/dedupctl_format.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace dedup::ctl {
+namespace {
+
+void PrintLine(std::ostream& out, absl::string_view name,
+               absl::string_view value) {
+  // No trailing blank for empty values (e.g. an empty result).
+  out << name << ":";
+  if (!value.empty()) out << " " << value;
+  out << "\n";
+}
+
+// Timestamps of 0 mean "does not apply to this answer".
+void PrintTime(std::ostream& out, absl::string_view name, int64_t unix_ms) {
+  if (unix_ms != 0) PrintLine(out, name, FormatUnixMillis(unix_ms));
+}
+
+const char* Bool(bool value) { return value ? "true" : "false"; }
+
+}  // namespace
+
+std::string FormatUnixMillis(int64_t unix_ms) {
+  return absl::StrCat(
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
+                       absl::UTCTimeZone()),
+      " (", unix_ms, ")");
+}
+
+bool IsPrintable(absl::string_view bytes) {
+  for (char c : bytes) {
+    if (c < 0x20 || c > 0x7E) return false;
+  }
+  return true;
+}
+
+void PrintBytes(std::ostream& out, absl::string_view name,
+                absl::string_view bytes) {
+  if (IsPrintable(bytes)) {
+    PrintLine(out, name, bytes);
+  } else {
+    PrintLine(out, absl::StrCat(name, "_hex"), absl::BytesToHexString(bytes));
+  }
+}
+
+absl::StatusOr<std::string> ParseHex(absl::string_view hex) {
+  if (hex.size() % 2 != 0) {
+    return absl::InvalidArgumentError("hex string has an odd length");
+  }
+  for (char c : hex) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("not a hex digit: '", absl::string_view(&c, 1), "'"));
+    }
+  }
+  return absl::HexStringToBytes(hex);
+}
+
+void PrintResponse(std::ostream& out, const v1::BeginResponse& response) {
+  PrintLine(out, "status", v1::BeginResponse::Status_Name(response.status()));
+  PrintLine(out, "fence", absl::StrCat(response.fence()));
+  if (response.status() == v1::BeginResponse::STARTED) {
+    PrintLine(out, "takeover", Bool(response.takeover()));
+  }
+  if (response.status() == v1::BeginResponse::DUPLICATE) {
+    PrintLine(out, "outcome", v1::Outcome_Name(response.outcome()));
+    PrintBytes(out, "result", response.result());
+  }
+  PrintTime(out, "created_at", response.created_at());
+  PrintTime(out, "completed_at", response.completed_at());
+  PrintTime(out, "expires_at", response.expires_at());
+  PrintTime(out, "lease_expires_at", response.lease_expires_at());
+  if (response.attempts() != 0) {
+    PrintLine(out, "attempts", absl::StrCat(response.attempts()));
+  }
+  if (response.status() == v1::BeginResponse::IN_USE) {
+    PrintLine(out, "retry_after_ms", absl::StrCat(response.retry_after_ms()));
+  }
+}
+
+void PrintResponse(std::ostream& out, const v1::CompleteResponse& response) {
+  PrintLine(out, "status",
+            v1::CompleteResponse::Status_Name(response.status()));
+  PrintLine(out, "fence", absl::StrCat(response.fence()));
+  PrintTime(out, "expires_at", response.expires_at());
+}
+
+void PrintResponse(std::ostream& out, const v1::ReleaseResponse& response) {
+  PrintLine(out, "status", v1::ReleaseResponse::Status_Name(response.status()));
+  PrintLine(out, "fence", absl::StrCat(response.fence()));
+}
+
+void PrintResponse(std::ostream& out, const v1::RenewResponse& response) {
+  PrintLine(out, "status", v1::RenewResponse::Status_Name(response.status()));
+  PrintLine(out, "fence", absl::StrCat(response.fence()));
+  PrintTime(out, "lease_expires_at", response.lease_expires_at());
+  PrintTime(out, "expires_at", response.expires_at());
+}
+
+void PrintResponse(std::ostream& out, const v1::GetResponse& response) {
+  PrintLine(out, "found", Bool(response.found()));
+  if (!response.found()) return;
+  const v1::Record& record = response.record();
+  PrintLine(out, "state", v1::RecordState_Name(record.state()));
+  PrintLine(out, "fence", absl::StrCat(record.fence()));
+  PrintLine(out, "args_hash_hex", absl::BytesToHexString(record.args_hash()));
+  PrintLine(out, "owner", record.owner());
+  if (record.state() == v1::COMPLETED) {
+    PrintLine(out, "outcome", v1::Outcome_Name(record.outcome()));
+    PrintBytes(out, "result", record.result());
+  }
+  PrintTime(out, "created_at", record.created_at());
+  PrintTime(out, "completed_at", record.completed_at());
+  PrintTime(out, "expires_at", record.expires_at());
+  PrintTime(out, "lease_expires_at", record.lease_expires_at());
+  PrintLine(out, "attempts", absl::StrCat(record.attempts()));
+}
+
+void PrintResponse(std::ostream& out, const v1::ForgetResponse& response) {
+  PrintLine(out, "existed", Bool(response.existed()));
+}
+
+}  // namespace dedup::ctl

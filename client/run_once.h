@@ -1,0 +1,106 @@
+// RunOnce: run a side effect at most once per (namespace, key), using the
+// authority to claim it, record its outcome and replay that outcome to
+// duplicates.
+//
+// Thread-safe: any number of threads (or processes) may call RunOnce for the
+// same key at once; one runs `fn`, the others wait and get its recorded
+// outcome (a second run happens only if the first outlives its lease and is
+// taken over; Claim::takeover tells the new runner). Blocks the calling thread.
+// `fn` must not throw (if it does, the claim is left to lapse when its lease
+// ends).
+#ifndef DEDUP_CLIENT_RUN_ONCE_H_
+#define DEDUP_CLIENT_RUN_ONCE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/dedup_client.h"
+#include "dedup/v1/dedup.pb.h"
+
+namespace dedup {
+
+// What `fn` is told about the execution it owns.
+struct Claim {
+  uint64_t fence = 0;
+  // A previous owner's lease ran out: its attempt may have partly run the
+  // side effect, so `fn` may want to check before repeating it.
+  bool takeover = false;
+  uint32_t attempts = 0;
+  int64_t lease_expires_at_ms = 0;  // Server clock, Unix ms.
+};
+
+// How `fn` ended. Build with the factories.
+struct ExecResult {
+  enum class Kind { kSuccess, kPermanentError, kRetryable };
+
+  // The side effect happened; `result` is replayed to duplicates.
+  static ExecResult Success(std::string result);
+  // The side effect failed for good; `payload` is stored and replayed as an
+  // ERROR outcome, so duplicates never try again.
+  static ExecResult PermanentError(std::string payload);
+  // The side effect certainly did not happen: the claim is released so the
+  // next RunOnce runs `fn` afresh, and `why` is returned. An OK `why` is
+  // replaced by UNKNOWN.
+  static ExecResult Retryable(absl::Status why);
+
+  Kind kind = Kind::kSuccess;
+  std::string payload;        // kSuccess and kPermanentError.
+  absl::Status retry_status;  // kRetryable.
+};
+
+struct RunOptions {
+  uint32_t lease_ms = 0;  // 0: server default.
+  uint32_t ttl_s = 0;     // 0: server default; also kept for the outcome.
+  // While another owner runs the key, each Begin asks the server to wait up
+  // to this long for its outcome (the server allows at most 60 s).
+  absl::Duration wait_per_call = absl::Seconds(10);
+  // Overall limit for waiting on another owner; `fn` itself is not bounded.
+  absl::Duration deadline = absl::Minutes(2);
+};
+
+struct RunResult {
+  v1::Outcome outcome = v1::OUTCOME_UNSPECIFIED;  // SUCCESS or ERROR.
+  std::string result;      // Success result or error payload.
+  bool duplicate = false;  // True when replayed: `fn` was not called.
+  uint64_t fence = 0;
+  bool takeover = false;  // `fn` ran as a takeover (see Claim).
+};
+
+// Begin (with a fresh UUID owner) → on STARTED run `fn` and Complete with its
+// outcome; on DUPLICATE return the stored outcome; on IN_USE wait for the
+// other owner (Begin with wait_ms) until `options.deadline`.
+//
+// Errors (the RunResult is returned only when an outcome is recorded):
+// - `fn` returned Retryable(why): `why`, after releasing the claim (should
+//   Release fail, the claim lapses when its lease ends).
+// - CONFLICT (key used with another args_hash): FAILED_PRECONDITION;
+//   IsConflict() is true.
+// - Complete answered STALE_FENCE, NOT_FOUND or ALREADY_COMPLETED: ABORTED.
+//   The side effect ran but this outcome was NOT recorded (the lease was
+//   lost). CompleteAnswerOf() names the answer; IsStaleFence() tests for
+//   STALE_FENCE.
+// - Still IN_USE at the deadline: DEADLINE_EXCEEDED.
+// - gRPC errors from Begin or Complete, code unchanged (UNAVAILABLE only after
+//   the client's retries). An error from Complete means the side effect ran
+//   and its outcome may not be recorded.
+[[nodiscard]] absl::StatusOr<RunResult> RunOnce(
+    const Client& client, absl::string_view ns, absl::string_view key,
+    absl::string_view args_hash, absl::FunctionRef<ExecResult(const Claim&)> fn,
+    const RunOptions& options = {});
+
+// True when `status` is RunOnce's answer to a CONFLICT.
+[[nodiscard]] bool IsConflict(const absl::Status& status);
+// The Complete answer that made RunOnce fail with ABORTED, if any.
+[[nodiscard]] std::optional<v1::CompleteResponse::Status> CompleteAnswerOf(
+    const absl::Status& status);
+[[nodiscard]] bool IsStaleFence(const absl::Status& status);
+
+}  // namespace dedup
+
+#endif  // DEDUP_CLIENT_RUN_ONCE_H_

@@ -1,0 +1,193 @@
+// dedupctl's parsing and rendering, without a server.
+#include "client/dedupctl_cli.h"
+
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "client/dedupctl_format.h"
+#include "common/flag_syntax.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+// Flags of the kinds dedupctl defines, for CheckFlagSyntax.
+ABSL_FLAG(std::optional<uint32_t>, test_lease_ms, std::nullopt, "test");
+ABSL_FLAG(std::string, test_address, "x", "test");
+ABSL_FLAG(bool, test_verbose, false, "test");
+
+namespace dedup::ctl {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(FormatTest, UnixMillisAsIsoUtcWithMillis) {
+  EXPECT_EQ(FormatUnixMillis(1704164645678),
+            "2024-01-02T03:04:05.678Z (1704164645678)");
+  EXPECT_EQ(FormatUnixMillis(5), "1970-01-01T00:00:00.005Z (5)");
+}
+
+TEST(FormatTest, PrintableBytesAsTextOthersAsHex) {
+  EXPECT_TRUE(IsPrintable("hello world ~"));
+  EXPECT_TRUE(IsPrintable(""));
+  EXPECT_FALSE(IsPrintable("line\n"));
+  EXPECT_FALSE(IsPrintable(std::string("\x00", 1)));
+  EXPECT_FALSE(IsPrintable("caf\xc3\xa9"));
+
+  std::ostringstream out;
+  PrintBytes(out, "result", "ok");
+  PrintBytes(out, "result", std::string("\x01\xff", 2));
+  PrintBytes(out, "result", "");
+  EXPECT_EQ(out.str(), "result: ok\nresult_hex: 01ff\nresult:\n");
+}
+
+TEST(FormatTest, ParseHex) {
+  EXPECT_EQ(*ParseHex("00aBff"), std::string("\x00\xab\xff", 3));
+  EXPECT_EQ(*ParseHex(""), "");
+  EXPECT_FALSE(ParseHex("abc").ok());
+  EXPECT_FALSE(ParseHex("zz").ok());
+}
+
+TEST(FormatTest, BeginDuplicateShowsOutcomeAndResult) {
+  v1::BeginResponse response;
+  response.set_status(v1::BeginResponse::DUPLICATE);
+  response.set_fence(7);
+  response.set_outcome(v1::ERROR);
+  response.set_result("boom");
+  response.set_created_at(1000);
+  response.set_completed_at(2000);
+  response.set_attempts(1);
+  std::ostringstream out;
+  PrintResponse(out, response);
+  EXPECT_EQ(out.str(),
+            "status: DUPLICATE\n"
+            "fence: 7\n"
+            "outcome: ERROR\n"
+            "result: boom\n"
+            "created_at: 1970-01-01T00:00:01.000Z (1000)\n"
+            "completed_at: 1970-01-01T00:00:02.000Z (2000)\n"
+            "attempts: 1\n");
+}
+
+TEST(FormatTest, BeginInUseShowsRetryAfter) {
+  v1::BeginResponse response;
+  response.set_status(v1::BeginResponse::IN_USE);
+  response.set_fence(3);
+  response.set_retry_after_ms(250);
+  std::ostringstream out;
+  PrintResponse(out, response);
+  EXPECT_EQ(out.str(), "status: IN_USE\nfence: 3\nretry_after_ms: 250\n");
+}
+
+TEST(FormatTest, GetNotFound) {
+  std::ostringstream out;
+  PrintResponse(out, v1::GetResponse());
+  EXPECT_EQ(out.str(), "found: false\n");
+}
+
+TEST(ParseInvocationTest, BeginWithFlags) {
+  CommandFlags flags;
+  flags.args_hash_hex = "abcd";
+  flags.owner = "me";
+  flags.lease_ms = 1500;
+  flags.wait_ms = 20;
+  absl::StatusOr<Invocation> inv =
+      ParseInvocation({"begin", "ns", "key"}, flags);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->command, Command::kBegin);
+  EXPECT_EQ(inv->ns, "ns");
+  EXPECT_EQ(inv->key, "key");
+  EXPECT_EQ(inv->args_hash, "\xab\xcd");
+  EXPECT_EQ(inv->begin.owner, "me");
+  EXPECT_EQ(inv->begin.lease_ms, 1500u);
+  EXPECT_EQ(inv->begin.ttl_s, 0u);
+  EXPECT_EQ(inv->begin.wait_ms, 20u);
+}
+
+TEST(ParseInvocationTest, CompleteWithFenceAndOutcome) {
+  CommandFlags flags;
+  flags.outcome = "ERROR";
+  flags.result = "bad";
+  absl::StatusOr<Invocation> inv =
+      ParseInvocation({"complete", "ns", "key", "42"}, flags);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->fence, 42u);
+  EXPECT_EQ(inv->outcome, v1::ERROR);
+  EXPECT_EQ(inv->result, "bad");
+
+  inv = ParseInvocation({"complete", "ns", "key", "1"}, {});
+  ASSERT_TRUE(inv.ok());
+  EXPECT_EQ(inv->outcome, v1::SUCCESS);
+}
+
+TEST(ParseInvocationTest, UsageErrors) {
+  CommandFlags none;
+  EXPECT_THAT(ParseInvocation({}, none).status().message(),
+              HasSubstr("missing COMMAND"));
+  EXPECT_THAT(ParseInvocation({"launch", "a", "b"}, none).status().message(),
+              HasSubstr("unknown command"));
+  EXPECT_THAT(ParseInvocation({"get", "a"}, none).status().message(),
+              HasSubstr("takes NS KEY"));
+  EXPECT_THAT(ParseInvocation({"release", "a", "b"}, none).status().message(),
+              HasSubstr("takes NS KEY FENCE"));
+  EXPECT_THAT(
+      ParseInvocation({"renew", "a", "b", "-1"}, none).status().message(),
+      HasSubstr("FENCE"));
+
+  CommandFlags owner;
+  owner.owner = "x";
+  EXPECT_THAT(ParseInvocation({"get", "a", "b"}, owner).status().message(),
+              HasSubstr("--owner does not apply to 'get'"));
+  CommandFlags outcome;
+  outcome.outcome = "maybe";
+  EXPECT_THAT(
+      ParseInvocation({"complete", "a", "b", "1"}, outcome).status().message(),
+      HasSubstr("success or error"));
+  CommandFlags hex;
+  hex.args_hash_hex = "xyz";
+  EXPECT_THAT(ParseInvocation({"begin", "a", "b"}, hex).status().message(),
+              HasSubstr("--args_hash_hex"));
+}
+
+absl::Status Check(std::vector<std::string> args) {
+  args.insert(args.begin(), "dedupctl");
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  return CheckFlagSyntax(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(CheckFlagSyntaxTest, AcceptsAbslSyntax) {
+  EXPECT_TRUE(Check({"get", "--test_address=h:1", "a", "b"}).ok());
+  EXPECT_TRUE(Check({"-test_address", "h:1", "get", "a", "b"}).ok());
+  EXPECT_TRUE(Check({"--test_lease_ms=10", "--test_verbose"}).ok());
+  EXPECT_TRUE(Check({"--notest_verbose", "--test_verbose=false"}).ok());
+  EXPECT_TRUE(Check({"get", "-", "b"}).ok());
+  EXPECT_TRUE(Check({"get", "--", "--not-a-flag", "b"}).ok());
+}
+
+TEST(CheckFlagSyntaxTest, RejectsWhatParseCommandLineWouldExitOn) {
+  EXPECT_THAT(Check({"--bogus"}).message(), HasSubstr("unknown flag --bogus"));
+  EXPECT_THAT(Check({"--test_lease_ms=-1"}).message(),
+              HasSubstr("test_lease_ms"));
+  EXPECT_THAT(Check({"--test_lease_ms"}).message(), HasSubstr("missing value"));
+  EXPECT_FALSE(Check({"--notest_address"}).ok());
+  EXPECT_FALSE(Check({"--notest_verbose=1"}).ok());
+}
+
+char* Arg(const char* s) { return const_cast<char*>(s); }
+
+TEST(IsHelpRequestTest, Spellings) {
+  char* help[] = {Arg("dedupctl"), Arg("get"), Arg("--help")};
+  EXPECT_TRUE(IsHelpRequest(3, help));
+  char* bare[] = {Arg("dedupctl"), Arg("help")};
+  EXPECT_TRUE(IsHelpRequest(2, bare));
+  char* key_named_help[] = {Arg("dedupctl"), Arg("get"), Arg("ns"),
+                            Arg("help")};
+  EXPECT_FALSE(IsHelpRequest(4, key_named_help));
+  char* after_dashes[] = {Arg("dedupctl"), Arg("get"), Arg("--"), Arg("-h")};
+  EXPECT_FALSE(IsHelpRequest(4, after_dashes));
+}
+
+}  // namespace
+}  // namespace dedup::ctl

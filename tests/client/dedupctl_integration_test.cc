@@ -1,0 +1,256 @@
+// The dedupctl binary against the real dedupd: output and exit codes.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/server_process.h"
+
+extern char** environ;
+
+namespace dedup {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct CtlResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Runs dedupctl with stdout and stderr captured separately, so the tests can
+// check which stream each message went to.
+CtlResult RunCtl(const std::vector<std::string>& args) {
+  CtlResult result;
+  char out_path[] = "/tmp/dedupctl-out-XXXXXX";
+  char err_path[] = "/tmp/dedupctl-err-XXXXXX";
+  const int out_fd = mkstemp(out_path);
+  const int err_fd = mkstemp(err_path);
+  if (out_fd < 0 || err_fd < 0) {
+    ADD_FAILURE() << "mkstemp failed";
+    return result;
+  }
+  std::vector<std::string> storage = {DEDUPCTL_BINARY};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  pid_t pid = -1;
+  const int rc =
+      posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_fd);
+  close(err_fd);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << rc;
+  } else {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    result.exit_code =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  unlink(out_path);
+  unlink(err_path);
+  return result;
+}
+
+// The value of "field: value" in dedupctl output, or "" if absent.
+std::string Field(const std::string& output, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (absl::ConsumePrefix(&line, name + ":")) {
+      absl::ConsumePrefix(&line, " ");
+      return std::string(line);
+    }
+  }
+  return "";
+}
+
+class DedupctlTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<testing::ServerProcess>> server =
+        testing::ServerProcess::Start({"--durability=none"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    if (server_ != nullptr) {
+      EXPECT_TRUE(server_->Stop().ok());
+    }
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr); }
+
+  // Runs dedupctl against the test server.
+  static CtlResult Ctl(std::vector<std::string> args) {
+    args.insert(args.begin(), "--address=" + server_->address());
+    return RunCtl(args);
+  }
+
+  static testing::ServerProcess* server_;
+};
+
+testing::ServerProcess* DedupctlTest::server_ = nullptr;
+
+TEST_F(DedupctlTest, BeginCompleteBeginDuplicateCycle) {
+  CtlResult begin =
+      Ctl({"begin", "ctl-itest", "order-1", "--args_hash_hex=0a0b0c",
+           "--owner=ctl-owner", "--lease_ms=30000"});
+  ASSERT_EQ(begin.exit_code, 0) << begin.err;
+  EXPECT_EQ(begin.err, "");
+  EXPECT_EQ(Field(begin.out, "status"), "STARTED");
+  EXPECT_EQ(Field(begin.out, "takeover"), "false");
+  EXPECT_THAT(Field(begin.out, "lease_expires_at"), HasSubstr("Z ("));
+  EXPECT_EQ(Field(begin.out, "attempts"), "1");
+  uint64_t fence = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(Field(begin.out, "fence"), &fence)) << begin.out;
+
+  CtlResult complete = Ctl({"complete", "ctl-itest", "order-1",
+                            std::to_string(fence), "--result=shipped"});
+  ASSERT_EQ(complete.exit_code, 0) << complete.err;
+  EXPECT_EQ(Field(complete.out, "status"), "OK");
+  EXPECT_EQ(Field(complete.out, "fence"), std::to_string(fence));
+
+  CtlResult again =
+      Ctl({"begin", "ctl-itest", "order-1", "--args_hash_hex=0A0B0C"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(Field(again.out, "status"), "DUPLICATE");
+  EXPECT_EQ(Field(again.out, "fence"), std::to_string(fence));
+  EXPECT_EQ(Field(again.out, "outcome"), "SUCCESS");
+  EXPECT_EQ(Field(again.out, "result"), "shipped");
+  // ISO-8601 UTC with milliseconds, then the raw Unix ms.
+  EXPECT_THAT(Field(again.out, "completed_at"),
+              ::testing::MatchesRegex(
+                  "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
+                  "\\.[0-9]{3}Z \\([0-9]+\\)"));
+
+  CtlResult get = Ctl({"get", "ctl-itest", "order-1"});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_EQ(Field(get.out, "found"), "true");
+  EXPECT_EQ(Field(get.out, "state"), "COMPLETED");
+  EXPECT_EQ(Field(get.out, "args_hash_hex"), "0a0b0c");
+  EXPECT_EQ(Field(get.out, "owner"), "ctl-owner");
+
+  // A second Complete with another result is refused: exit 3, not an error.
+  CtlResult conflicting = Ctl({"complete", "ctl-itest", "order-1",
+                               std::to_string(fence), "--result=other"});
+  EXPECT_EQ(conflicting.exit_code, 3) << conflicting.out << conflicting.err;
+  EXPECT_EQ(Field(conflicting.out, "status"), "ALREADY_COMPLETED");
+
+  CtlResult forget = Ctl({"forget", "ctl-itest", "order-1"});
+  ASSERT_EQ(forget.exit_code, 0) << forget.err;
+  EXPECT_EQ(Field(forget.out, "existed"), "true");
+  CtlResult gone = Ctl({"get", "ctl-itest", "order-1"});
+  ASSERT_EQ(gone.exit_code, 0) << gone.err;
+  EXPECT_EQ(gone.out, "found: false\n");
+}
+
+TEST_F(DedupctlTest, BinaryResultPrintedAsHexAndErrorOutcome) {
+  CtlResult begin = Ctl({"begin", "ctl-itest", "order-2"});
+  ASSERT_EQ(begin.exit_code, 0) << begin.err;
+  const std::string fence = Field(begin.out, "fence");
+  CtlResult complete = Ctl({"complete", "ctl-itest", "order-2", fence,
+                            "--outcome=error", "--result=line1\nline2"});
+  ASSERT_EQ(complete.exit_code, 0) << complete.err;
+  CtlResult again = Ctl({"begin", "ctl-itest", "order-2"});
+  EXPECT_EQ(Field(again.out, "outcome"), "ERROR");
+  EXPECT_EQ(Field(again.out, "result_hex"), "6c696e65310a6c696e6532");
+}
+
+TEST_F(DedupctlTest, StaleAndMissingFencesExitThree) {
+  CtlResult release = Ctl({"release", "ctl-itest", "never-begun", "5"});
+  EXPECT_EQ(release.exit_code, 3) << release.err;
+  EXPECT_EQ(Field(release.out, "status"), "NOT_FOUND");
+
+  CtlResult begin = Ctl({"begin", "ctl-itest", "order-3"});
+  ASSERT_EQ(begin.exit_code, 0) << begin.err;
+  uint64_t fence = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(Field(begin.out, "fence"), &fence));
+  CtlResult stale = Ctl({"renew", "ctl-itest", "order-3",
+                         std::to_string(fence + 1000), "--lease_ms=5000"});
+  EXPECT_EQ(stale.exit_code, 3) << stale.err;
+  EXPECT_EQ(Field(stale.out, "status"), "STALE_FENCE");
+
+  CtlResult renew = Ctl({"renew", "ctl-itest", "order-3", std::to_string(fence),
+                         "--lease_ms=5000"});
+  EXPECT_EQ(renew.exit_code, 0) << renew.err;
+  EXPECT_EQ(Field(renew.out, "status"), "OK");
+  CtlResult ok =
+      Ctl({"release", "ctl-itest", "order-3", std::to_string(fence)});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(Field(ok.out, "status"), "OK");
+}
+
+TEST_F(DedupctlTest, GrpcErrorExitsTwoWithMessageOnStderr) {
+  CtlResult empty_key = Ctl({"begin", "ctl-itest", ""});
+  EXPECT_EQ(empty_key.exit_code, 2);
+  EXPECT_EQ(empty_key.out, "");
+  EXPECT_THAT(empty_key.err, StartsWith("dedupctl: INVALID_ARGUMENT"));
+}
+
+TEST_F(DedupctlTest, UnreachableServerExitsTwo) {
+  CtlResult down = RunCtl(
+      {"--address=127.0.0.1:1", "--deadline_ms=500", "get", "ctl-itest", "k"});
+  EXPECT_EQ(down.exit_code, 2);
+  EXPECT_THAT(down.err, HasSubstr("UNAVAILABLE"));
+}
+
+TEST(DedupctlUsageTest, UsageErrorsExit64WithUsageOnStderr) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {},
+           {"frobnicate", "a", "b"},
+           {"get", "a"},
+           {"complete", "a", "b", "not-a-number"},
+           {"get", "a", "b", "--owner=x"},
+           {"--no_such_flag", "get", "a", "b"},
+           {"begin", "a", "b", "--lease_ms=-1"},
+           {"begin", "a", "b", "--args_hash_hex=xyz"},
+       }) {
+    CtlResult r = RunCtl(args);
+    EXPECT_EQ(r.exit_code, 64) << ::testing::PrintToString(args);
+    EXPECT_THAT(r.err, HasSubstr("usage: dedupctl"));
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(DedupctlUsageTest, HelpGoesToStdoutAndExitsZero) {
+  for (const char* spelling : {"--help", "-h", "help"}) {
+    CtlResult r = RunCtl({spelling});
+    EXPECT_EQ(r.exit_code, 0) << spelling;
+    EXPECT_THAT(r.out, HasSubstr("usage: dedupctl"));
+    EXPECT_THAT(r.out, HasSubstr("exit codes"));
+  }
+}
+
+}  // namespace
+}  // namespace dedup

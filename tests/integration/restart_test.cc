@@ -1,0 +1,177 @@
+// What survives a restart: after SIGTERM everything, after SIGKILL (crash)
+// every acknowledged write under sync durability; fences keep rising.
+
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/integration/integration_util.h"
+#include "tests/testing/server_process.h"
+
+namespace dedup::testing {
+namespace {
+
+using v1::BeginResponse;
+using v1::CompleteResponse;
+using v1::ReleaseResponse;
+
+TEST(RestartTest, GracefulRestartKeepsRecordsAndFencesKeepRising) {
+  DEDUP_START_SERVER(first);
+  std::map<std::string, std::string> completed;  // key -> result
+  std::map<std::string, uint64_t> fences;
+  std::map<std::string, std::string> records;  // key -> serialized Record
+  uint64_t max_fence = 0;
+  {
+    TestClient c(first->address());
+    for (int i = 0; i < 5; ++i) {
+      const std::string key = absl::StrCat("done-", i);
+      const BeginResponse r = c.Begin(key, "a");
+      ASSERT_EQ(r.status(), BeginResponse::STARTED);
+      const v1::Outcome outcome = i % 2 ? v1::ERROR : v1::SUCCESS;
+      ASSERT_EQ(c.Complete(key, r.fence(), "result-" + key, outcome).status(),
+                CompleteResponse::OK);
+      completed[key] = "result-" + key;
+      fences[key] = r.fence();
+      max_fence = std::max(max_fence, r.fence());
+    }
+    const BeginResponse flying = c.Begin("in-flight", "flyer");
+    ASSERT_EQ(flying.status(), BeginResponse::STARTED);
+    fences["in-flight"] = flying.fence();
+    const BeginResponse rel = c.Begin("released", "a");
+    ASSERT_EQ(rel.status(), BeginResponse::STARTED);
+    ASSERT_EQ(c.Release("released", rel.fence()).status(), ReleaseResponse::OK);
+    const BeginResponse gone = c.Begin("forgotten", "a");
+    ASSERT_TRUE(c.Forget("forgotten").existed());
+    max_fence =
+        std::max({max_fence, flying.fence(), rel.fence(), gone.fence()});
+    for (const auto& [key, result] : completed) {
+      records[key] = c.Get(key).record().SerializeAsString();
+    }
+  }
+  const absl::Status stopped = first->Stop();
+  ASSERT_TRUE(stopped.ok()) << stopped;
+  EXPECT_EQ(first->exit_code(), 0);
+
+  // `first` owns the dir: it stays alive until the end of the test.
+  DEDUP_START_SERVER(second, {}, first->data_dir());
+  TestClient c(second->address());
+  for (const auto& [key, result] : completed) {
+    const BeginResponse dup = c.Begin(key, "b");
+    EXPECT_EQ(dup.status(), BeginResponse::DUPLICATE) << key;
+    EXPECT_EQ(dup.result(), result) << key;
+    EXPECT_EQ(dup.fence(), fences[key]) << key;
+    // Timestamps, attempts, outcome: all as they were.
+    EXPECT_EQ(c.Get(key).record().SerializeAsString(), records[key]) << key;
+  }
+  EXPECT_EQ(c.Begin("done-1", "b").outcome(), v1::ERROR);
+
+  // The in-flight claim survived with its lease: its owner can finish.
+  const v1::GetResponse flying = c.Get("in-flight");
+  ASSERT_TRUE(flying.found());
+  EXPECT_EQ(flying.record().state(), v1::IN_FLIGHT);
+  EXPECT_EQ(flying.record().fence(), fences["in-flight"]);
+  EXPECT_EQ(flying.record().owner(), "flyer");
+  EXPECT_EQ(c.Begin("in-flight", "other").status(), BeginResponse::IN_USE);
+  EXPECT_EQ(c.Complete("in-flight", fences["in-flight"], "landed").status(),
+            CompleteResponse::OK);
+
+  const BeginResponse rebegun = c.Begin("released", "b");
+  EXPECT_EQ(rebegun.status(), BeginResponse::STARTED);
+  EXPECT_GT(rebegun.fence(), max_fence);
+  EXPECT_FALSE(c.Get("forgotten").found());
+  const BeginResponse reforgotten = c.Begin("forgotten", "b");
+  EXPECT_EQ(reforgotten.status(), BeginResponse::STARTED);
+  EXPECT_GT(reforgotten.fence(), max_fence);
+  const BeginResponse fresh = c.Begin("brand-new", "b");
+  EXPECT_EQ(fresh.status(), BeginResponse::STARTED);
+  EXPECT_GT(fresh.fence(), max_fence);
+
+  c.Disconnect();
+  const absl::Status stopped_again = second->Stop();
+  EXPECT_TRUE(stopped_again.ok()) << stopped_again;
+}
+
+// Writers run until the server is killed mid-stream; every Complete that was
+// acknowledged before the kill must be there after the restart.
+TEST(RestartTest, AcknowledgedCompletesSurviveSigkillWithSyncDurability) {
+  DEDUP_START_SERVER(first);  // Default durability: sync.
+  constexpr int kWriters = 16;
+  constexpr int kMinAcked = 300;
+  struct Acked {
+    std::string key;
+    uint64_t fence;
+  };
+  std::mutex mu;
+  std::vector<Acked> acked;
+  std::atomic<int> acked_count{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      TestClient c(first->address());
+      for (int i = 0; !stop.load(); ++i) {
+        const std::string key = absl::StrCat("crash-", w, "-", i);
+        v1::BeginResponse began;
+        if (!c.BeginStatus(c.BeginReq(key, "a"), &began).ok()) return;
+        v1::CompleteRequest req;
+        req.set_namespace_(c.ns());
+        req.set_key(key);
+        req.set_fence(began.fence());
+        req.set_outcome(v1::SUCCESS);
+        req.set_result("result-" + key);
+        v1::CompleteResponse done;
+        if (!c.CompleteStatus(req, &done).ok()) return;
+        if (done.status() != CompleteResponse::OK) {
+          ADD_FAILURE() << key << ": Complete answered " << done.status();
+          return;
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        acked.push_back({key, began.fence()});
+        ++acked_count;
+      }
+    });
+  }
+  for (int waited = 0; acked_count.load() < kMinAcked && waited < 20000;
+       waited += 5) {
+    SleepMs(5);
+  }
+  // Kill while the writers are still going, so some writes are in flight.
+  first->Kill();
+  stop = true;
+  for (std::thread& t : writers) t.join();
+  EXPECT_EQ(first->exit_code(), 128 + 9);
+  std::cerr << acked.size() << " Completes acknowledged before SIGKILL\n";
+  ASSERT_GE(acked.size(), static_cast<size_t>(kMinAcked))
+      << "too few writes before the kill to mean anything";
+
+  DEDUP_START_SERVER(second, {}, first->data_dir());
+  TestClient c(second->address());
+  uint64_t max_fence = 0;
+  int missing = 0;
+  for (const Acked& a : acked) {
+    max_fence = std::max(max_fence, a.fence);
+    const BeginResponse dup = c.Begin(a.key, "after-crash");
+    if (dup.status() != BeginResponse::DUPLICATE ||
+        dup.result() != "result-" + a.key || dup.fence() != a.fence) {
+      if (++missing <= 5) {
+        ADD_FAILURE() << a.key << " was acknowledged but after the crash is "
+                      << dup.ShortDebugString();
+      }
+    }
+  }
+  EXPECT_EQ(missing, 0) << "of " << acked.size() << " acknowledged";
+  EXPECT_GT(c.Begin("after-crash-new-key", "b").fence(), max_fence);
+  c.Disconnect();
+  const absl::Status stopped = second->Stop();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+}  // namespace
+}  // namespace dedup::testing

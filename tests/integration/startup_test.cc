@@ -1,0 +1,159 @@
+// Process-level behaviour of dedupd: refusing unusable or locked data dirs
+// (exit 3), bad flags (exit 2), and clean exits on SIGTERM and SIGINT.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "tests/integration/integration_util.h"
+#include "tests/testing/server_process.h"
+
+namespace dedup::testing {
+namespace {
+
+using v1::BeginResponse;
+using v1::CompleteResponse;
+
+// dedupd run to its exit, as a short-lived process.
+ProcessResult RunDedupd(const std::vector<std::string>& flags) {
+  absl::StatusOr<ProcessResult> r = RunProcess(ServerBinary(), flags);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : ProcessResult{};
+}
+
+TEST(StartupTest, SecondServerOnTheSameDataDirExitsWith3) {
+  DEDUP_START_SERVER(first);
+  TestClient c(first->address());
+  const BeginResponse r = c.Begin("before", "a");
+  ASSERT_EQ(c.Complete("before", r.fence(), "kept").status(),
+            CompleteResponse::OK);
+
+  const ProcessResult second =
+      RunDedupd({"--address=127.0.0.1:0", "--data_dir=" + first->data_dir()});
+  EXPECT_FALSE(second.timed_out) << "the second dedupd kept running";
+  EXPECT_EQ(second.exit_code, 3) << second.output;
+  EXPECT_TRUE(absl::StrContains(absl::AsciiStrToLower(second.output), "lock"))
+      << "the message should say the dir is locked; got:\n"
+      << second.output;
+
+  // The first server is unharmed.
+  EXPECT_EQ(c.Begin("before", "b").result(), "kept");
+  c.Disconnect();
+  const absl::Status stopped = first->Stop();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST(StartupTest, DataDirThatIsARegularFileExitsWith3) {
+  absl::StatusOr<std::string> dir = MakeTempDir();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string file = *dir + "/not-a-dir";
+  std::ofstream(file) << "x";
+
+  const ProcessResult r =
+      RunDedupd({"--address=127.0.0.1:0", "--data_dir=" + file});
+  EXPECT_FALSE(r.timed_out) << "dedupd kept running on a file as data dir";
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, file) ||
+              absl::StrContains(r.output, "data_dir"))
+      << "the message should name the data dir; got:\n"
+      << r.output;
+  std::remove(file.c_str());
+  rmdir(dir->c_str());
+}
+
+TEST(StartupTest, BadFlagsExitWith2) {
+  absl::StatusOr<std::string> dir = MakeTempDir();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string data_dir = "--data_dir=" + *dir;
+  const std::vector<std::vector<std::string>> cases = {
+      {"--durability=sometimes"},
+      {"--no_such_flag=1"},
+      {"--default_lease_ms=not-a-number"},
+  };
+  for (const std::vector<std::string>& extra : cases) {
+    std::vector<std::string> flags = {"--address=127.0.0.1:0", data_dir};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    const ProcessResult r = RunDedupd(flags);
+    EXPECT_FALSE(r.timed_out) << extra[0];
+    EXPECT_EQ(r.exit_code, 2) << extra[0] << ":\n" << r.output;
+    EXPECT_FALSE(r.output.empty()) << extra[0];
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(*dir, ignored);
+}
+
+TEST(StartupTest, SigintExitsZeroAndKeepsData) {
+  DEDUP_START_SERVER(first);
+  {
+    TestClient c(first->address());
+    const BeginResponse r = c.Begin("k", "a");
+    ASSERT_EQ(c.Complete("k", r.fence(), "kept").status(),
+              CompleteResponse::OK);
+  }
+  ASSERT_EQ(kill(first->pid(), SIGINT), 0);
+  ASSERT_TRUE(first->WaitForExit(std::chrono::seconds(30)))
+      << "dedupd did not exit on SIGINT";
+  EXPECT_EQ(first->exit_code(), 0) << first->captured_stderr();
+
+  DEDUP_START_SERVER(second, {}, first->data_dir());
+  TestClient c(second->address());
+  EXPECT_EQ(c.Begin("k", "b").result(), "kept");
+  c.Disconnect();
+  const absl::Status stopped = second->Stop();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+// SIGTERM must not leave a Begin parked in wait_ms hanging until its wait
+// ends, and must still exit 0.
+TEST(StartupTest, SigtermAnswersParkedWaitersAndExitsZero) {
+  DEDUP_START_SERVER(server);
+  TestClient c(server->address());
+  const BeginResponse owner = c.Begin("busy", "owner");
+  ASSERT_EQ(owner.status(), BeginResponse::STARTED);
+  c.Disconnect();
+
+  using Clock = std::chrono::steady_clock;
+  std::future<std::pair<grpc::Status, Clock::time_point>> waiter =
+      std::async(std::launch::async, [address = server->address()] {
+        TestClient w(address);
+        v1::BeginRequest req = w.BeginReq("busy", "waiter");
+        req.set_wait_ms(30000);
+        v1::BeginResponse resp;
+        grpc::Status s = w.BeginStatus(req, &resp);
+        if (s.ok() && resp.status() != BeginResponse::IN_USE) {
+          s = grpc::Status(
+              grpc::StatusCode::INTERNAL,
+              "answered " + BeginResponse::Status_Name(resp.status()));
+        }
+        return std::make_pair(s, Clock::now());
+      });
+  SleepMs(300);  // Let the waiter park.
+  const Clock::time_point sigterm = Clock::now();
+  const absl::Status stopped = server->Stop();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+  const auto [status, answered] = waiter.get();
+  // Either an answer (IN_USE) or "the server is going away".
+  EXPECT_TRUE(status.ok() ||
+              status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              status.error_code() == grpc::StatusCode::CANCELLED)
+      << status.error_code() << ": " << status.error_message();
+  EXPECT_LT(
+      std::chrono::duration_cast<std::chrono::milliseconds>(answered - sigterm)
+          .count(),
+      3000)
+      << "the parked waiter was held through the drain";
+}
+
+}  // namespace
+}  // namespace dedup::testing

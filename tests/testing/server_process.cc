@@ -1,0 +1,365 @@
+#include "tests/testing/server_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace dedup::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kListeningPrefix[] = "dedupd listening on ";
+constexpr std::chrono::seconds kStartTimeout(20);
+constexpr std::chrono::seconds kStopTimeout(30);
+
+int DecodeWaitStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+absl::Status ErrnoStatus(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// The last part of a process's output, enough to explain a failure.
+std::string Tail(const std::string& output) {
+  constexpr size_t kMax = 4000;
+  if (output.size() <= kMax) return output;
+  return absl::StrCat("...", output.substr(output.size() - kMax));
+}
+
+// Forks and execs argv[0] with stdout and stderr on a pipe whose read end is
+// returned in *read_fd. Everything the child needs is prepared before fork,
+// since only async-signal-safe calls are allowed between fork and exec in a
+// multithreaded process.
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args,
+                            int* read_fd) {
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (const std::string& arg : args) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  }
+  argv.push_back(nullptr);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
+  int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (dev_null < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return ErrnoStatus("open /dev/null");
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    close(dev_null);
+    return ErrnoStatus("fork");
+  }
+  if (pid == 0) {
+    // No orphaned servers if the test process dies.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    // The test process may block or ignore signals the server relies on.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    struct sigaction dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGTERM, &dfl, nullptr);
+    sigaction(SIGINT, &dfl, nullptr);
+    sigaction(SIGPIPE, &dfl, nullptr);
+    dup2(dev_null, STDIN_FILENO);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    execv(argv[0], argv.data());
+    static constexpr char kMsg[] = "exec failed\n";
+    (void)!write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+    _exit(127);
+  }
+  close(fds[1]);
+  close(dev_null);
+  *read_fd = fds[0];
+  return pid;
+}
+
+absl::Status CheckExecutable(const std::string& binary) {
+  if (binary.empty()) {
+    return absl::FailedPreconditionError(
+        "no dedupd binary: set DEDUP_SERVER_BINARY");
+  }
+  if (access(binary.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat("dedupd binary not executable: ", binary, " (",
+                     std::strerror(errno), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Waits for pid for at most `timeout`; returns the decoded status or -1.
+int WaitFor(pid_t pid, Clock::duration timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return DecodeWaitStatus(status);
+    if (r < 0 && errno != EINTR) return -1;
+    if (Clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace
+
+std::string ServerBinary() {
+  if (const char* env = std::getenv("DEDUP_SERVER_BINARY"); env && *env) {
+    return env;
+  }
+#ifdef DEDUP_SERVER_BINARY
+  return DEDUP_SERVER_BINARY;
+#else
+  return "";
+#endif
+}
+
+absl::StatusOr<std::string> MakeTempDir(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/", prefix, "-XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return ErrnoStatus(absl::StrCat("mkdtemp ", pattern));
+  }
+  return pattern;
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    std::vector<std::string> extra_flags, std::string data_dir) {
+  const std::string binary = ServerBinary();
+  if (absl::Status s = CheckExecutable(binary); !s.ok()) return s;
+
+  // Not make_unique: the constructor is private.
+  std::unique_ptr<ServerProcess> server(new ServerProcess());
+  if (data_dir.empty()) {
+    absl::StatusOr<std::string> dir = MakeTempDir("dedupd");
+    if (!dir.ok()) return dir.status();
+    data_dir = *std::move(dir);
+    server->owns_data_dir_ = true;
+  }
+  server->data_dir_ = data_dir;
+
+  std::vector<std::string> args = {binary, "--address=127.0.0.1:0",
+                                   absl::StrCat("--data_dir=", data_dir)};
+  args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+  int read_fd = -1;
+  absl::StatusOr<pid_t> pid = Spawn(args, &read_fd);
+  if (!pid.ok()) return pid.status();
+  server->pid_ = *pid;
+  server->reader_ =
+      std::thread([s = server.get(), read_fd] { s->ReadOutput(read_fd); });
+
+  std::string listen;
+  {
+    std::unique_lock<std::mutex> lock(server->mu_);
+    server->cv_.wait_for(lock, kStartTimeout, [&] {
+      return !server->listen_address_.empty() || server->eof_;
+    });
+    listen = server->listen_address_;
+  }
+  const std::string command = absl::StrJoin(args, " ");
+  if (listen.empty()) {
+    // Either it exited (EOF) or it hung: both are start failures.
+    const bool exited = server->Reap(std::chrono::seconds(2));
+    if (!exited) server->Kill();
+    server->JoinReader();
+    return absl::UnavailableError(absl::StrCat(
+        exited ? absl::StrCat("dedupd exited with code ", server->exit_code_)
+               : "dedupd did not report listening within 20 s",
+        "\ncommand: ", command, "\noutput:\n",
+        Tail(server->captured_stderr())));
+  }
+  const size_t colon = listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port <= 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot parse the listening address '", listen, "'"));
+  }
+  server->address_ = listen;
+  server->port_ = port;
+  return server;
+}
+
+ServerProcess::~ServerProcess() {
+  Kill();
+  if (owns_data_dir_ && !data_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(data_dir_, ignored);
+  }
+}
+
+void ServerProcess::ReadOutput(int fd) {
+  std::string line;
+  char buf[4096];
+  auto flush_line = [&] {
+    std::fprintf(stderr, "[dedupd] %s\n", line.c_str());
+    if (const size_t at = line.find(kListeningPrefix);
+        at != std::string::npos) {
+      std::string rest = line.substr(at + sizeof(kListeningPrefix) - 1);
+      rest = rest.substr(0, rest.find_first_of(" \t\r"));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (listen_address_.empty()) {
+        listen_address_ = rest;
+        cv_.notify_all();
+      }
+    }
+    line.clear();
+  };
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      output_.append(buf, static_cast<size_t>(n));
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] == '\n') {
+        flush_line();
+      } else {
+        line.push_back(buf[i]);
+      }
+    }
+  }
+  if (!line.empty()) flush_line();
+  close(fd);
+  std::lock_guard<std::mutex> lock(mu_);
+  eof_ = true;
+  cv_.notify_all();
+}
+
+bool ServerProcess::Reap(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return true;
+  if (exit_code_ >= 0) return true;
+  const int code = WaitFor(pid_, timeout);
+  if (code < 0) return false;
+  exit_code_ = code;
+  return true;
+}
+
+void ServerProcess::JoinReader() {
+  if (reader_.joinable()) reader_.join();
+}
+
+absl::Status ServerProcess::Stop() {
+  if (pid_ > 0 && exit_code_ < 0) {
+    kill(pid_, SIGTERM);
+    if (!Reap(kStopTimeout)) {
+      Kill();
+      return absl::DeadlineExceededError(
+          absl::StrCat("dedupd did not exit within 30 s of SIGTERM; output:\n",
+                       Tail(captured_stderr())));
+    }
+  }
+  JoinReader();
+  if (exit_code_ != 0) {
+    return absl::InternalError(absl::StrCat("dedupd exited with code ",
+                                            exit_code_, "; output:\n",
+                                            Tail(captured_stderr())));
+  }
+  return absl::OkStatus();
+}
+
+void ServerProcess::Kill() {
+  if (pid_ > 0 && exit_code_ < 0) {
+    kill(pid_, SIGKILL);
+    // SIGKILL cannot be ignored, so this wait ends.
+    Reap(std::chrono::hours(1));
+  }
+  JoinReader();
+}
+
+bool ServerProcess::WaitForExit(std::chrono::milliseconds timeout) {
+  if (!Reap(timeout)) return false;
+  JoinReader();
+  return true;
+}
+
+std::string ServerProcess::captured_stderr() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return output_;
+}
+
+absl::StatusOr<ProcessResult> RunProcess(const std::string& binary,
+                                         const std::vector<std::string>& args,
+                                         std::chrono::milliseconds timeout) {
+  if (absl::Status s = CheckExecutable(binary); !s.ok()) return s;
+  std::vector<std::string> argv = {binary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int fd = -1;
+  absl::StatusOr<pid_t> pid = Spawn(argv, &fd);
+  if (!pid.ok()) return pid.status();
+
+  ProcessResult result;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  char buf[4096];
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (left.count() <= 0 && !result.timed_out) {
+      // Still running: kill it, then drain what is left of the pipe.
+      result.timed_out = true;
+      kill(*pid, SIGKILL);
+    }
+    pollfd pfd = {fd, POLLIN, 0};
+    const int ready =
+        poll(&pfd, 1, result.timed_out ? 1000 : static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (result.timed_out) break;  // Something else holds the pipe open.
+      continue;
+    }
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    result.output.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  // EOF means it closed its output, which nearly always means it exited.
+  int code = WaitFor(*pid, std::chrono::seconds(10));
+  if (code < 0) {
+    result.timed_out = true;
+    kill(*pid, SIGKILL);
+    code = WaitFor(*pid, std::chrono::hours(1));
+  }
+  result.exit_code = code;
+  return result;
+}
+
+std::unique_ptr<dedup::v1::Dedup::Stub> NewStub(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return dedup::v1::Dedup::NewStub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
+}
+
+}  // namespace dedup::testing

@@ -1,0 +1,114 @@
+// Runs the real dedupd binary as a child process for tests. A ServerProcess
+// owns its child (killed on destruction) and any temp data dir it created.
+#ifndef DEDUP_TESTS_TESTING_SERVER_PROCESS_H_
+#define DEDUP_TESTS_TESTING_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dedup/v1/dedup.grpc.pb.h"
+
+namespace dedup::testing {
+
+// Path of the dedupd binary under test (from the build, overridable with the
+// DEDUP_SERVER_BINARY environment variable).
+[[nodiscard]] std::string ServerBinary();
+
+// A running dedupd. Start it from a thread that outlives it: the child is sent
+// SIGKILL when the starting thread exits, so a crashed test leaves no orphan.
+class ServerProcess {
+ public:
+  // Starts dedupd with --address=127.0.0.1:0 --data_dir=DIR followed by
+  // extra_flags (later flags win, so they may override either). An empty
+  // data_dir means a fresh temp dir that this object owns and deletes; keep
+  // the object alive while restarting other servers on the same dir. Waits up
+  // to 20 s for the "dedupd listening on HOST:PORT" line.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      std::vector<std::string> extra_flags = {}, std::string data_dir = "");
+
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+  ~ServerProcess();
+
+  // "HOST:PORT" as the server reported it, for grpc::CreateChannel.
+  std::string address() const { return address_; }
+  int port() const { return port_; }
+
+  // Sends SIGTERM and waits up to 30 s (then SIGKILL). An error unless the
+  // server exited with code 0. Calling it on an exited server only reports.
+  [[nodiscard]] absl::Status Stop();
+  // Sends SIGKILL and waits: a crash as far as the server can tell.
+  void Kill();
+  // Waits up to `timeout` for the server to exit by itself (e.g. after a
+  // signal sent through pid()); true once it has, with exit_code() set.
+  [[nodiscard]] bool WaitForExit(std::chrono::milliseconds timeout);
+  pid_t pid() const { return pid_; }
+
+  const std::string& data_dir() const { return data_dir_; }
+  // -1 while running; the exit status, or 128 + signal if killed by a signal.
+  int exit_code() const { return exit_code_; }
+  // Everything the server wrote to stdout and stderr so far.
+  std::string captured_stderr() const;
+
+ private:
+  ServerProcess() = default;
+
+  // Reads the child's output until EOF; runs on reader_.
+  void ReadOutput(int fd);
+  // Reaps the child, waiting at most `timeout`; false if it is still running.
+  bool Reap(std::chrono::milliseconds timeout);
+  void JoinReader();
+
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+  std::string data_dir_;
+  bool owns_data_dir_ = false;
+  std::string address_;
+  int port_ = 0;
+  std::thread reader_;
+
+  // Shared with reader_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string output_;          // Guarded by mu_.
+  std::string listen_address_;  // Guarded by mu_.
+  bool eof_ = false;            // Guarded by mu_.
+};
+
+// What a process that ran to its end left behind.
+struct ProcessResult {
+  // The exit status, or 128 + signal if killed by a signal.
+  int exit_code = -1;
+  // Its stdout and stderr, interleaved.
+  std::string output;
+  // True when it was still running at the timeout and got SIGKILL.
+  bool timed_out = false;
+};
+
+// Runs `binary args...` to completion, killing it after `timeout`. For
+// processes expected to exit on their own (e.g. dedupd refusing a locked dir).
+[[nodiscard]] absl::StatusOr<ProcessResult> RunProcess(
+    const std::string& binary, const std::vector<std::string>& args,
+    std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+// Creates a fresh directory under $TMPDIR (or /tmp); the caller removes it.
+[[nodiscard]] absl::StatusOr<std::string> MakeTempDir(
+    const std::string& prefix = "dedup-test");
+
+// A stub on a fresh insecure channel to `address`. Channels made here do not
+// share connections, so several stubs spread load over several connections.
+[[nodiscard]] std::unique_ptr<dedup::v1::Dedup::Stub> NewStub(
+    const std::string& address);
+
+}  // namespace dedup::testing
+
+#endif  // DEDUP_TESTS_TESTING_SERVER_PROCESS_H_
