@@ -26,6 +26,8 @@ commands:
   renew NS KEY FENCE [--lease_ms=N]
   get NS KEY
   forget NS KEY
+  stats                      the server's key figures (admin)
+  compact                    compact now, dropping expired records (admin)
 )";
 
 namespace {
@@ -66,16 +68,19 @@ namespace {
 struct CommandSpec {
   Command command;
   const char* name;
+  bool takes_key;  // NS KEY
   bool takes_fence;
 };
 
 constexpr CommandSpec kCommands[] = {
-    {Command::kBegin, "begin", false},
-    {Command::kComplete, "complete", true},
-    {Command::kRelease, "release", true},
-    {Command::kRenew, "renew", true},
-    {Command::kGet, "get", false},
-    {Command::kForget, "forget", false},
+    {Command::kBegin, "begin", true, false},
+    {Command::kComplete, "complete", true, true},
+    {Command::kRelease, "release", true, true},
+    {Command::kRenew, "renew", true, true},
+    {Command::kGet, "get", true, false},
+    {Command::kForget, "forget", true, false},
+    {Command::kStats, "stats", false, false},
+    {Command::kCompact, "compact", false, false},
 };
 
 // Names each flag that is set but not in `allowed`.
@@ -121,8 +126,12 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     return absl::InvalidArgumentError(
         absl::StrCat("unknown command '", args[0], "'"));
   }
-  const size_t want = spec->takes_fence ? 4 : 3;
+  const size_t want = !spec->takes_key ? 1 : spec->takes_fence ? 4 : 3;
   if (args.size() != want) {
+    if (!spec->takes_key) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", spec->name, "' takes no arguments, got ", args.size() - 1));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         "'", spec->name, "' takes NS KEY", spec->takes_fence ? " FENCE" : "",
         ", got ", args.size() - 1, " argument(s)"));
@@ -130,8 +139,10 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
 
   Invocation inv;
   inv.command = spec->command;
-  inv.ns = args[1];
-  inv.key = args[2];
+  if (spec->takes_key) {
+    inv.ns = args[1];
+    inv.key = args[2];
+  }
   if (spec->takes_fence && !absl::SimpleAtoi(args[3], &inv.fence)) {
     return absl::InvalidArgumentError(
         absl::StrCat("FENCE must be an unsigned integer, not '", args[3], "'"));
@@ -151,6 +162,8 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     case Command::kRelease:
     case Command::kGet:
     case Command::kForget:
+    case Command::kStats:
+    case Command::kCompact:
       break;
   }
   if (absl::Status s = CheckApplicable(flags, allowed, spec->name); !s.ok()) {

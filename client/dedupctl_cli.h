@@ -27,7 +27,16 @@ extern const char kSynopsis[];
 // The full --help text: synopsis, flags, output format and exit codes.
 [[nodiscard]] std::string HelpText();
 
-enum class Command { kBegin, kComplete, kRelease, kRenew, kGet, kForget };
+enum class Command {
+  kBegin,
+  kComplete,
+  kRelease,
+  kRenew,
+  kGet,
+  kForget,
+  kStats,    // Admin: the server's key figures as a table.
+  kCompact,  // Admin: compact now, dropping expired records.
+};
 
 // The per-command flags as given; std::nullopt when not on the command line,
 // so a flag that does not apply to the command can be rejected.
@@ -55,8 +64,8 @@ struct Invocation {
 };
 
 // `args` are the positional arguments after the program name:
-// COMMAND NS KEY [FENCE]. INVALID_ARGUMENT (with a message for the user) on
-// any usage error.
+// COMMAND NS KEY [FENCE], or COMMAND alone for stats and compact.
+// INVALID_ARGUMENT (with a message for the user) on any usage error.
 [[nodiscard]] absl::StatusOr<Invocation> ParseInvocation(
     const std::vector<std::string>& args, const CommandFlags& flags);
 

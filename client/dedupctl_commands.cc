@@ -1,9 +1,11 @@
 #include "client/dedupctl_commands.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "client/dedupctl_format.h"
+#include "grpcpp/client_context.h"
 
 namespace dedup::ctl {
 namespace {
@@ -26,9 +28,25 @@ int Report(const absl::StatusOr<Response>& response, std::ostream& out,
   return kExitOk;
 }
 
+// Admin calls are operator one-shots: one attempt, no retries.
+template <typename Request, typename Response, typename Call>
+absl::StatusOr<Response> AdminCall(absl::Duration deadline, Call call) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  Request request;
+  Response response;
+  const grpc::Status status = call(&context, request, &response);
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        status.error_message());
+  }
+  return response;
+}
+
 }  // namespace
 
-int RunInvocation(const Client& client, const Invocation& inv,
+int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
+                  absl::Duration deadline, const Invocation& inv,
                   std::ostream& out, std::ostream& err) {
   switch (inv.command) {
     case Command::kBegin:
@@ -47,6 +65,20 @@ int RunInvocation(const Client& client, const Invocation& inv,
       return Report(client.Get(inv.ns, inv.key), out, err);
     case Command::kForget:
       return Report(client.Forget(inv.ns, inv.key), out, err);
+    case Command::kStats:
+      return Report(
+          AdminCall<v1::StatsRequest, v1::StatsResponse>(
+              deadline, [&](auto* c, const auto& req,
+                            auto* resp) { return admin.Stats(c, req, resp); }),
+          out, err);
+    case Command::kCompact:
+      // Compaction of a large store takes a while: allow minutes.
+      return Report(AdminCall<v1::CompactRequest, v1::CompactResponse>(
+                        std::max(deadline, absl::Minutes(10)),
+                        [&](auto* c, const auto& req, auto* resp) {
+                          return admin.Compact(c, req, resp);
+                        }),
+                    out, err);
   }
   err << "dedupctl: unhandled command\n";
   return kExitUsage;

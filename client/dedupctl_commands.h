@@ -5,14 +5,18 @@
 
 #include <ostream>
 
+#include "absl/time/time.h"
 #include "client/dedup_client.h"
 #include "client/dedupctl_cli.h"
+#include "dedup/v1/admin.grpc.pb.h"
 
 namespace dedup::ctl {
 
 // Prints the answer to `out` (or the gRPC error to `err`) and returns the
-// exit code documented in dedupctl_cli.h.
-[[nodiscard]] int RunInvocation(const Client& client, const Invocation& inv,
+// exit code documented in dedupctl_cli.h. `admin` serves stats and compact.
+[[nodiscard]] int RunInvocation(const Client& client,
+                                v1::Admin::StubInterface& admin,
+                                absl::Duration deadline, const Invocation& inv,
                                 std::ostream& out, std::ostream& err);
 
 }  // namespace dedup::ctl

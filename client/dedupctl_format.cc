@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 
 namespace dedup::ctl {
@@ -123,6 +124,68 @@ void PrintResponse(std::ostream& out, const v1::GetResponse& response) {
 
 void PrintResponse(std::ostream& out, const v1::ForgetResponse& response) {
   PrintLine(out, "existed", Bool(response.existed()));
+}
+
+namespace {
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrCat(bytes, " B")
+                   : absl::StrFormat("%.1f %s", value, units[unit]);
+}
+
+std::string HumanDuration(int64_t ms) {
+  if (ms < 1000) return absl::StrCat(ms, " ms");
+  return absl::FormatDuration(absl::Seconds(ms / 1000));
+}
+
+void Row(std::ostream& out, absl::string_view name, absl::string_view value) {
+  out << absl::StrFormat("%-26s %s\n", name, value);
+}
+
+}  // namespace
+
+void PrintResponse(std::ostream& out, const v1::StatsResponse& r) {
+  Row(out, "version", absl::StrCat(r.version(), " (", r.git_sha(), ")"));
+  Row(out, "uptime", HumanDuration(r.uptime_ms()));
+  Row(out, "durability", r.durability());
+  Row(out, "records (estimate)", absl::StrCat(r.estimated_records()));
+  Row(out, "in flight, lease live", absl::StrCat(r.inflight_leases()));
+  Row(out, "in flight, lease lapsed",
+      r.lapsed_leases() == 0
+          ? std::string("0")
+          : absl::StrCat(r.lapsed_leases(), " (oldest lapsed ",
+                         HumanDuration(r.oldest_lapsed_lease_ms()), " ago)"));
+  Row(out, "waiting begins", absl::StrCat(r.waiting_begins()));
+  Row(out, "expired records dropped", absl::StrCat(r.expired_dropped()));
+  Row(out, "live SST files", HumanBytes(r.live_sst_bytes()));
+  Row(out, "pending compaction", HumanBytes(r.pending_compaction_bytes()));
+  Row(out, "block cache", HumanBytes(r.block_cache_usage_bytes()));
+  Row(out, "memtables", HumanBytes(r.memtable_bytes()));
+  uint64_t total = 0;
+  for (const auto& [outcome, count] : r.begin_outcomes()) total += count;
+  out << "begin answers since start:\n";
+  for (const char* outcome :
+       {"started", "takeover", "reentry", "in_use", "conflict", "duplicate"}) {
+    const auto it = r.begin_outcomes().find(outcome);
+    const uint64_t count = it == r.begin_outcomes().end() ? 0 : it->second;
+    Row(out, absl::StrCat("  ", outcome),
+        total == 0 ? absl::StrCat(count)
+                   : absl::StrFormat("%d (%.1f%%)", count,
+                                     100.0 * static_cast<double>(count) /
+                                         static_cast<double>(total)));
+  }
+}
+
+void PrintResponse(std::ostream& out, const v1::CompactResponse& r) {
+  PrintLine(out, "expired_dropped", absl::StrCat(r.expired_dropped()));
+  PrintLine(out, "duration_ms", absl::StrCat(r.duration_ms()));
 }
 
 }  // namespace dedup::ctl

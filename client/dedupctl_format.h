@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "dedup/v1/admin.pb.h"
 #include "dedup/v1/dedup.pb.h"
 
 namespace dedup::ctl {
@@ -32,6 +33,9 @@ void PrintResponse(std::ostream& out, const v1::ReleaseResponse& response);
 void PrintResponse(std::ostream& out, const v1::RenewResponse& response);
 void PrintResponse(std::ostream& out, const v1::GetResponse& response);
 void PrintResponse(std::ostream& out, const v1::ForgetResponse& response);
+// A table of the key figures, aligned for reading.
+void PrintResponse(std::ostream& out, const v1::StatsResponse& response);
+void PrintResponse(std::ostream& out, const v1::CompactResponse& response);
 
 }  // namespace dedup::ctl
 

@@ -14,6 +14,8 @@
 #include "client/dedupctl_cli.h"
 #include "client/dedupctl_commands.h"
 #include "common/flag_syntax.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051", "Server address.");
 ABSL_FLAG(int64_t, deadline_ms, 5000,
@@ -71,6 +73,11 @@ int main(int argc, char** argv) {
   if (deadline_ms <= 0) return UsageError("--deadline_ms must be positive");
   dedup::ClientOptions options;
   options.deadline = absl::Milliseconds(deadline_ms);
-  const dedup::Client client(absl::GetFlag(FLAGS_address), options);
-  return dedup::ctl::RunInvocation(client, *inv, std::cout, std::cerr);
+  const std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+      absl::GetFlag(FLAGS_address), grpc::InsecureChannelCredentials());
+  const dedup::Client client(channel, options);
+  const std::unique_ptr<dedup::v1::Admin::Stub> admin =
+      dedup::v1::Admin::NewStub(channel);
+  return dedup::ctl::RunInvocation(client, *admin, options.deadline, *inv,
+                                   std::cout, std::cerr);
 }

@@ -23,125 +23,169 @@ int64_t EffectiveWaitMs(const grpc::CallbackServerContext& context,
   return std::clamp<int64_t>(remaining - kDeadlineMarginMs, 0, wait_ms);
 }
 
-// Finishes `reactor` with `status` when it is not OK; returns whether it did.
-bool FinishIfInvalid(grpc::ServerUnaryReactor* reactor,
-                     const absl::Status& status) {
-  if (status.ok()) return false;
-  reactor->Finish(ToGrpcStatus(status));
-  return true;
-}
-
-// Builds the store callback that fills `response` and finishes the call.
-template <typename T, typename Response, typename Fill>
-StoreCallback<T> Finisher(grpc::ServerUnaryReactor* reactor, Response* response,
-                          Fill fill) {
-  return [reactor, response, fill](absl::StatusOr<T> result) {
-    if (!result.ok()) {
-      reactor->Finish(ToGrpcStatus(result.status()));
-      return;
-    }
-    fill(*result, response);
-    reactor->Finish(grpc::Status::OK);
-  };
+// Validation messages start with the field name ("key: must be ...").
+absl::string_view FieldOf(const absl::Status& status) {
+  absl::string_view message = status.message();
+  return message.substr(0, message.find(':'));
 }
 
 }  // namespace
 
+// One RPC from arrival to answer: finishes the reactor exactly once and
+// records its duration and error code on the way.
+class DedupService::Call {
+ public:
+  Call(grpc::CallbackServerContext* context, Method method, Metrics* metrics)
+      : reactor_(context->DefaultReactor()),
+        method_(method),
+        metrics_(metrics),
+        start_(std::chrono::steady_clock::now()) {}
+
+  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+  Method method() const { return method_; }
+
+  // True (and the call finished) when `validation` failed.
+  bool Rejected(const absl::Status& validation) const {
+    if (validation.ok()) return false;
+    metrics_->RecordInvalid(method_, FieldOf(validation));
+    Finish(ToGrpcStatus(validation));
+    return true;
+  }
+
+  // `waited`: a Begin parked by its wait_ms, timed apart so that asked-for
+  // waiting does not read as latency.
+  void Finish(const grpc::Status& status, bool waited = false) const {
+    if (!status.ok()) metrics_->RecordError(method_, status.error_code());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
+    if (waited) {
+      metrics_->ObserveWait(seconds);
+    } else {
+      metrics_->ObserveDuration(method_, seconds);
+    }
+    reactor_->Finish(status);
+  }
+
+ private:
+  grpc::ServerUnaryReactor* const reactor_;
+  const Method method_;
+  Metrics* const metrics_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
 grpc::ServerUnaryReactor* DedupService::Begin(
     grpc::CallbackServerContext* context, const v1::BeginRequest* request,
     v1::BeginResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (FinishIfInvalid(reactor, ValidateBegin(*request, limits_))) {
-    return reactor;
-  }
+  const Call call(context, Method::kBegin, metrics_);
+  if (call.Rejected(ValidateBegin(*request, limits_))) return call.reactor();
   BeginParams params;
   params.args_hash = request->args_hash();
   params.owner = request->owner();
   params.lease_ms = ResolveLease(request->lease_ms(), limits_);
   params.ttl_s = ResolveTtl(request->ttl_s(), limits_);
+  // The request stays valid until the call finishes, so the callback reads
+  // namespace and key from it instead of copying them.
   store_->Begin(request->namespace_(), request->key(), std::move(params),
                 EffectiveWaitMs(*context, request->wait_ms()),
-                Finisher<BeginResult>(reactor, response, FillBeginResponse));
-  return reactor;
+                [this, call, request, response](absl::StatusOr<BeginResult> r) {
+                  if (!r.ok()) return call.Finish(ToGrpcStatus(r.status()));
+                  metrics_->RecordBegin(request->namespace_(), *r);
+                  if (events_ != nullptr) {
+                    events_->OnBegin(request->namespace_(), request->key(), *r,
+                                     RealClock()->NowMillis());
+                  }
+                  FillBeginResponse(*r, response);
+                  call.Finish(grpc::Status::OK, r->waited);
+                });
+  return call.reactor();
+}
+
+// Callback for the fenced calls (Complete, Release, Renew): counts the answer,
+// logs stale fences, fills the response and finishes.
+template <typename Request, typename Response, typename Fill>
+StoreCallback<FencedDecision> DedupService::Fenced(const Call& call,
+                                                   const Request* request,
+                                                   Response* response,
+                                                   Fill fill) const {
+  return [this, call, request, response,
+          fill](absl::StatusOr<FencedDecision> d) {
+    if (!d.ok()) return call.Finish(ToGrpcStatus(d.status()));
+    metrics_->RecordFenced(call.method(), d->status);
+    if (events_ != nullptr) {
+      events_->OnFenced(call.method(), request->namespace_(), request->key(),
+                        request->fence(), *d, RealClock()->NowMillis());
+    }
+    fill(*d, response);
+    call.Finish(grpc::Status::OK);
+  };
 }
 
 grpc::ServerUnaryReactor* DedupService::Complete(
     grpc::CallbackServerContext* context, const v1::CompleteRequest* request,
     v1::CompleteResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (FinishIfInvalid(reactor, ValidateComplete(*request, limits_))) {
-    return reactor;
-  }
+  const Call call(context, Method::kComplete, metrics_);
+  if (call.Rejected(ValidateComplete(*request, limits_))) return call.reactor();
   CompleteParams params;
   params.fence = request->fence();
   params.outcome = FromProto(request->outcome());
   params.result = request->result();
   params.ttl_s = request->ttl_s();
-  store_->Complete(
-      request->namespace_(), request->key(), std::move(params),
-      Finisher<FencedDecision>(reactor, response, FillCompleteResponse));
-  return reactor;
+  store_->Complete(request->namespace_(), request->key(), std::move(params),
+                   Fenced(call, request, response, FillCompleteResponse));
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DedupService::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (FinishIfInvalid(reactor, ValidateRelease(*request, limits_))) {
-    return reactor;
-  }
-  store_->Release(
-      request->namespace_(), request->key(), request->fence(),
-      Finisher<FencedDecision>(reactor, response, FillReleaseResponse));
-  return reactor;
+  const Call call(context, Method::kRelease, metrics_);
+  if (call.Rejected(ValidateRelease(*request, limits_))) return call.reactor();
+  store_->Release(request->namespace_(), request->key(), request->fence(),
+                  Fenced(call, request, response, FillReleaseResponse));
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DedupService::Renew(
     grpc::CallbackServerContext* context, const v1::RenewRequest* request,
     v1::RenewResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (FinishIfInvalid(reactor, ValidateRenew(*request, limits_))) {
-    return reactor;
-  }
+  const Call call(context, Method::kRenew, metrics_);
+  if (call.Rejected(ValidateRenew(*request, limits_))) return call.reactor();
   store_->Renew(request->namespace_(), request->key(), request->fence(),
                 ResolveLease(request->lease_ms(), limits_),
-                Finisher<FencedDecision>(reactor, response, FillRenewResponse));
-  return reactor;
+                Fenced(call, request, response, FillRenewResponse));
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DedupService::Get(
     grpc::CallbackServerContext* context, const v1::GetRequest* request,
     v1::GetResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (FinishIfInvalid(reactor, ValidateGet(*request, limits_))) {
-    return reactor;
-  }
-  store_->Get(
-      request->namespace_(), request->key(),
-      Finisher<std::optional<Record>>(
-          reactor, response,
-          [](const std::optional<Record>& record, v1::GetResponse* out) {
-            out->set_found(record.has_value());
-            if (record.has_value()) {
-              FillRecord(*record, out->mutable_record());
-            }
-          }));
-  return reactor;
+  const Call call(context, Method::kGet, metrics_);
+  if (call.Rejected(ValidateGet(*request, limits_))) return call.reactor();
+  store_->Get(request->namespace_(), request->key(),
+              [call, response](absl::StatusOr<std::optional<Record>> r) {
+                if (!r.ok()) return call.Finish(ToGrpcStatus(r.status()));
+                response->set_found(r->has_value());
+                if (r->has_value()) {
+                  FillRecord(**r, response->mutable_record());
+                }
+                call.Finish(grpc::Status::OK);
+              });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* DedupService::Forget(
     grpc::CallbackServerContext* context, const v1::ForgetRequest* request,
     v1::ForgetResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (FinishIfInvalid(reactor, ValidateForget(*request, limits_))) {
-    return reactor;
-  }
+  const Call call(context, Method::kForget, metrics_);
+  if (call.Rejected(ValidateForget(*request, limits_))) return call.reactor();
   store_->Forget(request->namespace_(), request->key(),
-                 Finisher<bool>(reactor, response,
-                                [](bool existed, v1::ForgetResponse* out) {
-                                  out->set_existed(existed);
-                                }));
-  return reactor;
+                 [call, response](absl::StatusOr<bool> r) {
+                   if (!r.ok()) return call.Finish(ToGrpcStatus(r.status()));
+                   response->set_existed(*r);
+                   call.Finish(grpc::Status::OK);
+                 });
+  return call.reactor();
 }
 
 }  // namespace dedup

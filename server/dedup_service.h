@@ -6,17 +6,22 @@
 #define DEDUP_SERVER_DEDUP_SERVICE_H_
 
 #include "dedup/v1/dedup.grpc.pb.h"
+#include "server/event_log.h"
 #include "server/limits.h"
+#include "server/metrics.h"
+#include "storage/clock.h"
 #include "storage/store.h"
 
 namespace dedup {
 
-// Thread-safe. Does not own `store`, which must outlive every call (shut the
-// gRPC server down before closing the store).
+// Thread-safe. Owns none of its pointers: `store`, `metrics` and `events`
+// (null: no event log) must outlive every call (shut the gRPC server down
+// before closing the store).
 class DedupService final : public v1::Dedup::CallbackService {
  public:
-  DedupService(Store* store, const Limits& limits)
-      : store_(store), limits_(limits) {}
+  DedupService(Store* store, const Limits& limits, Metrics* metrics,
+               EventLog* events)
+      : store_(store), limits_(limits), metrics_(metrics), events_(events) {}
 
   grpc::ServerUnaryReactor* Begin(grpc::CallbackServerContext* context,
                                   const v1::BeginRequest* request,
@@ -38,8 +43,16 @@ class DedupService final : public v1::Dedup::CallbackService {
                                    v1::ForgetResponse* response) override;
 
  private:
+  class Call;
+
+  template <typename Request, typename Response, typename Fill>
+  StoreCallback<FencedDecision> Fenced(const Call& call, const Request* request,
+                                       Response* response, Fill fill) const;
+
   Store* const store_;
   const Limits limits_;
+  Metrics* const metrics_;
+  EventLog* const events_;
 };
 
 }  // namespace dedup

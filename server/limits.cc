@@ -80,6 +80,19 @@ absl::Status CheckFence(uint64_t fence) {
 
 }  // namespace
 
+const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
+  static const auto* const kFields =
+      new std::vector<std::vector<absl::string_view>>{
+          {"namespace", "key", "args_hash", "owner", "lease_ms", "ttl_s",
+           "wait_ms"},
+          {"namespace", "key", "fence", "outcome", "result", "ttl_s"},
+          {"namespace", "key", "fence"},
+          {"namespace", "key", "fence", "lease_ms"},
+          {"namespace", "key"},
+          {"namespace", "key"}};
+  return (*kFields)[method_index];
+}
+
 absl::Status Limits::Check() const {
   if (max_namespace_bytes < 1 || max_namespace_bytes > 255) {
     return Invalid("max_namespace_bytes", "must be 1..255");

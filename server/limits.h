@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "dedup/v1/dedup.pb.h"
 
 namespace dedup {
@@ -47,6 +49,12 @@ struct Limits {
                                        const Limits& limits);
 [[nodiscard]] absl::Status ValidateForget(const v1::ForgetRequest& r,
                                           const Limits& limits);
+
+// Fields a method's validation may name, in check order (for metrics).
+// `method_index` follows the Method enum of metrics.h: Begin, Complete,
+// Release, Renew, Get, Forget.
+[[nodiscard]] const std::vector<absl::string_view>& ValidatedFieldsOf(
+    int method_index);
 
 // 0 means the default.
 [[nodiscard]] inline uint32_t ResolveTtl(uint32_t ttl_s, const Limits& l) {

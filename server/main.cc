@@ -8,11 +8,14 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/flag_syntax.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -20,7 +23,12 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "prometheus/exposer.h"
+#include "server/admin_service.h"
+#include "server/collectors.h"
 #include "server/dedup_service.h"
+#include "server/event_log.h"
+#include "server/metrics.h"
 #include "server/server_config.h"
 
 ABSL_DECLARE_FLAG(std::string, durability);
@@ -63,9 +71,44 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// Serves /metrics: the counters, the store's gauges and process metrics.
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetrics(
+    const std::string& address, const dedup::Metrics& metrics,
+    dedup::Store* store) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(address, /*threads=*/1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+  }
+  // The exposer keeps weak pointers; these collectors live as long as it.
+  static auto* const collectors =
+      new std::vector<std::shared_ptr<prometheus::Collectable>>();
+  collectors->push_back(metrics.registry());
+  collectors->push_back(std::make_shared<dedup::StoreCollector>(store));
+  collectors->push_back(
+      std::make_shared<dedup::ProcessCollector>(DEDUP_VERSION, DEDUP_GIT_SHA));
+  for (const auto& collector : *collectors) {
+    exposer->RegisterCollectable(collector);
+  }
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  std::fprintf(stderr, "dedupd metrics on %s:%d\n", HostOf(address).c_str(),
+               ports.empty() ? 0 : ports.front());
+  return exposer;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help lists the flags of server/ (absl's default lists only flags
+  // defined in a file named after the binary).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::StrContains(path, "server/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "dedupd: the dedup idempotency authority (gRPC dedup.v1.Dedup).\n"
       "Exit codes: 0 clean stop, 1 error while stopping, 2 bad flags, 3 data "
@@ -91,7 +134,16 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  dedup::Metrics metrics(config->metrics_namespaces);
+  absl::StatusOr<std::unique_ptr<dedup::EventLog>> events =
+      dedup::EventLog::Open(config->event_log, &metrics);
+  if (!events.ok()) {
+    Log(absl::StrCat("--event_log: ", events.status().message()));
+    return kExitBadFlags;
+  }
+
   if (!PrepareDataDir(config->store.path)) return kExitDataDir;
+  config->store.observer = &metrics;
   absl::StatusOr<std::unique_ptr<dedup::Store>> store =
       dedup::Store::Open(config->store);
   if (!store.ok()) {
@@ -99,7 +151,22 @@ int main(int argc, char** argv) {
     return kExitDataDir;
   }
 
-  dedup::DedupService service(store->get(), config->limits);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (!config->metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
+        StartMetrics(config->metrics_address, metrics, store->get());
+    if (!started.ok()) {
+      Log(std::string(started.status().message()));
+      return kExitListen;
+    }
+    exposer = *std::move(started);
+  }
+
+  dedup::DedupService service(store->get(), config->limits, &metrics,
+                              events->get());
+  dedup::AdminService admin(
+      store->get(), &metrics,
+      {DEDUP_VERSION, DEDUP_GIT_SHA, absl::GetFlag(FLAGS_durability)});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -107,6 +174,7 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(config->address, grpc::InsecureServerCredentials(),
                            &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&admin);
   builder.SetMaxReceiveMessageSize(
       std::max<int>(4 << 20, static_cast<int>(config->limits.max_result_bytes) +
                                  kMessageOverheadBytes));
@@ -128,11 +196,16 @@ int main(int argc, char** argv) {
   Log(absl::StrCat("received ", strsignal(signal_number),
                    ", draining in-flight calls"));
   server->GetHealthCheckService()->Shutdown();
+  // Stopping the metrics endpoint takes over a second (civetweb polls); do it
+  // while the calls drain. Its collectors read the store, so it must be gone
+  // before the store closes.
+  std::thread stop_metrics([&exposer] { exposer.reset(); });
   // Parked Begins would otherwise hold the drain for up to their wait_ms.
   (*store)->DrainWaiters();
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(config->shutdown_grace_ms));
   server->Wait();
+  stop_metrics.join();
   if (absl::Status s = (*store)->Close(); !s.ok()) {
     Log(absl::StrCat("error closing the store: ", s.message()));
     return kExitShutdownError;

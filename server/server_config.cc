@@ -1,12 +1,28 @@
 #include "server/server_config.h"
 
 #include "absl/flags/flag.h"
+#include "absl/flags/marshalling.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051",
           "host:port to serve gRPC on; port 0 picks a free port (printed at "
           "start)");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
+          "host:port serving Prometheus /metrics; empty disables; port 0 "
+          "picks a free port (printed at start)");
+ABSL_FLAG(std::vector<std::string>, metrics_namespaces, {},
+          "comma-separated namespaces that get their own label value in "
+          "dedup_namespace_begin_total; others count as 'other' (keeps "
+          "label cardinality bounded)");
+ABSL_FLAG(std::string, event_log, "stderr",
+          "where JSON event lines (duplicates, takeovers, stale fences, "
+          "conflicts) go: stderr, off, or a file path");
+ABSL_FLAG(double, event_log_sample_rate, 1.0,
+          "fraction of events logged, 0..1");
+ABSL_FLAG(bool, event_log_raw_keys, false,
+          "log raw keys instead of a SHA-256 prefix (keys may hold customer "
+          "data)");
 ABSL_FLAG(std::string, data_dir, "./data",
           "directory of the RocksDB database (created if missing)");
 ABSL_FLAG(std::string, durability, "sync",
@@ -51,6 +67,21 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   if (config.address.empty()) {
     return absl::InvalidArgumentError("--address: must not be empty");
   }
+
+  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.metrics_namespaces = absl::GetFlag(FLAGS_metrics_namespaces);
+  for (const std::string& ns : config.metrics_namespaces) {
+    if (ns.empty() || ns == "other") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--metrics_namespaces: '", ns, "' is reserved or empty"));
+    }
+  }
+  config.event_log.destination = absl::GetFlag(FLAGS_event_log);
+  config.event_log.sample_rate = absl::GetFlag(FLAGS_event_log_sample_rate);
+  if (config.event_log.sample_rate < 0 || config.event_log.sample_rate > 1) {
+    return absl::InvalidArgumentError("--event_log_sample_rate: must be 0..1");
+  }
+  config.event_log.raw_keys = absl::GetFlag(FLAGS_event_log_raw_keys);
 
   StoreOptions& store = config.store;
   store.path = absl::GetFlag(FLAGS_data_dir);

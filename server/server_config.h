@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/event_log.h"
 #include "server/limits.h"
 #include "storage/store.h"
 
@@ -13,6 +15,11 @@ namespace dedup {
 
 struct ServerConfig {
   std::string address;
+  // host:port of the Prometheus /metrics endpoint; empty disables it.
+  std::string metrics_address;
+  // Namespaces counted under their own label value (the rest as "other").
+  std::vector<std::string> metrics_namespaces;
+  EventLogOptions event_log;
   StoreOptions store;
   Limits limits;
   int64_t shutdown_grace_ms = 10'000;

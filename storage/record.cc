@@ -113,4 +113,22 @@ std::optional<int64_t> PeekExpireAt(absl::string_view value) {
   return GetLittleEndian<int64_t>(value.data() + kExpireAtOffset);
 }
 
+std::optional<LeaseHeader> PeekLeaseHeader(absl::string_view value) {
+  if (value.size() < kRecordHeaderSize ||
+      static_cast<uint8_t>(value[0]) != kRecordFormatVersion) {
+    return std::nullopt;
+  }
+  const uint8_t state = static_cast<uint8_t>(value[1]);
+  if (state != static_cast<uint8_t>(RecordState::kInFlight) &&
+      state != static_cast<uint8_t>(RecordState::kCompleted)) {
+    return std::nullopt;
+  }
+  LeaseHeader header;
+  header.state = static_cast<RecordState>(state);
+  header.expire_at_ms =
+      GetLittleEndian<int64_t>(value.data() + kExpireAtOffset);
+  header.lease_until_ms = GetLittleEndian<int64_t>(value.data() + 16);
+  return header;
+}
+
 }  // namespace dedup

@@ -70,6 +70,16 @@ inline constexpr size_t kExpireAtOffset = 8;
 // version. Cheap enough for the compaction filter's hot loop.
 [[nodiscard]] std::optional<int64_t> PeekExpireAt(absl::string_view value);
 
+// The header fields that say whether a lease is held, without copying the
+// variable parts. nullopt when the value does not decode.
+struct LeaseHeader {
+  RecordState state = RecordState::kInFlight;
+  int64_t expire_at_ms = 0;
+  int64_t lease_until_ms = 0;
+};
+[[nodiscard]] std::optional<LeaseHeader> PeekLeaseHeader(
+    absl::string_view value);
+
 }  // namespace dedup
 
 #endif  // DEDUP_STORAGE_RECORD_H_

@@ -1,6 +1,7 @@
 #include "storage/shard.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <type_traits>
 
@@ -76,6 +77,13 @@ class Shard::Batch {
         absl::StrCat("storage write: ", s.ToString()));
   }
 
+  // Final state of every key this batch wrote (nullopt: deleted).
+  const absl::flat_hash_map<std::string, std::optional<Record>>& writes()
+      const {
+    return overlay_;
+  }
+  int write_count() const { return batch_.Count(); }
+
   void RunCompletions(const absl::Status& write_status) {
     for (auto& completion : completions_) std::move(completion)(write_status);
   }
@@ -100,9 +108,9 @@ void Shard::Submit(Operation op) {
       refusal = absl::UnavailableError("store is closed");
     } else if (queue_.size() >= context_.max_queued &&
                !std::holds_alternative<WakeAllOp>(op)) {
-      refusal = absl::ResourceExhaustedError(absl::StrCat(
-          "storage overloaded: ", queue_.size(),
-          " operations queued on this shard; retry with backoff"));
+      refusal = absl::ResourceExhaustedError(
+          absl::StrCat("storage overloaded: ", queue_.size(),
+                       " operations queued on this shard; retry with backoff"));
     } else {
       queue_.push_back(std::move(op));
       return;
@@ -157,8 +165,57 @@ void Shard::ProcessBatch(std::vector<Operation>& ops, bool last) {
     draining_ = true;
     WakeAll(batch, now_ms);
   }
-  batch.RunCompletions(batch.Commit(context_.write_options));
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status committed = batch.Commit(context_.write_options);
+  if (context_.observer != nullptr && batch.write_count() > 0) {
+    context_.observer->OnWrite(
+        batch.write_count(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  if (committed.ok()) UpdateInflight(batch, now_ms);
+  batch.RunCompletions(committed);
   next_timer_ms_.store(timers_.empty() ? INT64_MAX : timers_.begin()->first);
+}
+
+void Shard::SeedInflight(std::string skey, InflightLease lease) {
+  absl::MutexLock lock(&inflight_mu_);
+  inflight_.insert_or_assign(std::move(skey), lease);
+}
+
+void Shard::AddLeaseStats(int64_t now_ms, StoreStats& stats) const {
+  absl::MutexLock lock(&inflight_mu_);
+  for (const auto& [skey, lease] : inflight_) {
+    if (now_ms >= lease.expire_at_ms) continue;  // expired: absent
+    if (now_ms < lease.lease_until_ms) {
+      ++stats.inflight_leases;
+    } else {
+      ++stats.lapsed_leases;
+      stats.oldest_lapsed_lease_ms =
+          std::max(stats.oldest_lapsed_lease_ms, now_ms - lease.lease_until_ms);
+    }
+  }
+}
+
+void Shard::UpdateInflight(Batch& batch, int64_t now_ms) {
+  // Sweeping is rare: an expired entry only costs a skipped line in
+  // AddLeaseStats until then.
+  constexpr int64_t kSweepIntervalMs = 60'000;
+  absl::MutexLock lock(&inflight_mu_);
+  for (const auto& [skey, record] : batch.writes()) {
+    if (record.has_value() && record->state == RecordState::kInFlight) {
+      inflight_.insert_or_assign(
+          skey, InflightLease{record->lease_until_ms, record->expire_at_ms});
+    } else {
+      inflight_.erase(skey);
+    }
+  }
+  if (now_ms >= next_inflight_sweep_ms_) {
+    next_inflight_sweep_ms_ = now_ms + kSweepIntervalMs;
+    absl::erase_if(inflight_, [now_ms](const auto& entry) {
+      return now_ms >= entry.second.expire_at_ms;
+    });
+  }
 }
 
 void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {

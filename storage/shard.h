@@ -70,6 +70,13 @@ struct ShardContext {
   rocksdb::WriteOptions write_options;
   int max_batch = 1024;
   size_t max_queued = 100'000;
+  StoreObserver* observer = nullptr;
+};
+
+// Lease bookkeeping of one in-flight record.
+struct InflightLease {
+  int64_t lease_until_ms = 0;
+  int64_t expire_at_ms = 0;
 };
 
 class Shard {
@@ -91,6 +98,13 @@ class Shard {
 
   [[nodiscard]] uint64_t waiting() const { return waiting_.load(); }
 
+  // Registers an in-flight record found on disk. Only before the first
+  // Submit (the store seeds its shards while opening).
+  void SeedInflight(std::string skey, InflightLease lease);
+
+  // Adds this shard's in-flight records as of `now_ms` to `stats`.
+  void AddLeaseStats(int64_t now_ms, StoreStats& stats) const;
+
  private:
   class Batch;
   struct Waiter {
@@ -99,6 +113,8 @@ class Shard {
   };
 
   void Run();
+  // Mirrors a committed batch's final states into inflight_.
+  void UpdateInflight(Batch& batch, int64_t now_ms);
   bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // `last`: the shard is stopping and this is its final cycle.
   void ProcessBatch(std::vector<Operation>& ops, bool last);
@@ -128,6 +144,13 @@ class Shard {
   // Earliest timer, readable under mu_ for the thread's timed wait.
   std::atomic<int64_t> next_timer_ms_{INT64_MAX};
   std::atomic<uint64_t> waiting_{0};
+
+  // In-flight records of this shard, so lease statistics need no scan.
+  // Written by the shard thread after each commit, read by Stats().
+  mutable absl::Mutex inflight_mu_;
+  absl::flat_hash_map<std::string, InflightLease> inflight_
+      ABSL_GUARDED_BY(inflight_mu_);
+  int64_t next_inflight_sweep_ms_ = 0;  // shard thread only
 
   std::thread thread_;
 };

@@ -35,6 +35,12 @@ std::string EncodeStorageKey(absl::string_view ns, absl::string_view key) {
   return out;
 }
 
+uint32_t SlotOfStorageKey(absl::string_view storage_key) {
+  return (static_cast<uint32_t>(static_cast<unsigned char>(storage_key[0]))
+          << 8) |
+         static_cast<unsigned char>(storage_key[1]);
+}
+
 bool IsRecordKey(absl::string_view storage_key) {
   return storage_key.size() >= 3 &&
          static_cast<unsigned char>(storage_key[0]) < (kSlotCount >> 8);

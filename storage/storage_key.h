@@ -23,6 +23,9 @@ inline constexpr uint32_t kSlotCount = 16384;
 [[nodiscard]] std::string EncodeStorageKey(absl::string_view ns,
                                            absl::string_view key);
 
+// The slot encoded in a record key. Requires IsRecordKey(storage_key).
+[[nodiscard]] uint32_t SlotOfStorageKey(absl::string_view storage_key);
+
 // True for keys written by EncodeStorageKey (not metadata).
 [[nodiscard]] bool IsRecordKey(absl::string_view storage_key);
 

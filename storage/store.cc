@@ -68,9 +68,11 @@ class RocksStore : public Store {
     context.write_options = WriteOptionsFor(options_.durability);
     context.max_batch = options_.max_batch;
     context.max_queued = options_.max_queued_per_shard;
+    context.observer = options_.observer;
     for (int i = 0; i < options_.shards; ++i) {
       shards_.push_back(std::make_unique<Shard>(context));
     }
+    if (absl::Status s = SeedInflightLeases(); !s.ok()) return s;
     if (options_.durability == Durability::kAsync) {
       wal_syncer_ = std::thread([this] { SyncWalPeriodically(); });
     }
@@ -156,12 +158,24 @@ class RocksStore : public Store {
   StoreStats Stats() override {
     StoreStats stats;
     if (closed_.load()) return stats;
-    uint64_t keys = 0;
-    if (db_->GetIntProperty("rocksdb.estimate-num-keys", &keys)) {
-      stats.estimated_records = keys;
-    }
+    auto property = [this](const char* name) -> uint64_t {
+      uint64_t value = 0;
+      return db_->GetIntProperty(name, &value) ? value : 0;
+    };
+    // Less the one metadata key (the fence reservation).
+    const uint64_t keys = property("rocksdb.estimate-num-keys");
+    stats.estimated_records = keys > 0 ? keys - 1 : 0;
+    stats.live_sst_bytes = property("rocksdb.live-sst-files-size");
+    stats.pending_compaction_bytes =
+        property("rocksdb.estimate-pending-compaction-bytes");
+    stats.block_cache_usage_bytes = property("rocksdb.block-cache-usage");
+    stats.memtable_bytes = property("rocksdb.cur-size-all-mem-tables");
     stats.expired_dropped = filter_->dropped();
-    for (auto& shard : shards_) stats.waiting_begins += shard->waiting();
+    const int64_t now_ms = options_.clock->NowMillis();
+    for (auto& shard : shards_) {
+      stats.waiting_begins += shard->waiting();
+      shard->AddLeaseStats(now_ms, stats);
+    }
     return stats;
   }
 
@@ -181,6 +195,28 @@ class RocksStore : public Store {
   }
 
  private:
+  // One pass over the records at open, reading only headers, so lease
+  // statistics are right from the start without a scan per scrape.
+  absl::Status SeedInflightLeases() {
+    const int64_t now_ms = options_.clock->NowMillis();
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const absl::string_view skey(it->key().data(), it->key().size());
+      if (!IsRecordKey(skey)) break;  // metadata sorts after every record
+      std::optional<LeaseHeader> header = PeekLeaseHeader(
+          absl::string_view(it->value().data(), it->value().size()));
+      if (!header.has_value() || header->state != RecordState::kInFlight ||
+          now_ms >= header->expire_at_ms) {
+        continue;
+      }
+      shards_[SlotOfStorageKey(skey) % shards_.size()]->SeedInflight(
+          std::string(skey),
+          InflightLease{header->lease_until_ms, header->expire_at_ms});
+    }
+    return FromRocks(it->status(), "scanning in-flight records");
+  }
+
   void Route(absl::string_view ns, absl::string_view key, Operation op) {
     const uint32_t slot = SlotOf(ns, key);
     shards_[slot % shards_.size()]->Submit(std::move(op));

@@ -36,6 +36,16 @@ enum class Durability {
   kNone,   // no WAL; for tests and benchmarks; memtables flushed on Close
 };
 
+// Hears about storage writes, for metrics. Called on storage threads: must be
+// thread-safe and quick.
+class StoreObserver {
+ public:
+  virtual ~StoreObserver() = default;
+  // One RocksDB write carrying `operations` writes took `seconds` (in kSync
+  // mode this includes the WAL fsync).
+  virtual void OnWrite(int operations, double seconds) = 0;
+};
+
 struct StoreOptions {
   std::string path;
   Durability durability = Durability::kSync;
@@ -54,6 +64,8 @@ struct StoreOptions {
   // Operations a shard may have queued before new ones are refused with
   // RESOURCE_EXHAUSTED (overload protection: bounded memory and latency).
   size_t max_queued_per_shard = 100'000;
+  // Not owned; null for none. Must outlive the store.
+  StoreObserver* observer = nullptr;
 };
 
 // Answer of a Begin that may have waited. `decision.record` is the record as
@@ -67,6 +79,14 @@ struct StoreStats {
   uint64_t estimated_records = 0;  // RocksDB's estimate, includes expired
   uint64_t expired_dropped = 0;    // by the compaction filter, this process
   uint64_t waiting_begins = 0;     // Begins parked with wait_ms
+  uint64_t inflight_leases = 0;    // in flight, lease live
+  // In flight, lease ran out, nobody took over: usually a crashed owner.
+  uint64_t lapsed_leases = 0;
+  int64_t oldest_lapsed_lease_ms = 0;  // how long the oldest one has lapsed
+  uint64_t live_sst_bytes = 0;
+  uint64_t pending_compaction_bytes = 0;
+  uint64_t block_cache_usage_bytes = 0;
+  uint64_t memtable_bytes = 0;
 };
 
 template <typename T>
@@ -74,7 +94,9 @@ using StoreCallback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
 
 class Store {
  public:
-  // Opens (creating if missing) the database at options.path. Fails with
+  // Opens (creating if missing) the database at options.path, and scans it
+  // once to learn which records are in flight (for lease statistics). Fails
+  // with
   // FailedPreconditionError when another process holds the directory's lock,
   // and with another error when the directory is unusable.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(

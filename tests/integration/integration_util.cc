@@ -57,6 +57,10 @@ std::string TestKey(absl::string_view suffix) {
 void SetDeadline(grpc::ClientContext* ctx, int64_t ms) {
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(ms));
+  // Under load a fresh channel's first connect can fail transiently (seen as
+  // UNAVAILABLE "failed to connect to all addresses"); the tests are about
+  // the server's answers, so let calls wait for the connection instead.
+  ctx->set_wait_for_ready(true);
 }
 
 TestClient::TestClient(const std::string& address, std::string ns)

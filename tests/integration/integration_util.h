@@ -86,7 +86,7 @@ class TestClient {
   std::unique_ptr<v1::Dedup::Stub> stub_;
 };
 
-// A context with a deadline `ms` from now.
+// A context with a deadline `ms` from now that waits for the connection.
 void SetDeadline(grpc::ClientContext* ctx, int64_t ms);
 
 // A fixture whose tests share one dedupd started with Derived::Flags()

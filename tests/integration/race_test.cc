@@ -234,7 +234,9 @@ TEST(RaceTest, ConcurrentCompletesOfOneFence) {
         ++already;
       } else {
         ++other;
-        ADD_FAILURE() << "round " << r << " t " << t << " rpc_ok=" << a.rpc_ok << " status=" << a.status << " msg=" << a.error;
+        ADD_FAILURE() << "round " << r << " thread " << t << ": rpc_ok "
+                      << a.rpc_ok << ", status " << a.status << ", error '"
+                      << a.error << "'";
       }
     }
     const v1::GetResponse got = c.Get(absl::StrCat("complete-", r));

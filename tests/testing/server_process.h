@@ -42,6 +42,11 @@ class ServerProcess {
   // "HOST:PORT" as the server reported it, for grpc::CreateChannel.
   std::string address() const { return address_; }
   int port() const { return port_; }
+  // Port of the Prometheus /metrics endpoint; 0 when metrics are disabled.
+  int metrics_port() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return metrics_port_;
+  }
 
   // Sends SIGTERM and waits up to 30 s (then SIGKILL). An error unless the
   // server exited with code 0. Calling it on an exited server only reports.
@@ -81,6 +86,7 @@ class ServerProcess {
   std::condition_variable cv_;
   std::string output_;          // Guarded by mu_.
   std::string listen_address_;  // Guarded by mu_.
+  int metrics_port_ = 0;        // Guarded by mu_.
   bool eof_ = false;            // Guarded by mu_.
 };
 

@@ -243,6 +243,34 @@ TEST_F(StoreTest, EveryDurabilityModeKeepsDataAcrossCleanClose) {
   }
 }
 
+TEST_F(StoreTest, LeaseStatsFollowWritesAndSurviveReopen) {
+  OpenStore(Options());
+  auto a = BeginSync(*store_, "a", MakeBeginParams("o", "h", 1000));
+  auto b = BeginSync(*store_, "b", MakeBeginParams("o", "h", 5000));
+  auto c = BeginSync(*store_, "c", MakeBeginParams("o", "h", 1000));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_TRUE(CompleteSync(*store_, "c", c->decision.record.fence, "x").ok());
+  StoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.inflight_leases, 2u);
+  EXPECT_EQ(stats.lapsed_leases, 0u);
+
+  clock_.Advance(1500);  // a's lease lapsed, b's still live
+  stats = store_->Stats();
+  EXPECT_EQ(stats.inflight_leases, 1u);
+  EXPECT_EQ(stats.lapsed_leases, 1u);
+  EXPECT_EQ(stats.oldest_lapsed_lease_ms, 500);
+
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+  OpenStore(Options());  // seeded from disk
+  stats = store_->Stats();
+  EXPECT_EQ(stats.inflight_leases, 1u);
+  EXPECT_EQ(stats.lapsed_leases, 1u);
+  ASSERT_EQ(ReleaseSync(*store_, "a", a->decision.record.fence)->status,
+            FencedStatus::kOk);
+  EXPECT_EQ(store_->Stats().lapsed_leases, 0u);
+}
+
 TEST_F(StoreTest, SecondOpenOfALockedDirectoryFailsClearly) {
   OpenStore(Options());
   absl::StatusOr<std::unique_ptr<Store>> second = Store::Open(Options());

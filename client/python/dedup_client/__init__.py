@@ -1,0 +1,71 @@
+"""Python client for dedup, the idempotency authority (dedup.v1 over gRPC).
+
+    from dedup_client import Client, with_idempotency, idempotent
+
+- Client: typed calls (begin/complete/release/renew/get/forget) returning the
+  protobuf responses; deadlines on every call; retries only UNAVAILABLE with
+  exponential backoff and full jitter.
+- with_idempotency / @idempotent: Begin -> your function -> Complete (or
+  Release on RetryableError), waiting out IN_USE and replaying duplicates.
+- args_hash: SHA-256 of the RFC 8785 canonical JSON of the tool arguments,
+  identical in every dedup client.
+
+Needs grpcio and protobuf, and the generated dedup.v1 stubs on sys.path (see
+client/python/README.md).
+"""
+
+from dedup_client._proto import dedup_pb2, dedup_pb2_grpc
+from dedup_client.args_hash import (
+    CanonicalJsonError,
+    args_hash,
+    args_hash_hex,
+    args_hash_of_json_text,
+    canonicalize,
+    canonicalize_json_text,
+)
+from dedup_client.backoff import Backoff
+from dedup_client.client import Client, is_retryable_rpc_error
+from dedup_client.errors import (
+    ConflictError,
+    DedupError,
+    InUseTimeoutError,
+    OutcomeNotRecordedError,
+    ReplayedError,
+    RetryableError,
+    StaleFenceError,
+)
+from dedup_client.idempotency import (
+    Claim,
+    IdempotentFunction,
+    IdempotentResult,
+    current_claim,
+    idempotent,
+    with_idempotency,
+)
+
+__all__ = [
+    "Backoff",
+    "CanonicalJsonError",
+    "Claim",
+    "Client",
+    "ConflictError",
+    "DedupError",
+    "IdempotentFunction",
+    "IdempotentResult",
+    "InUseTimeoutError",
+    "OutcomeNotRecordedError",
+    "ReplayedError",
+    "RetryableError",
+    "StaleFenceError",
+    "args_hash",
+    "args_hash_hex",
+    "args_hash_of_json_text",
+    "canonicalize",
+    "canonicalize_json_text",
+    "current_claim",
+    "dedup_pb2",
+    "dedup_pb2_grpc",
+    "idempotent",
+    "is_retryable_rpc_error",
+    "with_idempotency",
+]

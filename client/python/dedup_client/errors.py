@@ -1,0 +1,98 @@
+"""Exceptions raised by dedup_client.
+
+gRPC failures are not wrapped: they surface as grpc.RpcError with the
+server's code (UNAVAILABLE only after the client's retries), like the C++
+client returns them with their code unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class DedupError(Exception):
+    """Base class of the answers with_idempotency turns into exceptions."""
+
+
+class RetryableError(Exception):
+    """Raise (or subclass) from an idempotent function when its side effect
+    certainly did NOT happen: the claim is released, so the next call runs the
+    function afresh, and the exception propagates unchanged."""
+
+
+class ConflictError(DedupError):
+    """The key was already used with different arguments (Begin CONFLICT).
+    Nothing ran."""
+
+    def __init__(self, namespace: str, key: str, fence: int) -> None:
+        super().__init__(
+            f"dedup: key {namespace!r}/{key!r} is CONFLICT: already used with "
+            f"different arguments (fence {fence})"
+        )
+        self.namespace = namespace
+        self.key = key
+        self.fence = fence
+
+
+class ReplayedError(DedupError):
+    """A duplicate of a call whose first run failed permanently: its stored
+    error is replayed and the function is NOT run again.
+
+    name and message come from the stored payload ({"name", "message", ...},
+    the format every dedup client writes); stored is the whole decoded payload
+    (None if it was not a JSON object) and payload the raw bytes.
+    """
+
+    def __init__(
+        self, name: str, message: str, payload: bytes, fence: int,
+        stored: Optional[dict[str, Any]] = None,
+    ) -> None:
+        super().__init__(f"{name}: {message} (replayed by dedup, fence {fence})")
+        self.name = name
+        self.message = message
+        self.payload = payload
+        self.fence = fence
+        self.stored = stored
+
+
+class OutcomeNotRecordedError(DedupError):
+    """Complete was refused (answer: STALE_FENCE, NOT_FOUND or
+    ALREADY_COMPLETED): the side effect RAN but its outcome was NOT recorded,
+    usually because the lease ran out and another caller took over.
+
+    result holds what the function returned (None on the error path).
+    """
+
+    def __init__(
+        self, namespace: str, key: str, fence: int, answer: str,
+        current_fence: int, result: object = None,
+    ) -> None:
+        super().__init__(
+            f"dedup: Complete for {namespace!r}/{key!r} with fence {fence} "
+            f"answered {answer} (current fence {current_fence}): the side "
+            "effect ran but its outcome was NOT recorded"
+        )
+        self.namespace = namespace
+        self.key = key
+        self.fence = fence
+        self.answer = answer
+        self.current_fence = current_fence
+        self.result = result
+
+
+class StaleFenceError(OutcomeNotRecordedError):
+    """Complete answered STALE_FENCE: another caller took the key over."""
+
+
+class InUseTimeoutError(DedupError, TimeoutError):
+    """Another owner still held the key when the overall deadline ran out.
+    Nothing ran here."""
+
+    def __init__(self, namespace: str, key: str, fence: int) -> None:
+        super().__init__(
+            f"dedup: key {namespace!r}/{key!r} still IN_USE by another owner "
+            f"(fence {fence}) at the deadline"
+        )
+        self.namespace = namespace
+        self.key = key
+        self.fence = fence

@@ -1,0 +1,120 @@
+// Every error this package throws, so callers can branch with instanceof
+// instead of parsing messages.
+import type { FencedStatus } from './types.js';
+
+/** A gRPC call failed (after the client's UNAVAILABLE retries, if any). */
+export class DedupRpcError extends Error {
+  override readonly name = 'DedupRpcError';
+  constructor(
+    /** The dedup.v1 method, e.g. "Begin". */
+    readonly method: string,
+    /** gRPC status code (grpc-js `status` enum), e.g. 14 for UNAVAILABLE. */
+    readonly code: number,
+    /** gRPC code name, e.g. "INVALID_ARGUMENT". */
+    readonly codeName: string,
+    /** The server's message (for INVALID_ARGUMENT: "<field>: <rule>"). */
+    readonly details: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`dedup ${method}: ${codeName}: ${details}`, options);
+  }
+}
+
+/** The server answered something this client does not understand (e.g. a newer enum value). */
+export class DedupProtocolError extends Error {
+  override readonly name = 'DedupProtocolError';
+}
+
+/**
+ * Mark a failure as retryable: the side effect certainly did not happen, so
+ * withIdempotency releases the claim (the next call runs afresh) instead of
+ * storing the error for replay.
+ */
+export class RetryableError extends Error {
+  override readonly name: string = 'RetryableError';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** What withIdempotency stores for a permanent failure and replays to duplicates. */
+export interface StoredError {
+  readonly name: string;
+  readonly message: string;
+  readonly code?: string | number;
+}
+
+/** The key was already used with different arguments (Begin answered CONFLICT). */
+export class ConflictError extends Error {
+  override readonly name = 'ConflictError';
+  constructor(
+    readonly namespace: string,
+    readonly key: string,
+    readonly fence: bigint,
+  ) {
+    super(`dedup: conflict: key "${key}" in "${namespace}" was already used with different arguments`);
+  }
+}
+
+/**
+ * A previous execution of this key failed permanently; its stored error is
+ * replayed (the function was NOT run again). `message` and `code` are the
+ * stored ones, so callers can report it exactly as the first failure.
+ */
+export class ReplayedError extends Error {
+  override readonly name = 'ReplayedError';
+  readonly code: string | number | undefined;
+  constructor(
+    readonly stored: StoredError,
+    readonly namespace: string,
+    readonly key: string,
+  ) {
+    super(stored.message);
+    this.code = stored.code;
+  }
+}
+
+/**
+ * Complete was refused, so the function's outcome was NOT recorded although it
+ * ran. `answer` says why: NOT_FOUND (the claim was released, forgotten or
+ * expired) or ALREADY_COMPLETED (this fence completed differently).
+ */
+export class OutcomeNotRecordedError extends Error {
+  override readonly name: string = 'OutcomeNotRecordedError';
+  constructor(
+    readonly answer: FencedStatus,
+    readonly namespace: string,
+    readonly key: string,
+    /** The fence this execution held. */
+    readonly fence: bigint,
+    /** The record's fence as the server reported it. */
+    readonly currentFence: bigint,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `dedup: Complete for key "${key}" in "${namespace}" with fence ${fence} answered ${answer}` +
+        ` (current fence ${currentFence}): the side effect ran but its outcome was NOT recorded`,
+      options,
+    );
+  }
+}
+
+/** Complete answered STALE_FENCE: the lease was lost to a takeover; this outcome was NOT recorded. */
+export class StaleFenceError extends OutcomeNotRecordedError {
+  override readonly name: string = 'StaleFenceError';
+  constructor(namespace: string, key: string, fence: bigint, currentFence: bigint, options?: { cause?: unknown }) {
+    super('STALE_FENCE', namespace, key, fence, currentFence, options);
+  }
+}
+
+/** Another owner still held the key when withIdempotency's overall deadline ran out. */
+export class InUseTimeoutError extends Error {
+  override readonly name = 'InUseTimeoutError';
+  constructor(
+    readonly namespace: string,
+    readonly key: string,
+    readonly fence: bigint,
+  ) {
+    super(`dedup: key "${key}" in "${namespace}" still IN_USE by another owner (fence ${fence}) at the deadline`);
+  }
+}

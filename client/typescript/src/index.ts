@@ -1,0 +1,27 @@
+// Public API of @dedup/client.
+export { argsHash, argsHashHex } from './args-hash.js';
+export { type BackoffOptions, backoffCeilingMs, DEFAULT_BACKOFF, fullJitterDelayMs } from './backoff.js';
+export { CanonicalJsonError, canonicalize, compareUtf16, type JsonValue } from './canonical-json.js';
+export { DedupClient, type DedupClientOptions } from './client.js';
+export {
+  ConflictError,
+  DedupProtocolError,
+  DedupRpcError,
+  InUseTimeoutError,
+  OutcomeNotRecordedError,
+  ReplayedError,
+  RetryableError,
+  StaleFenceError,
+  type StoredError,
+} from './errors.js';
+export {
+  type Claim,
+  type IdempotencyCalls,
+  type IdempotencyOptions,
+  type IdempotencyResult,
+  type IdempotentFunction,
+  toStoredError,
+  withIdempotency,
+} from './idempotency.js';
+export { isUnavailable, retryUnavailable, type RetryPolicy } from './retry.js';
+export type * from './types.js';

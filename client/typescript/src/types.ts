@@ -1,0 +1,129 @@
+// The public request and response shapes of dedup.v1.Dedup, in TypeScript
+// terms: camelCase fields, enum names as string unions, fences as bigint
+// (uint64 on the wire; a number would lose precision past 2^53), timestamps as
+// Unix milliseconds of the SERVER's clock (number: exact until year 287396).
+// wire.ts converts; the proto file stays the single definition of the API.
+
+/** How an execution ended. */
+export type Outcome = 'SUCCESS' | 'ERROR';
+
+/** Begin's answers (all travel in OK responses; none is a gRPC error). */
+export type BeginStatus = 'STARTED' | 'IN_USE' | 'CONFLICT' | 'DUPLICATE';
+
+/** Answers of the fenced calls Complete, Release and Renew. */
+export type FencedStatus = 'OK' | 'STALE_FENCE' | 'NOT_FOUND' | 'ALREADY_COMPLETED';
+
+export type RecordState = 'IN_FLIGHT' | 'COMPLETED';
+
+export interface BeginRequest {
+  readonly namespace: string;
+  readonly key: string;
+  /** Digest of the arguments (see argsHash); a different one for the same key gets CONFLICT. */
+  readonly argsHash?: Uint8Array;
+  /** Id of this attempt (a UUID). Retries of this Begin reuse it, so a lost answer is re-entered. */
+  readonly owner?: string;
+  /** 0 or absent: server default. */
+  readonly leaseMs?: number;
+  /** 0 or absent: server default. */
+  readonly ttlS?: number;
+  /** Wait this long for another owner's outcome before answering IN_USE (server allows up to 60 s). */
+  readonly waitMs?: number;
+}
+
+export interface BeginResponse {
+  readonly status: BeginStatus;
+  readonly fence: bigint;
+  /** STARTED only: a previous owner's lease ran out; its attempt may have partly run. */
+  readonly takeover: boolean;
+  /** DUPLICATE only; null otherwise. */
+  readonly outcome: Outcome | null;
+  /** DUPLICATE only: the stored result (success payload or error description). */
+  readonly result: Buffer;
+  readonly createdAt: number;
+  readonly completedAt: number;
+  readonly expiresAt: number;
+  readonly leaseExpiresAt: number;
+  readonly attempts: number;
+  /** IN_USE only. */
+  readonly retryAfterMs: number;
+}
+
+export interface CompleteRequest {
+  readonly namespace: string;
+  readonly key: string;
+  readonly fence: bigint;
+  readonly outcome: Outcome;
+  /** Replayed to duplicates; a string is sent as UTF-8. */
+  readonly result?: Uint8Array | string;
+  /** 0 or absent: keep the TTL given at Begin. */
+  readonly ttlS?: number;
+}
+
+export interface CompleteResponse {
+  readonly status: FencedStatus;
+  /** The record's current fence (tells who took over on STALE_FENCE). */
+  readonly fence: bigint;
+  readonly expiresAt: number;
+}
+
+export interface ReleaseRequest {
+  readonly namespace: string;
+  readonly key: string;
+  readonly fence: bigint;
+}
+
+export interface ReleaseResponse {
+  readonly status: FencedStatus;
+  readonly fence: bigint;
+}
+
+export interface RenewRequest {
+  readonly namespace: string;
+  readonly key: string;
+  readonly fence: bigint;
+  /** New lease length from now; 0 or absent: server default. */
+  readonly leaseMs?: number;
+}
+
+export interface RenewResponse {
+  readonly status: FencedStatus;
+  readonly fence: bigint;
+  readonly leaseExpiresAt: number;
+  readonly expiresAt: number;
+}
+
+export interface KeyRequest {
+  readonly namespace: string;
+  readonly key: string;
+}
+
+export interface DedupRecord {
+  readonly state: RecordState;
+  readonly fence: bigint;
+  readonly argsHash: Buffer;
+  readonly owner: string;
+  /** COMPLETED only; null otherwise. */
+  readonly outcome: Outcome | null;
+  readonly result: Buffer;
+  readonly createdAt: number;
+  readonly completedAt: number;
+  readonly expiresAt: number;
+  readonly leaseExpiresAt: number;
+  readonly attempts: number;
+}
+
+export interface GetResponse {
+  /** null when there is no live record (absent or expired). */
+  readonly record: DedupRecord | null;
+}
+
+export interface ForgetResponse {
+  /** True when a live record was removed. */
+  readonly existed: boolean;
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Deadline of each attempt in ms (Begin adds its waitMs). Default: the client's deadlineMs. */
+  readonly deadlineMs?: number;
+}

@@ -1,0 +1,71 @@
+#include "server/admin_service.h"
+
+#include <thread>
+#include <utility>
+
+#include "server/proto_convert.h"
+
+namespace dedup {
+
+AdminService::AdminService(Store* store, Metrics* metrics, BuildInfo build)
+    : store_(store),
+      metrics_(metrics),
+      build_(std::move(build)),
+      started_(std::chrono::steady_clock::now()) {}
+
+grpc::ServerUnaryReactor* AdminService::Stats(
+    grpc::CallbackServerContext* context, const v1::StatsRequest* /*request*/,
+    v1::StatsResponse* response) {
+  const StoreStats s = store_->Stats();
+  response->set_version(build_.version);
+  response->set_git_sha(build_.git_sha);
+  response->set_durability(build_.durability);
+  response->set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - started_)
+                              .count());
+  response->set_estimated_records(s.estimated_records);
+  response->set_inflight_leases(s.inflight_leases);
+  response->set_lapsed_leases(s.lapsed_leases);
+  response->set_oldest_lapsed_lease_ms(s.oldest_lapsed_lease_ms);
+  response->set_waiting_begins(s.waiting_begins);
+  response->set_expired_dropped(s.expired_dropped);
+  response->set_live_sst_bytes(s.live_sst_bytes);
+  response->set_pending_compaction_bytes(s.pending_compaction_bytes);
+  response->set_block_cache_usage_bytes(s.block_cache_usage_bytes);
+  response->set_memtable_bytes(s.memtable_bytes);
+  for (int i = 0; i < kBeginOutcomeCount; ++i) {
+    const auto outcome = static_cast<BeginOutcome>(i);
+    (*response->mutable_begin_outcomes())[BeginOutcomeName(outcome)] =
+        static_cast<uint64_t>(metrics_->BeginCount(outcome));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::Compact(
+    grpc::CallbackServerContext* context, const v1::CompactRequest* /*request*/,
+    v1::CompactResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (compacting_.exchange(true)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "a compaction is already running"));
+    return reactor;
+  }
+  std::thread([this, reactor, response] {
+    const auto start = std::chrono::steady_clock::now();
+    const uint64_t dropped_before = store_->Stats().expired_dropped;
+    const absl::Status status = store_->CompactAll();
+    response->set_expired_dropped(store_->Stats().expired_dropped -
+                                  dropped_before);
+    response->set_duration_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - start)
+            .count());
+    compacting_.store(false);
+    reactor->Finish(ToGrpcStatus(status));
+  }).detach();
+  return reactor;
+}
+
+}  // namespace dedup

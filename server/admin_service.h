@@ -1,0 +1,45 @@
+// dedup.v1.Admin: statistics and on-demand compaction for operators.
+#ifndef DEDUP_SERVER_ADMIN_SERVICE_H_
+#define DEDUP_SERVER_ADMIN_SERVICE_H_
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "dedup/v1/admin.grpc.pb.h"
+#include "server/metrics.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+struct BuildInfo {
+  std::string version;
+  std::string git_sha;
+  std::string durability;
+};
+
+// Thread-safe. Does not own `store` or `metrics`; both must outlive every
+// call. Compaction runs on a thread of its own: never on gRPC's few
+// callback threads.
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  AdminService(Store* store, Metrics* metrics, BuildInfo build);
+
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::StatsRequest* request,
+                                  v1::StatsResponse* response) override;
+  grpc::ServerUnaryReactor* Compact(grpc::CallbackServerContext* context,
+                                    const v1::CompactRequest* request,
+                                    v1::CompactResponse* response) override;
+
+ private:
+  Store* const store_;
+  Metrics* const metrics_;
+  const BuildInfo build_;
+  const std::chrono::steady_clock::time_point started_;
+  std::atomic<bool> compacting_{false};
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_ADMIN_SERVICE_H_

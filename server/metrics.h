@@ -1,0 +1,97 @@
+// dedupd's Prometheus metrics. Names follow Prometheus practice: `dedup_`
+// prefix, base units, `_total` counters, bounded label sets (never a key,
+// owner or client id; namespaces only from an operator-given list).
+//
+// Thread-safe: every Record* method may be called from any thread; the
+// counters are pre-created so recording is a lookup in a fixed table plus an
+// atomic add.
+#ifndef DEDUP_SERVER_METRICS_H_
+#define DEDUP_SERVER_METRICS_H_
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/support/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "server/limits.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+enum class Method { kBegin, kComplete, kRelease, kRenew, kGet, kForget };
+inline constexpr int kMethodCount = 6;
+[[nodiscard]] const char* MethodName(Method method);
+
+// How a Begin was answered, as counted.
+enum class BeginOutcome {
+  kStarted,
+  kTakeover,
+  kReentry,
+  kInUse,
+  kConflict,
+  kDuplicate
+};
+inline constexpr int kBeginOutcomeCount = 6;
+[[nodiscard]] BeginOutcome ClassifyBegin(const BeginDecision& decision);
+[[nodiscard]] const char* BeginOutcomeName(BeginOutcome outcome);
+
+class Metrics : public StoreObserver {
+ public:
+  // `labelled_namespaces` get their own `namespace` label value; every other
+  // namespace is counted as "other".
+  explicit Metrics(const std::vector<std::string>& labelled_namespaces);
+
+  // The registry to expose (holds every metric below).
+  [[nodiscard]] std::shared_ptr<prometheus::Registry> registry() const {
+    return registry_;
+  }
+
+  void RecordBegin(absl::string_view ns, const BeginResult& result);
+  void RecordFenced(Method method, FencedStatus status);
+  // `field` is the request field named by the validation error.
+  void RecordInvalid(Method method, absl::string_view field);
+  void RecordError(Method method, grpc::StatusCode code);
+  // Duration of a call that answered at once.
+  void ObserveDuration(Method method, double seconds);
+  // Duration of a Begin that was parked by its wait_ms.
+  void ObserveWait(double seconds);
+  void RecordEventLogDropped();
+  // StoreObserver.
+  void OnWrite(int operations, double seconds) override;
+
+  // Current value of dedup_begin_total{outcome}, for the admin Stats call.
+  [[nodiscard]] double BeginCount(BeginOutcome outcome) const;
+
+ private:
+  using OutcomeCounters = std::array<prometheus::Counter*, kBeginOutcomeCount>;
+  OutcomeCounters AddOutcomes(prometheus::Family<prometheus::Counter>& family,
+                              const std::string& ns);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  OutcomeCounters begin_;
+  // Read-only after construction, hence lock-free lookups.
+  absl::flat_hash_map<std::string, OutcomeCounters> begin_by_namespace_;
+  OutcomeCounters begin_other_namespace_;
+  std::array<prometheus::Counter*, 4>
+      wait_;  // duplicate/started/timeout/conflict
+  // [method][FencedStatus] for Complete, Release, Renew.
+  std::array<std::array<prometheus::Counter*, 4>, 3> fenced_;
+  std::array<prometheus::Histogram*, kMethodCount> duration_;
+  prometheus::Family<prometheus::Counter>* invalid_;
+  prometheus::Family<prometheus::Counter>* errors_;
+  prometheus::Histogram* wait_duration_;
+  prometheus::Histogram* write_seconds_;
+  prometheus::Histogram* writes_per_sync_;
+  prometheus::Counter* event_log_dropped_;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_METRICS_H_

@@ -1,0 +1,82 @@
+"""Starts a real dedupd for a test and stops it cleanly (SIGTERM).
+
+The binary comes from $DEDUPD. The server binds 127.0.0.1:0 and reports its
+port on stderr ("dedupd listening on 127.0.0.1:PORT ..."); its output goes to
+a file (not a pipe nobody reads, which could fill up and block it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+_LISTENING = re.compile(r"dedupd listening on 127\.0\.0\.1:(\d+)")
+
+
+def _die_with_parent(argv: list[str]) -> list[str]:
+    """argv under util-linux setpriv --pdeathsig: if the test process is
+    killed (e.g. a CTest timeout) the server goes too instead of lingering.
+    setpriv execs the server, so the pid stays the server's. (Not
+    preexec_fn: it is unsafe once gRPC's threads exist.)"""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+
+
+class Dedupd:
+    """One dedupd process with its own data directory (durability none)."""
+
+    def __init__(self, start_timeout_s: float = 20.0) -> None:
+        binary = os.environ.get("DEDUPD")
+        if not binary:
+            raise RuntimeError("set DEDUPD to the dedupd binary")
+        self._tmp = tempfile.TemporaryDirectory(prefix="dedup-py-")
+        self.log_path = Path(self._tmp.name) / "dedupd.log"
+        self._log = open(self.log_path, "wb")
+        self.process: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
+            # Metrics off: parallel servers must not collide on port 9464.
+            _die_with_parent([binary, "--address=127.0.0.1:0", "--metrics_address=",
+                              f"--data_dir={self._tmp.name}/data", "--durability=none"]),
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        try:
+            self.port = self._wait_for_port(start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.target = f"127.0.0.1:{self.port}"
+
+    def _wait_for_port(self, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            match = _LISTENING.search(self.log_path.read_text(errors="replace"))
+            if match:
+                return int(match.group(1))
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"dedupd exited {self.process.returncode}: {self.log()}")
+            time.sleep(0.01)
+        raise TimeoutError(f"dedupd did not report its port: {self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> int:
+        """SIGTERM, wait (SIGKILL after 30 s); returns the exit code."""
+        code = 0
+        if self.process is not None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                code = self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                code = self.process.wait()
+            self.process = None
+        self._log.close()
+        self._tmp.cleanup()
+        return code

@@ -1,0 +1,177 @@
+"""with_idempotency / @idempotent: how each authority answer maps to running
+fn, returning, or raising. Uses a scripted client; tests/python/integration
+checks the same flows against the real dedupd."""
+
+from __future__ import annotations
+
+import json
+import unittest
+import uuid
+
+from dedup_client import (
+    ConflictError,
+    InUseTimeoutError,
+    OutcomeNotRecordedError,
+    ReplayedError,
+    RetryableError,
+    StaleFenceError,
+    args_hash,
+    current_claim,
+    dedup_pb2,
+    idempotent,
+    with_idempotency,
+)
+from fakes import ScriptedClient, conflict, duplicate, in_use, started
+
+ARGS = {"to": "ana@example.com", "amount": 12}
+
+
+class Declined(Exception):
+    pass
+
+
+class AnswerMappingTest(unittest.TestCase):
+    def test_started_runs_fn_and_completes_with_json(self) -> None:
+        client = ScriptedClient([started(fence=9)])
+        seen = []
+        out = with_idempotency(
+            client, "ns", ARGS, lambda: seen.append(current_claim()) or {"id": 1})
+        self.assertEqual((out.result, out.duplicate, out.fence), ({"id": 1}, False, 9))
+        self.assertEqual(out.outcome, dedup_pb2.SUCCESS)
+        self.assertEqual(seen[0].fence, 9)
+        self.assertIsNone(current_claim())  # reset after fn
+        name, complete = client.calls[1]
+        self.assertEqual((name, complete["fence"], complete["outcome"]),
+                         ("complete", 9, dedup_pb2.SUCCESS))
+        self.assertEqual(json.loads(complete["result"]), {"id": 1})
+
+    def test_begin_carries_hash_default_key_and_a_fresh_uuid_owner(self) -> None:
+        client = ScriptedClient([in_use(), started()])
+        with_idempotency(client, "ns", ARGS, lambda: None, wait_per_call_s=0.5)
+        first, second = (kw for name, kw in client.calls if name == "begin")
+        self.assertEqual(first["args_hash"], args_hash(ARGS))
+        self.assertEqual(first["key"], args_hash(ARGS).hex())
+        self.assertEqual(uuid.UUID(first["owner"]).version, 4)
+        self.assertNotEqual(first["owner"], second["owner"])
+        # IN_USE: the next Begin asks the server to wait.
+        self.assertEqual((first["wait_ms"], second["wait_ms"]), (0, 500))
+
+    def test_duplicate_success_returns_the_stored_result(self) -> None:
+        client = ScriptedClient([duplicate(dedup_pb2.SUCCESS, b'{"id":1}')])
+        out = with_idempotency(client, "ns", ARGS, self.fail, key="k")
+        self.assertEqual((out.result, out.duplicate), ({"id": 1}, True))
+        self.assertEqual(client.names(), ["begin"])
+
+    def test_duplicate_error_raises_replayed_error(self) -> None:
+        payload = b'{"name":"Declined","message":"card declined","code":"E42"}'
+        client = ScriptedClient([duplicate(dedup_pb2.ERROR, payload, fence=4)])
+        with self.assertRaises(ReplayedError) as caught:
+            with_idempotency(client, "ns", ARGS, self.fail)
+        e = caught.exception
+        self.assertEqual((e.name, e.message, e.fence, e.payload),
+                         ("Declined", "card declined", 4, payload))
+        self.assertEqual(e.stored["code"], "E42")
+
+    def test_replayed_error_from_a_non_json_payload_keeps_the_text(self) -> None:
+        client = ScriptedClient([duplicate(dedup_pb2.ERROR, b"smtp said no")])
+        with self.assertRaises(ReplayedError) as caught:
+            with_idempotency(client, "ns", ARGS, self.fail)
+        self.assertEqual((caught.exception.name, caught.exception.message),
+                         ("Error", "smtp said no"))
+
+    def test_conflict_raises_without_running(self) -> None:
+        client = ScriptedClient([conflict()])
+        with self.assertRaises(ConflictError):
+            with_idempotency(client, "ns", ARGS, self.fail, key="k")
+
+    def test_in_use_until_the_deadline_raises_timeout(self) -> None:
+        client = ScriptedClient([in_use(retry_after_ms=10)] * 50)
+        with self.assertRaises(InUseTimeoutError) as caught:
+            with_idempotency(client, "ns", ARGS, self.fail, deadline_s=0.05)
+        self.assertIsInstance(caught.exception, TimeoutError)
+        self.assertNotIn("complete", client.names())
+
+
+class FailureMappingTest(unittest.TestCase):
+    def test_retryable_error_releases_and_propagates(self) -> None:
+        client = ScriptedClient([started(fence=5)])
+        with self.assertRaises(RetryableError):
+            with_idempotency(client, "ns", ARGS, _raiser(RetryableError("try later")))
+        self.assertEqual(client.calls[1], ("release", {"key": args_hash(ARGS).hex(), "fence": 5}))
+
+    def test_predicate_marks_other_exceptions_retryable(self) -> None:
+        client = ScriptedClient([started()])
+        with self.assertRaises(ConnectionError):
+            with_idempotency(client, "ns", ARGS, _raiser(ConnectionError("reset")),
+                             is_retryable=lambda e: isinstance(e, ConnectionError))
+        self.assertEqual(client.names(), ["begin", "release"])
+
+    def test_permanent_error_is_recorded_and_propagates(self) -> None:
+        client = ScriptedClient([started(fence=5)])
+        with self.assertRaises(Declined):
+            with_idempotency(client, "ns", ARGS, _raiser(Declined("card declined")))
+        name, complete = client.calls[1]
+        self.assertEqual((name, complete["outcome"]), ("complete", dedup_pb2.ERROR))
+        stored = json.loads(complete["result"])
+        self.assertEqual(stored, {"name": f"{__name__}.Declined", "message": "card declined"})
+
+    def test_unencodable_result_is_recorded_as_error_not_left_to_rerun(self) -> None:
+        client = ScriptedClient([started()])
+        with self.assertRaises(TypeError):
+            with_idempotency(client, "ns", ARGS, lambda: object())
+        self.assertEqual(client.calls[1][1]["outcome"], dedup_pb2.ERROR)
+
+    def test_stale_fence_on_complete(self) -> None:
+        client = ScriptedClient([started(fence=5)], dedup_pb2.CompleteResponse.STALE_FENCE)
+        with self.assertRaises(StaleFenceError) as caught:
+            with_idempotency(client, "ns", ARGS, lambda: "sent")
+        e = caught.exception
+        self.assertEqual((e.answer, e.fence, e.current_fence, e.result),
+                         ("STALE_FENCE", 5, 6, "sent"))
+
+    def test_other_refusals_are_not_stale_fence(self) -> None:
+        for status in (dedup_pb2.CompleteResponse.NOT_FOUND,
+                       dedup_pb2.CompleteResponse.ALREADY_COMPLETED):
+            with self.subTest(status):
+                client = ScriptedClient([started()], status)
+                with self.assertRaises(OutcomeNotRecordedError) as caught:
+                    with_idempotency(client, "ns", ARGS, lambda: "sent")
+                self.assertNotIsInstance(caught.exception, StaleFenceError)
+
+    def test_failed_error_recording_keeps_the_original_exception(self) -> None:
+        client = ScriptedClient([started()], dedup_pb2.CompleteResponse.STALE_FENCE)
+        with self.assertRaises(Declined) as caught:
+            with_idempotency(client, "ns", ARGS, _raiser(Declined("no")))
+        self.assertIn("NOT recorded", "".join(getattr(caught.exception, "__notes__", [])))
+
+
+class DecoratorTest(unittest.TestCase):
+    def test_hashes_arguments_by_name_and_returns_the_plain_result(self) -> None:
+        client = ScriptedClient([started(), duplicate(dedup_pb2.SUCCESS, b'"sent:7"')])
+
+        @idempotent(client, "mail:send", key_from=lambda a: f"order-{a['order']}")
+        def send(order: int, to: str, subject: str = "hi", **extra: object) -> str:
+            """Sends."""
+            return f"sent:{order}"
+
+        self.assertEqual(send.__name__, "send")
+        self.assertEqual(send.__doc__, "Sends.")
+        self.assertEqual(send.arguments_of(7, "a@b", urgent=True),
+                         {"order": 7, "to": "a@b", "urgent": True})
+        self.assertEqual(send(7, to="a@b"), "sent:7")
+        begin = client.calls[0][1]
+        self.assertEqual(begin["key"], "order-7")
+        self.assertEqual(begin["args_hash"], args_hash({"order": 7, "to": "a@b"}))
+        out = send.with_outcome(order=7, to="a@b")
+        self.assertEqual((out.result, out.duplicate), ("sent:7", True))
+
+
+def _raiser(error: Exception):
+    def fn():
+        raise error
+
+    return fn
+
+
+if __name__ == "__main__":
+    unittest.main()
