@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "server/proto_convert.h"
+#include "server/rpc_call.h"
 
 namespace dedup {
 namespace {
@@ -23,61 +24,12 @@ int64_t EffectiveWaitMs(const grpc::CallbackServerContext& context,
   return std::clamp<int64_t>(remaining - kDeadlineMarginMs, 0, wait_ms);
 }
 
-// Validation messages start with the field name ("key: must be ...").
-absl::string_view FieldOf(const absl::Status& status) {
-  absl::string_view message = status.message();
-  return message.substr(0, message.find(':'));
-}
-
 }  // namespace
-
-// One RPC from arrival to answer: finishes the reactor exactly once and
-// records its duration and error code on the way.
-class DedupService::Call {
- public:
-  Call(grpc::CallbackServerContext* context, Method method, Metrics* metrics)
-      : reactor_(context->DefaultReactor()),
-        method_(method),
-        metrics_(metrics),
-        start_(std::chrono::steady_clock::now()) {}
-
-  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
-  Method method() const { return method_; }
-
-  // True (and the call finished) when `validation` failed.
-  bool Rejected(const absl::Status& validation) const {
-    if (validation.ok()) return false;
-    metrics_->RecordInvalid(method_, FieldOf(validation));
-    Finish(ToGrpcStatus(validation));
-    return true;
-  }
-
-  // `waited`: a Begin parked by its wait_ms, timed apart so that asked-for
-  // waiting does not read as latency.
-  void Finish(const grpc::Status& status, bool waited = false) const {
-    if (!status.ok()) metrics_->RecordError(method_, status.error_code());
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
-            .count();
-    if (waited) {
-      metrics_->ObserveWait(seconds);
-    } else {
-      metrics_->ObserveDuration(method_, seconds);
-    }
-    reactor_->Finish(status);
-  }
-
- private:
-  grpc::ServerUnaryReactor* const reactor_;
-  const Method method_;
-  Metrics* const metrics_;
-  const std::chrono::steady_clock::time_point start_;
-};
 
 grpc::ServerUnaryReactor* DedupService::Begin(
     grpc::CallbackServerContext* context, const v1::BeginRequest* request,
     v1::BeginResponse* response) {
-  const Call call(context, Method::kBegin, metrics_);
+  const RpcCall call(context, Method::kBegin, metrics_);
   if (call.Rejected(ValidateBegin(*request, limits_))) return call.reactor();
   BeginParams params;
   params.args_hash = request->args_hash();
@@ -104,7 +56,7 @@ grpc::ServerUnaryReactor* DedupService::Begin(
 // Callback for the fenced calls (Complete, Release, Renew): counts the answer,
 // logs stale fences, fills the response and finishes.
 template <typename Request, typename Response, typename Fill>
-StoreCallback<FencedDecision> DedupService::Fenced(const Call& call,
+StoreCallback<FencedDecision> DedupService::Fenced(const RpcCall& call,
                                                    const Request* request,
                                                    Response* response,
                                                    Fill fill) const {
@@ -124,7 +76,7 @@ StoreCallback<FencedDecision> DedupService::Fenced(const Call& call,
 grpc::ServerUnaryReactor* DedupService::Complete(
     grpc::CallbackServerContext* context, const v1::CompleteRequest* request,
     v1::CompleteResponse* response) {
-  const Call call(context, Method::kComplete, metrics_);
+  const RpcCall call(context, Method::kComplete, metrics_);
   if (call.Rejected(ValidateComplete(*request, limits_))) return call.reactor();
   CompleteParams params;
   params.fence = request->fence();
@@ -139,7 +91,7 @@ grpc::ServerUnaryReactor* DedupService::Complete(
 grpc::ServerUnaryReactor* DedupService::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* response) {
-  const Call call(context, Method::kRelease, metrics_);
+  const RpcCall call(context, Method::kRelease, metrics_);
   if (call.Rejected(ValidateRelease(*request, limits_))) return call.reactor();
   store_->Release(request->namespace_(), request->key(), request->fence(),
                   Fenced(call, request, response, FillReleaseResponse));
@@ -149,7 +101,7 @@ grpc::ServerUnaryReactor* DedupService::Release(
 grpc::ServerUnaryReactor* DedupService::Renew(
     grpc::CallbackServerContext* context, const v1::RenewRequest* request,
     v1::RenewResponse* response) {
-  const Call call(context, Method::kRenew, metrics_);
+  const RpcCall call(context, Method::kRenew, metrics_);
   if (call.Rejected(ValidateRenew(*request, limits_))) return call.reactor();
   store_->Renew(request->namespace_(), request->key(), request->fence(),
                 ResolveLease(request->lease_ms(), limits_),
@@ -160,7 +112,7 @@ grpc::ServerUnaryReactor* DedupService::Renew(
 grpc::ServerUnaryReactor* DedupService::Get(
     grpc::CallbackServerContext* context, const v1::GetRequest* request,
     v1::GetResponse* response) {
-  const Call call(context, Method::kGet, metrics_);
+  const RpcCall call(context, Method::kGet, metrics_);
   if (call.Rejected(ValidateGet(*request, limits_))) return call.reactor();
   store_->Get(request->namespace_(), request->key(),
               [call, response](absl::StatusOr<std::optional<Record>> r) {
@@ -177,7 +129,7 @@ grpc::ServerUnaryReactor* DedupService::Get(
 grpc::ServerUnaryReactor* DedupService::Forget(
     grpc::CallbackServerContext* context, const v1::ForgetRequest* request,
     v1::ForgetResponse* response) {
-  const Call call(context, Method::kForget, metrics_);
+  const RpcCall call(context, Method::kForget, metrics_);
   if (call.Rejected(ValidateForget(*request, limits_))) return call.reactor();
   store_->Forget(request->namespace_(), request->key(),
                  [call, response](absl::StatusOr<bool> r) {

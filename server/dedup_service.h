@@ -9,6 +9,7 @@
 #include "server/event_log.h"
 #include "server/limits.h"
 #include "server/metrics.h"
+#include "server/rpc_call.h"
 #include "storage/clock.h"
 #include "storage/store.h"
 
@@ -42,11 +43,19 @@ class DedupService final : public v1::Dedup::CallbackService {
                                    const v1::ForgetRequest* request,
                                    v1::ForgetResponse* response) override;
 
- private:
-  class Call;
+  grpc::ServerUnaryReactor* BeginBatch(
+      grpc::CallbackServerContext* context,
+      const v1::BeginBatchRequest* request,
+      v1::BeginBatchResponse* response) override;
+  grpc::ServerUnaryReactor* CompleteBatch(
+      grpc::CallbackServerContext* context,
+      const v1::CompleteBatchRequest* request,
+      v1::CompleteBatchResponse* response) override;
 
+ private:
   template <typename Request, typename Response, typename Fill>
-  StoreCallback<FencedDecision> Fenced(const Call& call, const Request* request,
+  StoreCallback<FencedDecision> Fenced(const RpcCall& call,
+                                       const Request* request,
                                        Response* response, Fill fill) const;
 
   Store* const store_;

@@ -89,7 +89,10 @@ const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
           {"namespace", "key", "fence"},
           {"namespace", "key", "fence", "lease_ms"},
           {"namespace", "key"},
-          {"namespace", "key"}};
+          {"namespace", "key"},
+          {"items", "namespace", "key", "args_hash", "owner", "lease_ms",
+           "ttl_s", "wait_ms"},
+          {"items", "namespace", "key", "fence", "outcome", "result", "ttl_s"}};
   return (*kFields)[method_index];
 }
 
@@ -104,6 +107,9 @@ absl::Status Limits::Check() const {
     return Invalid("max_owner_bytes", "must be <= 4096");
   if (max_args_hash_bytes > 4096) {
     return Invalid("max_args_hash_bytes", "must be <= 4096");
+  }
+  if (max_batch_items < 1 || max_batch_items > 100'000) {
+    return Invalid("max_batch_items", "must be 1..100000");
   }
   if (max_result_bytes > (64u << 20)) {
     return Invalid("max_result_bytes", "must be <= 64 MiB");
@@ -149,6 +155,24 @@ absl::Status ValidateBegin(const v1::BeginRequest& r, const Limits& limits) {
   if (r.wait_ms() > limits.max_wait_ms) {
     return Invalid("wait_ms", absl::StrCat("at most ", limits.max_wait_ms,
                                            ", got ", r.wait_ms()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBatchSize(int items, const Limits& limits) {
+  if (items < 1 || static_cast<uint32_t>(items) > limits.max_batch_items) {
+    return Invalid("items", absl::StrCat("must be 1..", limits.max_batch_items,
+                                         " items, got ", items));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBatchBegin(const v1::BeginRequest& r,
+                                const Limits& limits) {
+  if (absl::Status s = ValidateBegin(r, limits); !s.ok()) return s;
+  if (r.wait_ms() != 0) {
+    return Invalid("wait_ms",
+                   absl::StrCat("must be 0 in a batch, got ", r.wait_ms()));
   }
   return absl::OkStatus();
 }

@@ -28,6 +28,7 @@ struct Limits {
   uint32_t max_lease_ms = 3600 * 1000;
   uint32_t default_lease_ms = 60 * 1000;
   uint32_t max_wait_ms = 60 * 1000;
+  uint32_t max_batch_items = 1000;
 
   // Checks the limits are coherent with each other and with the storage
   // format (e.g. a namespace length must fit one byte).
@@ -50,9 +51,17 @@ struct Limits {
 [[nodiscard]] absl::Status ValidateForget(const v1::ForgetRequest& r,
                                           const Limits& limits);
 
+// Batch size rule: INVALID_ARGUMENT "items: ..." unless 1..max_batch_items.
+[[nodiscard]] absl::Status ValidateBatchSize(int items, const Limits& limits);
+
+// A batch item's begin rules plus "wait_ms must be 0" (one parked key must
+// not hold a whole batch).
+[[nodiscard]] absl::Status ValidateBatchBegin(const v1::BeginRequest& r,
+                                              const Limits& limits);
+
 // Fields a method's validation may name, in check order (for metrics).
 // `method_index` follows the Method enum of metrics.h: Begin, Complete,
-// Release, Renew, Get, Forget.
+// Release, Renew, Get, Forget, BeginBatch, CompleteBatch.
 [[nodiscard]] const std::vector<absl::string_view>& ValidatedFieldsOf(
     int method_index);
 

@@ -25,6 +25,7 @@
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "server/admin_service.h"
+#include "server/bench_service.h"
 #include "server/collectors.h"
 #include "server/dedup_service.h"
 #include "server/event_log.h"
@@ -175,6 +176,8 @@ int main(int argc, char** argv) {
                            &port);
   builder.RegisterService(&service);
   builder.RegisterService(&admin);
+  dedup::BenchService bench;
+  if (config->enable_bench_service) builder.RegisterService(&bench);
   builder.SetMaxReceiveMessageSize(
       std::max<int>(4 << 20, static_cast<int>(config->limits.max_result_bytes) +
                                  kMessageOverheadBytes));

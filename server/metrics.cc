@@ -8,7 +8,8 @@ namespace dedup {
 namespace {
 
 constexpr std::array<const char*, kMethodCount> kMethodNames = {
-    "Begin", "Complete", "Release", "Renew", "Get", "Forget"};
+    "Begin", "Complete", "Release",    "Renew",
+    "Get",   "Forget",   "BeginBatch", "CompleteBatch"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
     "started", "takeover", "reentry", "in_use", "conflict", "duplicate"};
 constexpr std::array<const char*, 4> kFencedNames = {

@@ -25,8 +25,17 @@
 
 namespace dedup {
 
-enum class Method { kBegin, kComplete, kRelease, kRenew, kGet, kForget };
-inline constexpr int kMethodCount = 6;
+enum class Method {
+  kBegin,
+  kComplete,
+  kRelease,
+  kRenew,
+  kGet,
+  kForget,
+  kBeginBatch,
+  kCompleteBatch
+};
+inline constexpr int kMethodCount = 8;
 [[nodiscard]] const char* MethodName(Method method);
 
 // How a Begin was answered, as counted.

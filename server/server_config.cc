@@ -58,6 +58,10 @@ ABSL_FLAG(uint32_t, max_namespace_bytes, 128,
 ABSL_FLAG(uint32_t, max_owner_bytes, 128, "longest owner accepted");
 ABSL_FLAG(uint32_t, max_args_hash_bytes, 64, "longest args_hash accepted");
 ABSL_FLAG(uint32_t, max_result_bytes, 1 << 20, "largest result accepted");
+ABSL_FLAG(uint32_t, max_batch_items, 1000,
+          "most items in a BeginBatch or CompleteBatch");
+ABSL_FLAG(bool, enable_bench_service, false,
+          "serve dedup.v1.Bench (Echo), the bare-gRPC baseline for benchmarks");
 
 namespace dedup {
 
@@ -141,6 +145,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   limits.max_owner_bytes = absl::GetFlag(FLAGS_max_owner_bytes);
   limits.max_args_hash_bytes = absl::GetFlag(FLAGS_max_args_hash_bytes);
   limits.max_result_bytes = absl::GetFlag(FLAGS_max_result_bytes);
+  limits.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
+  config.enable_bench_service = absl::GetFlag(FLAGS_enable_bench_service);
   if (absl::Status s = limits.Check(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
   }

@@ -23,6 +23,7 @@ struct ServerConfig {
   StoreOptions store;
   Limits limits;
   int64_t shutdown_grace_ms = 10'000;
+  bool enable_bench_service = false;
 };
 
 // Reads the flags after absl::ParseCommandLine. Fails with INVALID_ARGUMENT

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -172,6 +174,39 @@ TEST_F(DedupctlTest, BeginCompleteBeginDuplicateCycle) {
   CtlResult gone = Ctl({"get", "ctl-itest", "order-1"});
   ASSERT_EQ(gone.exit_code, 0) << gone.err;
   EXPECT_EQ(gone.out, "found: false\n");
+}
+
+// stats prints a table from the Admin service; its begin counts move with
+// the calls made; compact answers with what it dropped.
+TEST_F(DedupctlTest, StatsTableAndCompact) {
+  CtlResult before = Ctl({"stats"});
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  EXPECT_THAT(before.out, HasSubstr("durability"));
+  EXPECT_THAT(before.out, HasSubstr("records (estimate)"));
+  EXPECT_THAT(before.out, HasSubstr("in flight, lease live"));
+  EXPECT_THAT(before.out, HasSubstr("begin answers since start:"));
+  auto started_count = [](const std::string& table) {
+    for (absl::string_view line : absl::StrSplit(table, '\n')) {
+      if (absl::StartsWith(line, "  started ")) {
+        uint64_t n = 0;
+        absl::string_view rest = absl::StripAsciiWhitespace(line.substr(10));
+        (void)absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &n);
+        return n;
+      }
+    }
+    return uint64_t{0};
+  };
+  const uint64_t started_before = started_count(before.out);
+  ASSERT_EQ(Ctl({"begin", "ctl-stats", "k1"}).exit_code, 0);
+  ASSERT_EQ(Ctl({"begin", "ctl-stats", "k2"}).exit_code, 0);
+  CtlResult after = Ctl({"stats"});
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_EQ(started_count(after.out), started_before + 2) << after.out;
+
+  CtlResult compact = Ctl({"compact"});
+  ASSERT_EQ(compact.exit_code, 0) << compact.err;
+  EXPECT_EQ(Field(compact.out, "expired_dropped"), "0");
+  EXPECT_EQ(Ctl({"stats", "extra"}).exit_code, 64);
 }
 
 TEST_F(DedupctlTest, BinaryResultPrintedAsHexAndErrorOutcome) {

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 // From dist/test/ up to the example and the client package.
-const README = fileURLToPath(new URL('../../../../client/typescript/README.md', import.meta.url));
+const README = fileURLToPath(new URL('../../../../README.md', import.meta.url));
 const SOURCES = fileURLToPath(new URL('../../src/', import.meta.url));
 
 function codeLine(line: string): string {

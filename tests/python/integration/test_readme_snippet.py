@@ -1,4 +1,4 @@
-"""The "Use from an MCP server" snippet of client/python/README.md, run as
+"""The "Use from an MCP server" Python snippet of the root README, run as
 is against a real dedupd, with a fake mailer that writes to a ledger."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from unittest import mock
 from dedup_client import RetryableError
 from dedupd_process import Dedupd
 
-README = Path(__file__).resolve().parents[3] / "client" / "python" / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def snippet() -> str:

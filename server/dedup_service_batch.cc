@@ -1,0 +1,135 @@
+// BeginBatch and CompleteBatch: independent items sharing one RPC. Each valid
+// item goes to its key's storage shard like a unary call (so shards batch
+// them into their group commits); the RPC is answered when the last item is.
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/dedup_service.h"
+#include "server/proto_convert.h"
+
+namespace dedup {
+namespace {
+
+// Owned by the batch's item callbacks; the last one to finish answers and
+// deletes it. Starts one above the item count so that the handler itself
+// holds a reference until every item is submitted.
+class BatchCompletion {
+ public:
+  BatchCompletion(const RpcCall& call, int items)
+      : call_(call), pending_(items + 1) {}
+
+  void ItemDone() {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      call_.Finish(grpc::Status::OK);
+      delete this;
+    }
+  }
+
+ private:
+  const RpcCall call_;
+  std::atomic<int> pending_;
+};
+
+void SetItemError(v1::ItemError* error, int index, const absl::Status& status,
+                  bool prefix_field) {
+  error->set_code(static_cast<int>(status.code()));
+  error->set_message(prefix_field
+                         ? absl::StrCat("items[", index, "].", status.message())
+                         : std::string(status.message()));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* DedupService::BeginBatch(
+    grpc::CallbackServerContext* context, const v1::BeginBatchRequest* request,
+    v1::BeginBatchResponse* response) {
+  const RpcCall call(context, Method::kBeginBatch, metrics_);
+  const int n = request->items_size();
+  if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  // Every answer slot exists before any callback runs: callbacks on
+  // different shard threads then only ever touch their own item.
+  for (int i = 0; i < n; ++i) response->add_items();
+  auto* completion = new BatchCompletion(call, n);
+  for (int i = 0; i < n; ++i) {
+    const v1::BeginRequest* item = &request->items(i);
+    v1::BeginBatchResponse::Item* out = response->mutable_items(i);
+    if (absl::Status v = ValidateBatchBegin(*item, limits_); !v.ok()) {
+      metrics_->RecordInvalid(Method::kBeginBatch, FieldOf(v));
+      SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
+      completion->ItemDone();
+      continue;
+    }
+    BeginParams params;
+    params.args_hash = item->args_hash();
+    params.owner = item->owner();
+    params.lease_ms = ResolveLease(item->lease_ms(), limits_);
+    params.ttl_s = ResolveTtl(item->ttl_s(), limits_);
+    store_->Begin(
+        item->namespace_(), item->key(), std::move(params),
+        /*wait_ms=*/0,
+        [this, completion, item, out, i](absl::StatusOr<BeginResult> r) {
+          if (r.ok()) {
+            metrics_->RecordBegin(item->namespace_(), *r);
+            if (events_ != nullptr) {
+              events_->OnBegin(item->namespace_(), item->key(), *r,
+                               RealClock()->NowMillis());
+            }
+            FillBeginResponse(*r, out->mutable_response());
+          } else {
+            SetItemError(out->mutable_error(), i, r.status(),
+                         /*prefix_field=*/false);
+          }
+          completion->ItemDone();
+        });
+  }
+  completion->ItemDone();
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* DedupService::CompleteBatch(
+    grpc::CallbackServerContext* context,
+    const v1::CompleteBatchRequest* request,
+    v1::CompleteBatchResponse* response) {
+  const RpcCall call(context, Method::kCompleteBatch, metrics_);
+  const int n = request->items_size();
+  if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  for (int i = 0; i < n; ++i) response->add_items();
+  auto* completion = new BatchCompletion(call, n);
+  for (int i = 0; i < n; ++i) {
+    const v1::CompleteRequest* item = &request->items(i);
+    v1::CompleteBatchResponse::Item* out = response->mutable_items(i);
+    if (absl::Status v = ValidateComplete(*item, limits_); !v.ok()) {
+      metrics_->RecordInvalid(Method::kCompleteBatch, FieldOf(v));
+      SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
+      completion->ItemDone();
+      continue;
+    }
+    CompleteParams params;
+    params.fence = item->fence();
+    params.outcome = FromProto(item->outcome());
+    params.result = item->result();
+    params.ttl_s = item->ttl_s();
+    store_->Complete(
+        item->namespace_(), item->key(), std::move(params),
+        [this, completion, item, out, i](absl::StatusOr<FencedDecision> d) {
+          if (d.ok()) {
+            metrics_->RecordFenced(Method::kComplete, d->status);
+            if (events_ != nullptr) {
+              events_->OnFenced(Method::kComplete, item->namespace_(),
+                                item->key(), item->fence(), *d,
+                                RealClock()->NowMillis());
+            }
+            FillCompleteResponse(*d, out->mutable_response());
+          } else {
+            SetItemError(out->mutable_error(), i, d.status(),
+                         /*prefix_field=*/false);
+          }
+          completion->ItemDone();
+        });
+  }
+  completion->ItemDone();
+  return call.reactor();
+}
+
+}  // namespace dedup

@@ -1,0 +1,68 @@
+// One unary RPC from arrival to answer, shared by the services' handlers.
+#ifndef DEDUP_SERVER_RPC_CALL_H_
+#define DEDUP_SERVER_RPC_CALL_H_
+
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
+#include "server/metrics.h"
+#include "server/proto_convert.h"
+
+namespace dedup {
+
+// Validation messages start with the field name ("key: must be ...").
+inline absl::string_view FieldOf(const absl::Status& status) {
+  absl::string_view message = status.message();
+  return message.substr(0, message.find(':'));
+}
+
+// Finishes the reactor exactly once and records the call's duration and
+// error code on the way. Cheap to copy (callbacks hold copies); does not own
+// `metrics`, which must outlive the call.
+class RpcCall {
+ public:
+  RpcCall(grpc::CallbackServerContext* context, Method method, Metrics* metrics)
+      : reactor_(context->DefaultReactor()),
+        method_(method),
+        metrics_(metrics),
+        start_(std::chrono::steady_clock::now()) {}
+
+  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+  Method method() const { return method_; }
+
+  // True (and the call finished) when `validation` failed.
+  bool Rejected(const absl::Status& validation) const {
+    if (validation.ok()) return false;
+    metrics_->RecordInvalid(method_, FieldOf(validation));
+    Finish(ToGrpcStatus(validation));
+    return true;
+  }
+
+  // `waited`: a Begin parked by its wait_ms, timed apart so that asked-for
+  // waiting does not read as latency.
+  void Finish(const grpc::Status& status, bool waited = false) const {
+    if (!status.ok()) metrics_->RecordError(method_, status.error_code());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
+    if (waited) {
+      metrics_->ObserveWait(seconds);
+    } else {
+      metrics_->ObserveDuration(method_, seconds);
+    }
+    reactor_->Finish(status);
+  }
+
+ private:
+  grpc::ServerUnaryReactor* const reactor_;
+  const Method method_;
+  Metrics* const metrics_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_RPC_CALL_H_
