@@ -1,0 +1,154 @@
+// The RocksDB store: Begin on new keys, Begin on completed keys, Complete,
+// in `none` and `sync` durability, with `concurrency` operations in flight
+// (the store batches whatever is queued into one write per shard).
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "benchmark/benchmark.h"
+#include "storage/store.h"
+
+namespace dedup {
+namespace {
+
+class TempStore {
+ public:
+  explicit TempStore(Durability durability) {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "dedup-bench-XXXXXX")
+            .string();
+    path_ = mkdtemp(tmpl.data());
+    StoreOptions options;
+    options.path = path_;
+    options.durability = durability;
+    store_ = *Store::Open(options);
+  }
+  ~TempStore() {
+    store_.reset();
+    std::filesystem::remove_all(path_);
+  }
+  Store& store() { return *store_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<Store> store_;
+};
+
+BeginParams Params() {
+  BeginParams p;
+  p.args_hash = std::string(32, 'h');
+  p.owner = "owner";
+  p.lease_ms = 60'000;
+  p.ttl_s = 86400;
+  return p;
+}
+
+Durability DurabilityArg(const benchmark::State& state) {
+  return state.range(0) == 0 ? Durability::kNone : Durability::kSync;
+}
+
+// Issues `concurrency` Begins (keys from `key_of`) and waits for all.
+template <typename KeyOf>
+void BeginWave(Store& store, int concurrency, KeyOf key_of,
+               std::atomic<int>* failures) {
+  absl::BlockingCounter done(concurrency);
+  for (int i = 0; i < concurrency; ++i) {
+    store.Begin("bench", key_of(i), Params(), 0,
+                [&](absl::StatusOr<BeginResult> r) {
+                  if (!r.ok()) failures->fetch_add(1);
+                  done.DecrementCount();
+                });
+  }
+  done.Wait();
+}
+
+void BM_StoreBeginNewKey(benchmark::State& state) {
+  TempStore db(DurabilityArg(state));
+  const int concurrency = static_cast<int>(state.range(1));
+  std::atomic<int> failures{0};
+  int64_t next = 0;
+  for (auto _ : state) {
+    BeginWave(
+        db.store(), concurrency, [&](int) { return absl::StrCat("k", next++); },
+        &failures);
+  }
+  state.SetItemsProcessed(state.iterations() * concurrency);
+  if (failures.load() != 0) state.SkipWithError("store errors");
+}
+BENCHMARK(BM_StoreBeginNewKey)
+    ->ArgNames({"sync", "concurrency"})
+    ->Args({0, 1})
+    ->Args({0, 64})
+    ->Args({1, 1})
+    ->Args({1, 64})
+    ->UseRealTime();
+
+void BM_StoreBeginDuplicate(benchmark::State& state) {
+  TempStore db(DurabilityArg(state));
+  const int concurrency = static_cast<int>(state.range(1));
+  std::atomic<int> failures{0};
+  constexpr int kKeys = 1024;
+  for (int i = 0; i < kKeys; i += concurrency) {
+    BeginWave(
+        db.store(), concurrency,
+        [&](int j) { return absl::StrCat("d", (i + j) % kKeys); }, &failures);
+  }
+  int64_t next = 0;
+  for (auto _ : state) {
+    BeginWave(
+        db.store(), concurrency,
+        [&](int) { return absl::StrCat("d", next++ % kKeys); }, &failures);
+  }
+  state.SetItemsProcessed(state.iterations() * concurrency);
+  if (failures.load() != 0) state.SkipWithError("store errors");
+}
+BENCHMARK(BM_StoreBeginDuplicate)
+    ->ArgNames({"sync", "concurrency"})
+    ->Args({0, 64})
+    ->Args({1, 64})
+    ->UseRealTime();
+
+void BM_StoreBeginComplete(benchmark::State& state) {
+  TempStore db(DurabilityArg(state));
+  const int concurrency = static_cast<int>(state.range(1));
+  std::atomic<int> failures{0};
+  int64_t next = 0;
+  for (auto _ : state) {
+    absl::BlockingCounter done(concurrency);
+    for (int i = 0; i < concurrency; ++i) {
+      std::string key = absl::StrCat("c", next++);
+      Store& store = db.store();
+      store.Begin(
+          "bench", key, Params(), 0,
+          [&store, &done, &failures, key](absl::StatusOr<BeginResult> r) {
+            if (!r.ok()) {
+              failures.fetch_add(1);
+              done.DecrementCount();
+              return;
+            }
+            store.Complete(
+                "bench", key,
+                CompleteParams{r->decision.record.fence, Outcome::kSuccess,
+                               "ok", 0},
+                [&done, &failures](absl::StatusOr<FencedDecision> d) {
+                  if (!d.ok()) failures.fetch_add(1);
+                  done.DecrementCount();
+                });
+          });
+    }
+    done.Wait();
+  }
+  state.SetItemsProcessed(state.iterations() * concurrency);
+  if (failures.load() != 0) state.SkipWithError("store errors");
+}
+BENCHMARK(BM_StoreBeginComplete)
+    ->ArgNames({"sync", "concurrency"})
+    ->Args({0, 64})
+    ->Args({1, 64})
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace dedup
