@@ -97,6 +97,10 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
   out.push_back(Gauge("dedup_oldest_lapsed_lease_seconds",
                       "How long ago the oldest lapsed lease ran out",
                       static_cast<double>(s.oldest_lapsed_lease_ms) / 1000));
+  out.push_back(Gauge("dedup_inflight_tracking_saturated",
+                      "1 when more records are in flight than the lease "
+                      "figures track (they undercount)",
+                      s.inflight_tracking_saturated ? 1 : 0));
   out.push_back(Gauge("dedup_waiting_begins",
                       "Begin calls parked waiting for an owner's outcome",
                       static_cast<double>(s.waiting_begins)));

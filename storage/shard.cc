@@ -180,11 +180,23 @@ void Shard::ProcessBatch(std::vector<Operation>& ops, bool last) {
 
 void Shard::SeedInflight(std::string skey, InflightLease lease) {
   absl::MutexLock lock(&inflight_mu_);
+  TrackInflightLocked(std::move(skey), lease);
+}
+
+void Shard::TrackInflightLocked(std::string skey, InflightLease lease) {
+  // Bounded: a client that Begins and never Completes must not grow memory
+  // without limit. Past the cap, lease statistics undercount and say so.
+  if (inflight_.size() >= context_.max_tracked_inflight &&
+      !inflight_.contains(skey)) {
+    inflight_saturated_ = true;
+    return;
+  }
   inflight_.insert_or_assign(std::move(skey), lease);
 }
 
 void Shard::AddLeaseStats(int64_t now_ms, StoreStats& stats) const {
   absl::MutexLock lock(&inflight_mu_);
+  stats.inflight_tracking_saturated |= inflight_saturated_;
   for (const auto& [skey, lease] : inflight_) {
     if (now_ms >= lease.expire_at_ms) continue;  // expired: absent
     if (now_ms < lease.lease_until_ms) {
@@ -204,7 +216,7 @@ void Shard::UpdateInflight(Batch& batch, int64_t now_ms) {
   absl::MutexLock lock(&inflight_mu_);
   for (const auto& [skey, record] : batch.writes()) {
     if (record.has_value() && record->state == RecordState::kInFlight) {
-      inflight_.insert_or_assign(
+      TrackInflightLocked(
           skey, InflightLease{record->lease_until_ms, record->expire_at_ms});
     } else {
       inflight_.erase(skey);
@@ -215,6 +227,9 @@ void Shard::UpdateInflight(Batch& batch, int64_t now_ms) {
     absl::erase_if(inflight_, [now_ms](const auto& entry) {
       return now_ms >= entry.second.expire_at_ms;
     });
+    if (inflight_.size() < context_.max_tracked_inflight / 2) {
+      inflight_saturated_ = false;
+    }
   }
 }
 

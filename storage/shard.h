@@ -71,6 +71,7 @@ struct ShardContext {
   int max_batch = 1024;
   size_t max_queued = 100'000;
   StoreObserver* observer = nullptr;
+  size_t max_tracked_inflight = 250'000;
 };
 
 // Lease bookkeeping of one in-flight record.
@@ -113,6 +114,8 @@ class Shard {
   };
 
   void Run();
+  void TrackInflightLocked(std::string skey, InflightLease lease)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(inflight_mu_);
   // Mirrors a committed batch's final states into inflight_.
   void UpdateInflight(Batch& batch, int64_t now_ms);
   bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -150,6 +153,7 @@ class Shard {
   mutable absl::Mutex inflight_mu_;
   absl::flat_hash_map<std::string, InflightLease> inflight_
       ABSL_GUARDED_BY(inflight_mu_);
+  bool inflight_saturated_ ABSL_GUARDED_BY(inflight_mu_) = false;
   int64_t next_inflight_sweep_ms_ = 0;  // shard thread only
 
   std::thread thread_;

@@ -69,6 +69,7 @@ class RocksStore : public Store {
     context.max_batch = options_.max_batch;
     context.max_queued = options_.max_queued_per_shard;
     context.observer = options_.observer;
+    context.max_tracked_inflight = options_.max_tracked_inflight_per_shard;
     for (int i = 0; i < options_.shards; ++i) {
       shards_.push_back(std::make_unique<Shard>(context));
     }

@@ -66,6 +66,9 @@ struct StoreOptions {
   size_t max_queued_per_shard = 100'000;
   // Not owned; null for none. Must outlive the store.
   StoreObserver* observer = nullptr;
+  // In-flight records tracked in memory for lease statistics, per shard
+  // (about 100 bytes each). Beyond it the statistics undercount.
+  size_t max_tracked_inflight_per_shard = 250'000;
 };
 
 // Answer of a Begin that may have waited. `decision.record` is the record as
@@ -83,6 +86,8 @@ struct StoreStats {
   // In flight, lease ran out, nobody took over: usually a crashed owner.
   uint64_t lapsed_leases = 0;
   int64_t oldest_lapsed_lease_ms = 0;  // how long the oldest one has lapsed
+  // More records are in flight than tracked: the lease figures undercount.
+  bool inflight_tracking_saturated = false;
   uint64_t live_sst_bytes = 0;
   uint64_t pending_compaction_bytes = 0;
   uint64_t block_cache_usage_bytes = 0;

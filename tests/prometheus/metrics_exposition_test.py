@@ -40,6 +40,7 @@ CONTRACT = {
     "dedup_lapsed_leases": ("gauge", set()),
     "dedup_oldest_lapsed_lease_seconds": ("gauge", set()),
     "dedup_waiting_begins": ("gauge", set()),
+    "dedup_inflight_tracking_saturated": ("gauge", set()),
     "dedup_rocksdb_live_sst_bytes": ("gauge", set()),
     "dedup_rocksdb_pending_compaction_bytes": ("gauge", set()),
     "dedup_rocksdb_block_cache_usage_bytes": ("gauge", set()),

@@ -271,6 +271,19 @@ TEST_F(StoreTest, LeaseStatsFollowWritesAndSurviveReopen) {
   EXPECT_EQ(store_->Stats().lapsed_leases, 0u);
 }
 
+TEST_F(StoreTest, LeaseTrackingIsBoundedAndSaysWhenSaturated) {
+  StoreOptions options = Options();
+  options.shards = 1;
+  options.max_tracked_inflight_per_shard = 2;
+  OpenStore(options);
+  for (const char* key : {"a", "b", "c"}) {
+    ASSERT_TRUE(BeginSync(*store_, key, MakeBeginParams("o")).ok());
+  }
+  const StoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.inflight_leases, 2u);
+  EXPECT_TRUE(stats.inflight_tracking_saturated);
+}
+
 TEST_F(StoreTest, SecondOpenOfALockedDirectoryFailsClearly) {
   OpenStore(Options());
   absl::StatusOr<std::unique_ptr<Store>> second = Store::Open(Options());
