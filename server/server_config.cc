@@ -36,7 +36,9 @@ ABSL_FLAG(int64_t, max_queued_per_shard, 100000,
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, async_sync_interval_ms, 100,
           "WAL fsync period in --durability=async");
-ABSL_FLAG(int64_t, block_cache_mb, 64, "RocksDB block cache size, MiB");
+ABSL_FLAG(int64_t, memory_budget_mb, 128,
+          "RocksDB memory budget, MiB: block cache plus memtables (at most "
+          "half); resident memory stays near it whatever the record count");
 ABSL_FLAG(int64_t, compaction_grace_s, 60,
           "expired records are dropped by compactions this long after expiry");
 ABSL_FLAG(int64_t, periodic_compaction_s, 6 * 3600,
@@ -116,11 +118,11 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   if (store.async_sync_interval_ms < 1) {
     return absl::InvalidArgumentError("--async_sync_interval_ms: must be >= 1");
   }
-  const int64_t cache_mb = absl::GetFlag(FLAGS_block_cache_mb);
-  if (cache_mb < 1) {
-    return absl::InvalidArgumentError("--block_cache_mb: must be >= 1");
+  const int64_t budget_mb = absl::GetFlag(FLAGS_memory_budget_mb);
+  if (budget_mb < 8) {
+    return absl::InvalidArgumentError("--memory_budget_mb: must be >= 8");
   }
-  store.block_cache_bytes = static_cast<size_t>(cache_mb) << 20;
+  store.memory_budget_bytes = static_cast<size_t>(budget_mb) << 20;
   store.compaction_grace_ms = absl::GetFlag(FLAGS_compaction_grace_s) * 1000;
   if (store.compaction_grace_ms < 0) {
     return absl::InvalidArgumentError("--compaction_grace_s: must be >= 0");

@@ -1,5 +1,6 @@
 #include "storage/store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
+#include "rocksdb/write_buffer_manager.h"
 #include "storage/fence_allocator.h"
 #include "storage/shard.h"
 #include "storage/storage_key.h"
@@ -252,7 +254,12 @@ rocksdb::Options DbOptions(const StoreOptions& options,
   db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db.keep_log_file_num = 4;
   rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  table.block_cache = rocksdb::NewLRUCache(options.memory_budget_bytes);
+  // Memtables are charged to the block cache, so one budget bounds both.
+  const size_t memtable_budget = options.memory_budget_bytes / 2;
+  db.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(
+      memtable_budget, table.block_cache);
+  db.write_buffer_size = std::min<size_t>(memtable_budget / 2, 64 << 20);
   // Index and filter blocks live in the bounded cache, so memory does not
   // grow with the number of records.
   table.cache_index_and_filter_blocks = true;

@@ -58,7 +58,10 @@ struct StoreOptions {
   // expired records in cold bottom files do not linger.
   uint64_t periodic_compaction_s = 6 * 3600;
   int64_t async_sync_interval_ms = 100;
-  size_t block_cache_bytes = 64 << 20;
+  // Memory budget of RocksDB: the block cache and, charged to the same
+  // cache, the memtables (half of it at most). Resident memory stays near
+  // this plus a fixed overhead, whatever the number of records.
+  size_t memory_budget_bytes = 128 << 20;
   // Most operations a shard puts in one write batch.
   int max_batch = 1024;
   // Operations a shard may have queued before new ones are refused with

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Resident memory of dedupd with 10M live records versus 1M, same flags, same
+# run. Target: ratio <= 1.5 (the block cache is bounded and nothing is kept
+# per record outside RocksDB).
+# Usage: bench/memory/rss_ratio.sh [BUILD_DIR] [SMALL] [LARGE]
+set -euo pipefail
+build=${1:-build}
+small=${2:-1000000}
+large=${3:-10000000}
+dedupd=$build/server/dedupd
+loader=$build/bench/memory/load_records
+
+measure() {
+  local records=$1 dir port pid rss
+  dir=$(mktemp -d)
+  "$dedupd" --address=127.0.0.1:0 --metrics_address= --event_log=off \
+    --durability=none --data_dir="$dir" 2>"$dir/log" &
+  pid=$!
+  until grep -q "listening on" "$dir/log"; do sleep 0.1; done
+  port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$dir/log" | cut -d: -f2)
+  "$loader" --address="127.0.0.1:$port" --records="$records" >&2
+  sleep 2
+  rss=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
+  echo "records=$records rss_kib=$rss disk=$(du -sh "$dir" | cut -f1)" >&2
+  kill -TERM "$pid"
+  wait "$pid" || true
+  rm -rf "$dir"
+  echo "$rss"
+}
+
+rss_small=$(measure "$small")
+rss_large=$(measure "$large")
+awk -v s="$rss_small" -v l="$rss_large" -v ns="$small" -v nl="$large" \
+  'BEGIN { printf "RSS %d records: %.1f MiB; %d records: %.1f MiB; ratio %.2f (target <= 1.5)\n", ns, s/1024, nl, l/1024, l/s }'
