@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,6 +41,37 @@ struct BeginOptions {
   uint32_t ttl_s = 0;     // 0: server default.
   uint32_t wait_ms = 0;   // 0: answer IN_USE at once.
 };
+
+// One item of a BeginBatch: a Begin as in Client::Begin, without wait_ms (a
+// batch never waits, so one busy key cannot hold the others).
+struct BeginBatchItem {
+  std::string ns;
+  std::string key;
+  std::string args_hash;
+  // As BeginOptions::owner. Give each item its own attempt id: a retried
+  // batch re-sends it unchanged, so an item the lost attempt had already
+  // claimed is re-entered (STARTED, same fence) instead of answering IN_USE.
+  // An empty owner is anonymous and such an item would then answer IN_USE.
+  std::string owner;
+  uint32_t lease_ms = 0;  // 0: server default.
+  uint32_t ttl_s = 0;     // 0: server default.
+};
+
+// One item of a CompleteBatch, as the arguments of Client::Complete.
+struct CompleteBatchItem {
+  std::string ns;
+  std::string key;
+  uint64_t fence = 0;
+  v1::Outcome outcome = v1::OUTCOME_UNSPECIFIED;
+  std::string result;
+  uint32_t ttl_s = 0;  // 0: keep the TTL given at Begin.
+};
+
+// One answer per item, in the items' order: the server's answer, or the
+// error that refused that item alone (its code and "items[i].<field>: ..."
+// message); nothing was done for a refused item.
+using BeginBatchResults = std::vector<absl::StatusOr<v1::BeginResponse>>;
+using CompleteBatchResults = std::vector<absl::StatusOr<v1::CompleteResponse>>;
 
 // Every method returns the server's answer (which may be any of the answer
 // statuses, e.g. IN_USE or STALE_FENCE: those are OK responses, not errors),
@@ -78,6 +110,19 @@ class Client {
 
   [[nodiscard]] absl::StatusOr<v1::ForgetResponse> Forget(
       absl::string_view ns, absl::string_view key) const;
+
+  // Up to the server's batch limit (1000 by default) independent Begins in
+  // one call. The call itself fails (e.g. INVALID_ARGUMENT "items: ...") only
+  // when the batch as a whole is refused (empty or too large) or the RPC
+  // fails; then nothing was done for any item. Same deadline and retry policy
+  // as Begin: a retry (on UNAVAILABLE) re-sends every item with its owner.
+  [[nodiscard]] absl::StatusOr<BeginBatchResults> BeginBatch(
+      const std::vector<BeginBatchItem>& items) const;
+
+  // Up to the server's batch limit independent Completes in one call,
+  // answered like BeginBatch. Retrying is safe: Complete is idempotent.
+  [[nodiscard]] absl::StatusOr<CompleteBatchResults> CompleteBatch(
+      const std::vector<CompleteBatchItem>& items) const;
 
   const ClientOptions& options() const { return options_; }
 

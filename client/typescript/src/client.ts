@@ -20,9 +20,12 @@ import {
 } from './idempotency.js';
 import { retryUnavailable, type RetryPolicy, sleep } from './retry.js';
 import type {
+  BatchItemResult,
+  BeginBatchItem,
   BeginRequest,
   BeginResponse,
   CallOptions,
+  CompleteBatchItem,
   CompleteRequest,
   CompleteResponse,
   ForgetResponse,
@@ -122,6 +125,33 @@ export class DedupClient {
     return wire.forgetResponseFromWire(res);
   }
 
+  /**
+   * Up to 1000 (the server's --max_batch_items) independent Begins in one
+   * call: one result per item, in order. Rejects (e.g. INVALID_ARGUMENT
+   * "items: ...") only when the batch as a whole is refused (empty or too
+   * large) or the RPC fails, and then nothing was done for any item. Retried
+   * like begin: every attempt re-sends each item with its owner, so give each
+   * item its own owner and an item claimed by an attempt whose answer was lost
+   * is re-entered (STARTED, same fence) rather than answered IN_USE. Anonymous
+   * items cannot re-enter.
+   */
+  async beginBatch(items: readonly BeginBatchItem[], options?: CallOptions): Promise<BatchItemResult<BeginResponse>[]> {
+    const req = wire.beginBatchRequestToWire(items);
+    // No extra deadline: batch items never wait.
+    const res = await this.call<wire.BeginBatchRequestWire, wire.BeginBatchResponseWire>('BeginBatch', req, options);
+    return wire.beginBatchResponseFromWire(res, req.items.length);
+  }
+
+  /** Up to 1000 independent Completes in one call, answered like beginBatch. Safe to retry: Complete is idempotent. */
+  async completeBatch(
+    items: readonly CompleteBatchItem[],
+    options?: CallOptions,
+  ): Promise<BatchItemResult<CompleteResponse>[]> {
+    const req = wire.completeBatchRequestToWire(items);
+    const res = await this.call<wire.CompleteBatchRequestWire, wire.CompleteBatchResponseWire>('CompleteBatch', req, options);
+    return wire.completeBatchResponseFromWire(res, req.items.length);
+  }
+
   /** Runs `fn` at most once per key; see withIdempotency in idempotency.ts. */
   withIdempotency<T>(options: IdempotencyOptions, fn: IdempotentFunction<T>): Promise<IdempotencyResult<T>> {
     return withIdempotency(this, options, fn);
@@ -140,8 +170,9 @@ export class DedupClient {
   ): Promise<Res> {
     const method = wire.methodDefinition<Req, Res>(name);
     const perAttemptMs = (options?.deadlineMs ?? this.deadlineMs) + extraDeadlineMs;
-    // The request object (and so a Begin's owner) is the same on every
-    // attempt: a retried Begin whose first answer was lost is re-entered.
+    // The request object (and so a Begin's owner, or every BeginBatch item's)
+    // is the same on every attempt: a retried Begin whose first answer was
+    // lost is re-entered.
     return retryUnavailable(this.retryPolicy, () =>
       new Promise<Res>((resolve, reject) => {
         this.channel.makeUnaryRequest(

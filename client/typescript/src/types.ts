@@ -122,6 +122,27 @@ export interface ForgetResponse {
   readonly existed: boolean;
 }
 
+/** A Begin in a batch: as BeginRequest without waitMs (a batch never waits, so one busy key cannot hold the others). */
+export type BeginBatchItem = Omit<BeginRequest, 'waitMs'>;
+
+/** A Complete in a batch: as CompleteRequest. */
+export type CompleteBatchItem = CompleteRequest;
+
+/**
+ * One item's result in a batch: the server's answer (which may be any answer
+ * status, as for the unary call), or why the server refused that item alone.
+ * Nothing was done for a refused item.
+ */
+export type BatchItemResult<T> =
+  | { readonly ok: true; readonly answer: T }
+  | {
+      readonly ok: false;
+      /** gRPC status code (grpc-js `status` enum), e.g. 3 for INVALID_ARGUMENT. */
+      readonly code: number;
+      /** The server's message, e.g. "items[4].key: ...". */
+      readonly message: string;
+    };
+
 /** Per-call options. */
 export interface CallOptions {
   /** Deadline of each attempt in ms (Begin adds its waitMs). Default: the client's deadlineMs. */

@@ -8,6 +8,7 @@ import { loadSync } from '@grpc/proto-loader';
 
 import { DedupProtocolError } from './errors.js';
 import type {
+  BatchItemResult,
   BeginRequest,
   BeginResponse,
   BeginStatus,
@@ -41,7 +42,7 @@ export function packageDefinition(): PackageDefinition {
   return cached;
 }
 
-export type MethodName = 'Begin' | 'Complete' | 'Release' | 'Renew' | 'Get' | 'Forget';
+export type MethodName = 'Begin' | 'Complete' | 'Release' | 'Renew' | 'Get' | 'Forget' | 'BeginBatch' | 'CompleteBatch';
 
 /** The method's path and (de)serializers, typed by the wire shapes below. */
 export function methodDefinition<Req extends object, Res extends object>(name: MethodName): MethodDefinition<Req, Res> {
@@ -137,6 +138,32 @@ export interface ForgetResponseWire {
   existed: boolean;
 }
 
+export interface ItemErrorWire {
+  code: number;
+  message: string;
+}
+export interface BeginBatchRequestWire {
+  items: BeginRequestWire[];
+}
+// A oneof: proto-loader leaves the unset member out (no default).
+export interface BeginBatchItemWire {
+  response?: BeginResponseWire;
+  error?: ItemErrorWire;
+}
+export interface BeginBatchResponseWire {
+  items: BeginBatchItemWire[];
+}
+export interface CompleteBatchRequestWire {
+  items: CompleteRequestWire[];
+}
+export interface CompleteBatchItemWire {
+  response?: CompleteResponseWire;
+  error?: ItemErrorWire;
+}
+export interface CompleteBatchResponseWire {
+  items: CompleteBatchItemWire[];
+}
+
 type FieldSet<T> = { readonly [K in keyof T]-?: true };
 
 /**
@@ -164,6 +191,13 @@ export const WIRE_FIELDS = {
   'dedup.v1.GetResponse': fields<GetResponseWire>({ found: true, record: true }),
   'dedup.v1.ForgetRequest': fields<KeyRequestWire>({ namespace: true, key: true }),
   'dedup.v1.ForgetResponse': fields<ForgetResponseWire>({ existed: true }),
+  'dedup.v1.ItemError': fields<ItemErrorWire>({ code: true, message: true }),
+  'dedup.v1.BeginBatchRequest': fields<BeginBatchRequestWire>({ items: true }),
+  'dedup.v1.BeginBatchResponse': fields<BeginBatchResponseWire>({ items: true }),
+  'dedup.v1.BeginBatchResponse.Item': fields<BeginBatchItemWire>({ response: true, error: true }),
+  'dedup.v1.CompleteBatchRequest': fields<CompleteBatchRequestWire>({ items: true }),
+  'dedup.v1.CompleteBatchResponse': fields<CompleteBatchResponseWire>({ items: true }),
+  'dedup.v1.CompleteBatchResponse.Item': fields<CompleteBatchItemWire>({ response: true, error: true }),
 } as const;
 
 function fields<T>(set: FieldSet<T>): readonly string[] {
@@ -206,6 +240,15 @@ export function renewRequestToWire(r: RenewRequest): RenewRequestWire {
 
 export function keyRequestToWire(r: KeyRequest): KeyRequestWire {
   return { namespace: r.namespace, key: r.key };
+}
+
+// Batch items are converted like the unary requests, so the same checks apply.
+export function beginBatchRequestToWire(items: readonly BeginRequest[]): BeginBatchRequestWire {
+  return { items: items.map(beginRequestToWire) };
+}
+
+export function completeBatchRequestToWire(items: readonly CompleteRequest[]): CompleteBatchRequestWire {
+  return { items: items.map(completeRequestToWire) };
 }
 
 // Checked here because protobufjs would otherwise wrap or truncate silently.
@@ -272,6 +315,37 @@ export function getResponseFromWire(w: GetResponseWire): GetResponse {
 
 export function forgetResponseFromWire(w: ForgetResponseWire): ForgetResponse {
   return { existed: w.existed };
+}
+
+export function beginBatchResponseFromWire(w: BeginBatchResponseWire, requestItems: number): BatchItemResult<BeginResponse>[] {
+  return batchFromWire(w.items, requestItems, 'BeginBatchResponse', beginResponseFromWire);
+}
+
+export function completeBatchResponseFromWire(
+  w: CompleteBatchResponseWire,
+  requestItems: number,
+): BatchItemResult<CompleteResponse>[] {
+  return batchFromWire(w.items, requestItems, 'CompleteBatchResponse', completeResponseFromWire);
+}
+
+// Answers pair with request items by position, so a different count cannot be
+// trusted at all; an item with neither member set is from a newer server
+// (a new oneof member) and, like an unknown enum, is refused rather than
+// guessed at.
+function batchFromWire<W, T>(
+  items: readonly { response?: W; error?: ItemErrorWire }[],
+  requestItems: number,
+  messageName: string,
+  answerFromWire: (w: W) => T,
+): BatchItemResult<T>[] {
+  if (items.length !== requestItems) {
+    throw new DedupProtocolError(`${messageName} has ${items.length} items for ${requestItems} requested`);
+  }
+  return items.map((item, i): BatchItemResult<T> => {
+    if (item.response !== undefined && item.response !== null) return { ok: true, answer: answerFromWire(item.response) };
+    if (item.error !== undefined && item.error !== null) return { ok: false, code: item.error.code, message: item.error.message };
+    throw new DedupProtocolError(`${messageName}.items[${i}] has neither a response nor an error`);
+  });
 }
 
 function recordFromWire(w: RecordWire): DedupRecord {

@@ -6,16 +6,30 @@ import { test } from 'node:test';
 import { DedupProtocolError } from '../src/index.js';
 import * as wire from '../src/wire.js';
 
+interface MessageType {
+  readonly name?: string;
+  readonly field?: ReadonlyArray<{ readonly name: string }>;
+  readonly nestedType?: readonly MessageType[];
+}
 interface DescriptorMessage {
-  readonly type?: { readonly field?: ReadonlyArray<{ readonly name: string }> };
+  readonly type?: MessageType;
+}
+
+// proto-loader lists top-level messages only; a nested one such as
+// "dedup.v1.BeginBatchResponse.Item" is found inside its parent's descriptor.
+function messageType(name: string): MessageType | undefined {
+  const definition = wire.packageDefinition();
+  const top = (definition[name] as DescriptorMessage | undefined)?.type;
+  if (top !== undefined) return top;
+  const dot = name.lastIndexOf('.');
+  return messageType(name.slice(0, dot))?.nestedType?.find((t) => t.name === name.slice(dot + 1));
 }
 
 test('WIRE_FIELDS name every field of every mapped message', () => {
-  const definition = wire.packageDefinition();
   for (const [message, fields] of Object.entries(wire.WIRE_FIELDS)) {
-    const descriptor = definition[message] as DescriptorMessage | undefined;
-    assert.ok(descriptor?.type?.field, `${message} is not in dedup.proto`);
-    const protoFields = descriptor.type.field.map((f) => f.name).sort();
+    const type = messageType(message);
+    assert.ok(type?.field, `${message} is not in dedup.proto`);
+    const protoFields = type.field.map((f) => f.name).sort();
     assert.deepEqual([...fields].sort(), protoFields, message);
   }
 });
@@ -23,7 +37,7 @@ test('WIRE_FIELDS name every field of every mapped message', () => {
 test('every service method is mapped', () => {
   const service = wire.packageDefinition()[wire.SERVICE_NAME];
   assert.ok(service);
-  const methods: wire.MethodName[] = ['Begin', 'Complete', 'Release', 'Renew', 'Get', 'Forget'];
+  const methods: wire.MethodName[] = ['Begin', 'Complete', 'Release', 'Renew', 'Get', 'Forget', 'BeginBatch', 'CompleteBatch'];
   assert.deepEqual(Object.keys(service).sort(), [...methods].sort());
   for (const m of methods) assert.equal(wire.methodDefinition(m).path, `/dedup.v1.Dedup/${m}`);
 });
@@ -47,4 +61,23 @@ test('fences are exact uint64 both ways', () => {
 test('out-of-range uint32 options are refused instead of wrapped', () => {
   assert.throws(() => wire.beginRequestToWire({ namespace: 'n', key: 'k', waitMs: 2 ** 32 }), /waitMs/);
   assert.throws(() => wire.beginRequestToWire({ namespace: 'n', key: 'k', leaseMs: 1.5 }), /leaseMs/);
+});
+
+test('batch answers pair with items by position: errors are typed, a count mismatch or an empty item is refused', () => {
+  const response: wire.CompleteResponseWire = { status: 'OK', fence: '7', expires_at: '9' };
+  const results = wire.completeBatchResponseFromWire(
+    { items: [{ response }, { error: { code: 3, message: 'items[1].fence: must be non-zero' } }] },
+    2,
+  );
+  assert.deepEqual(results, [
+    { ok: true, answer: { status: 'OK', fence: 7n, expiresAt: 9 } },
+    { ok: false, code: 3, message: 'items[1].fence: must be non-zero' },
+  ]);
+  assert.throws(() => wire.completeBatchResponseFromWire({ items: [{ response }] }, 2), DedupProtocolError);
+  assert.throws(() => wire.completeBatchResponseFromWire({ items: [{ response }, {}] }, 2), /items\[1\]/);
+});
+
+test('batch items are checked like unary requests', () => {
+  assert.throws(() => wire.beginBatchRequestToWire([{ namespace: 'n', key: 'k' }, { namespace: 'n', key: 'k', leaseMs: -1 }]), /leaseMs/);
+  assert.deepEqual(wire.beginBatchRequestToWire([{ namespace: 'n', key: 'k', owner: 'o' }]).items[0]?.wait_ms, 0);
 });
