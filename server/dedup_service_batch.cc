@@ -3,6 +3,7 @@
 // them into their group commits); the RPC is answered when the last item is.
 #include <atomic>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/dedup_service.h"
@@ -51,6 +52,8 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
   // different shard threads then only ever touch their own item.
   for (int i = 0; i < n; ++i) response->add_items();
   auto* completion = new BatchCompletion(call, n);
+  std::vector<Store::BeginCall> calls;
+  calls.reserve(n);
   for (int i = 0; i < n; ++i) {
     const v1::BeginRequest* item = &request->items(i);
     v1::BeginBatchResponse::Item* out = response->mutable_items(i);
@@ -65,24 +68,25 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
     params.owner = item->owner();
     params.lease_ms = ResolveLease(item->lease_ms(), limits_);
     params.ttl_s = ResolveTtl(item->ttl_s(), limits_);
-    store_->Begin(
-        item->namespace_(), item->key(), std::move(params),
-        /*wait_ms=*/0,
-        [this, completion, item, out, i](absl::StatusOr<BeginResult> r) {
-          if (r.ok()) {
-            metrics_->RecordBegin(item->namespace_(), *r);
-            if (events_ != nullptr) {
-              events_->OnBegin(item->namespace_(), item->key(), *r,
-                               RealClock()->NowMillis());
-            }
-            FillBeginResponse(*r, out->mutable_response());
-          } else {
-            SetItemError(out->mutable_error(), i, r.status(),
-                         /*prefix_field=*/false);
-          }
-          completion->ItemDone();
-        });
+    auto done = [this, completion, item, out,
+                 i](absl::StatusOr<BeginResult> r) {
+      if (r.ok()) {
+        metrics_->RecordBegin(item->namespace_(), *r);
+        if (events_ != nullptr) {
+          events_->OnBegin(item->namespace_(), item->key(), *r,
+                           RealClock()->NowMillis());
+        }
+        FillBeginResponse(*r, out->mutable_response());
+      } else {
+        SetItemError(out->mutable_error(), i, r.status(),
+                     /*prefix_field=*/false);
+      }
+      completion->ItemDone();
+    };
+    calls.push_back(Store::BeginCall{item->namespace_(), item->key(),
+                                     std::move(params), std::move(done)});
   }
+  store_->BeginMany(std::move(calls));
   completion->ItemDone();
   return call.reactor();
 }
@@ -96,6 +100,8 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
   for (int i = 0; i < n; ++i) response->add_items();
   auto* completion = new BatchCompletion(call, n);
+  std::vector<Store::CompleteCall> calls;
+  calls.reserve(n);
   for (int i = 0; i < n; ++i) {
     const v1::CompleteRequest* item = &request->items(i);
     v1::CompleteBatchResponse::Item* out = response->mutable_items(i);
@@ -110,24 +116,25 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
     params.outcome = FromProto(item->outcome());
     params.result = item->result();
     params.ttl_s = item->ttl_s();
-    store_->Complete(
-        item->namespace_(), item->key(), std::move(params),
-        [this, completion, item, out, i](absl::StatusOr<FencedDecision> d) {
-          if (d.ok()) {
-            metrics_->RecordFenced(Method::kComplete, d->status);
-            if (events_ != nullptr) {
-              events_->OnFenced(Method::kComplete, item->namespace_(),
-                                item->key(), item->fence(), *d,
-                                RealClock()->NowMillis());
-            }
-            FillCompleteResponse(*d, out->mutable_response());
-          } else {
-            SetItemError(out->mutable_error(), i, d.status(),
-                         /*prefix_field=*/false);
-          }
-          completion->ItemDone();
-        });
+    auto done = [this, completion, item, out,
+                 i](absl::StatusOr<FencedDecision> d) {
+      if (d.ok()) {
+        metrics_->RecordFenced(Method::kComplete, d->status);
+        if (events_ != nullptr) {
+          events_->OnFenced(Method::kComplete, item->namespace_(), item->key(),
+                            item->fence(), *d, RealClock()->NowMillis());
+        }
+        FillCompleteResponse(*d, out->mutable_response());
+      } else {
+        SetItemError(out->mutable_error(), i, d.status(),
+                     /*prefix_field=*/false);
+      }
+      completion->ItemDone();
+    };
+    calls.push_back(Store::CompleteCall{item->namespace_(), item->key(),
+                                        std::move(params), std::move(done)});
   }
+  store_->CompleteMany(std::move(calls));
   completion->ItemDone();
   return call.reactor();
 }

@@ -101,22 +101,33 @@ Shard::Shard(const ShardContext& context)
 Shard::~Shard() { Stop(); }
 
 void Shard::Submit(Operation op) {
-  absl::Status refusal;
+  std::vector<Operation> ops;
+  ops.push_back(std::move(op));
+  SubmitMany(std::move(ops));
+}
+
+void Shard::SubmitMany(std::vector<Operation> ops) {
+  std::vector<std::pair<Operation*, absl::Status>> refused;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) {
-      refusal = absl::UnavailableError("store is closed");
-    } else if (queue_.size() >= context_.max_queued &&
-               !std::holds_alternative<WakeAllOp>(op)) {
-      refusal = absl::ResourceExhaustedError(
-          absl::StrCat("storage overloaded: ", queue_.size(),
-                       " operations queued on this shard; retry with backoff"));
-    } else {
-      queue_.push_back(std::move(op));
-      return;
+    for (Operation& op : ops) {
+      if (stopping_) {
+        refused.emplace_back(&op, absl::UnavailableError("store is closed"));
+      } else if (queue_.size() >= context_.max_queued &&
+                 !std::holds_alternative<WakeAllOp>(op)) {
+        refused.emplace_back(
+            &op, absl::ResourceExhaustedError(absl::StrCat(
+                     "storage overloaded: ", queue_.size(),
+                     " operations queued on this shard; retry with backoff")));
+      } else {
+        queue_.push_back(std::move(op));
+      }
     }
   }
-  std::visit([&](auto& o) { Fail(o, refusal); }, op);
+  // Outside the lock: a callback may submit again.
+  for (auto& [op, status] : refused) {
+    std::visit([&](auto& o) { Fail(o, status); }, *op);
+  }
 }
 
 void Shard::Stop() {

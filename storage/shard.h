@@ -93,6 +93,9 @@ class Shard {
   // Queues an operation. It is answered at once with UNAVAILABLE after Stop,
   // and with RESOURCE_EXHAUSTED when max_queued operations already wait.
   void Submit(Operation op);
+  // Queues several operations in one hand-off (same rules as Submit, per
+  // operation).
+  void SubmitMany(std::vector<Operation> ops);
 
   // Finishes queued operations, answers waiters, joins the thread.
   void Stop();

@@ -124,6 +124,25 @@ class Store {
                        StoreCallback<FencedDecision> done) = 0;
   virtual void Renew(std::string ns, std::string key, uint64_t fence,
                      int64_t lease_ms, StoreCallback<FencedDecision> done) = 0;
+  // Many independent Begins (wait_ms 0) or Completes at once: each shard
+  // receives its share in one hand-off, so a batch RPC lands in few storage
+  // writes instead of trickling in call by call. Each call is answered
+  // through its own callback, exactly as by Begin/Complete.
+  struct BeginCall {
+    std::string ns;
+    std::string key;
+    BeginParams params;
+    StoreCallback<BeginResult> done;
+  };
+  virtual void BeginMany(std::vector<BeginCall> calls) = 0;
+  struct CompleteCall {
+    std::string ns;
+    std::string key;
+    CompleteParams params;
+    StoreCallback<FencedDecision> done;
+  };
+  virtual void CompleteMany(std::vector<CompleteCall> calls) = 0;
+
   // nullopt when absent or expired.
   virtual void Get(std::string ns, std::string key,
                    StoreCallback<std::optional<Record>> done) = 0;

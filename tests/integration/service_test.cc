@@ -92,7 +92,8 @@ TEST_F(ServiceTest, ReflectionDescribesTheDedupService) {
     std::vector<std::string> methods;
     for (const auto& m : file.service(0).method()) methods.push_back(m.name());
     EXPECT_EQ(absl::StrJoin(methods, ","),
-              "Begin,Complete,Release,Renew,Get,Forget");
+              "Begin,Complete,Release,Renew,Get,Forget,BeginBatch,"
+              "CompleteBatch");
   }
   EXPECT_TRUE(found) << "no dedup/v1/dedup.proto in the answer";
 }

@@ -1,0 +1,291 @@
+#include "bench/load/grpc_backend.h"
+
+#include <chrono>
+#include <utility>
+
+#include "grpcpp/grpcpp.h"
+
+namespace dedup::bench {
+namespace {
+
+// Generous: a benchmark call that takes this long is an error worth seeing,
+// not a latency sample.
+constexpr auto kDeadline = std::chrono::seconds(30);
+
+// Owns everything one callback-API call needs until its callback runs.
+template <typename Req, typename Resp>
+struct Call {
+  grpc::ClientContext context;
+  Req request;
+  Resp response;
+};
+
+template <typename Req, typename Resp>
+std::unique_ptr<Call<Req, Resp>> NewCall() {
+  auto call = std::make_unique<Call<Req, Resp>>();
+  call->context.set_deadline(std::chrono::system_clock::now() + kDeadline);
+  return call;
+}
+
+std::string ErrorOf(const grpc::Status& status) {
+  return "grpc " + std::to_string(status.error_code()) + ": " +
+         status.error_message();
+}
+
+BeginAnswer FromProto(const v1::BeginResponse& r) {
+  BeginAnswer a;
+  a.fence = r.fence();
+  switch (r.status()) {
+    case v1::BeginResponse::STARTED:
+      a.status = BeginStatus::kStarted;
+      break;
+    case v1::BeginResponse::IN_USE:
+      a.status = BeginStatus::kInUse;
+      break;
+    case v1::BeginResponse::CONFLICT:
+      a.status = BeginStatus::kConflict;
+      break;
+    case v1::BeginResponse::DUPLICATE:
+      a.status = BeginStatus::kDuplicate;
+      break;
+    default:
+      a.error = "unknown Begin status";
+      break;
+  }
+  return a;
+}
+
+FencedAnswer FromProto(v1::CompleteResponse::Status s, uint64_t fence) {
+  FencedAnswer a;
+  a.fence = fence;
+  switch (s) {
+    case v1::CompleteResponse::OK:
+      a.status = FencedStatus::kOk;
+      break;
+    case v1::CompleteResponse::STALE_FENCE:
+      a.status = FencedStatus::kStaleFence;
+      break;
+    case v1::CompleteResponse::NOT_FOUND:
+      a.status = FencedStatus::kNotFound;
+      break;
+    case v1::CompleteResponse::ALREADY_COMPLETED:
+      a.status = FencedStatus::kAlreadyCompleted;
+      break;
+    default:
+      a.error = "unknown fenced status";
+      break;
+  }
+  return a;
+}
+
+}  // namespace
+
+GrpcBackend::GrpcBackend(std::string address, std::string ns, int channels)
+    : address_(std::move(address)), ns_(std::move(ns)), channels_(channels) {}
+
+std::string GrpcBackend::Start() {
+  for (int i = 0; i < channels_; ++i) {
+    grpc::ChannelArguments args;
+    // A distinct argument makes a distinct subchannel: one TCP connection
+    // per channel, as separate client processes would have.
+    args.SetInt("dedup.bench.channel", i);
+    auto channel = grpc::CreateCustomChannel(
+        address_, grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                   std::chrono::seconds(10))) {
+      return "cannot connect to " + address_;
+    }
+    dedup_.push_back(v1::Dedup::NewStub(channel));
+    bench_.push_back(v1::Bench::NewStub(channel));
+  }
+  timers_ = std::make_unique<TimerThread>();
+  return "";
+}
+
+void GrpcBackend::Stop() { timers_.reset(); }
+
+void GrpcBackend::RunAt(int conn, Clock::time_point when,
+                        std::function<void()> fn) {
+  // Calls are non-blocking, so a due function runs right here.
+  if (when <= Clock::now()) {
+    fn();
+  } else {
+    timers_->Add(when, std::move(fn));
+  }
+}
+
+v1::BeginRequest GrpcBackend::ToProto(const BeginCall& call) const {
+  v1::BeginRequest r;
+  r.set_namespace_(ns_);
+  r.set_key(call.key);
+  r.set_args_hash(call.args_hash);
+  r.set_owner(call.owner);
+  r.set_lease_ms(call.lease_ms);
+  r.set_ttl_s(call.ttl_s);
+  r.set_wait_ms(call.wait_ms);
+  return r;
+}
+
+void GrpcBackend::Begin(int conn, const BeginCall& call,
+                        Done<BeginAnswer> done) {
+  auto c = NewCall<v1::BeginRequest, v1::BeginResponse>();
+  c->request = ToProto(call);
+  auto* raw = c.release();
+  dedup_[conn]->async()->Begin(
+      &raw->context, &raw->request, &raw->response,
+      [raw, done = std::move(done)](grpc::Status status) {
+        std::unique_ptr<Call<v1::BeginRequest, v1::BeginResponse>> owned(raw);
+        if (!status.ok()) {
+          BeginAnswer a;
+          a.error = ErrorOf(status);
+          done(a);
+          return;
+        }
+        done(FromProto(owned->response));
+      });
+}
+
+void GrpcBackend::Complete(int conn, const CompleteCall& call,
+                           Done<FencedAnswer> done) {
+  auto c = NewCall<v1::CompleteRequest, v1::CompleteResponse>();
+  c->request.set_namespace_(ns_);
+  c->request.set_key(call.key);
+  c->request.set_fence(call.fence);
+  c->request.set_outcome(v1::SUCCESS);
+  c->request.set_result(call.result);
+  c->request.set_ttl_s(call.ttl_s);
+  auto* raw = c.release();
+  dedup_[conn]->async()->Complete(
+      &raw->context, &raw->request, &raw->response,
+      [raw, done = std::move(done)](grpc::Status status) {
+        std::unique_ptr<Call<v1::CompleteRequest, v1::CompleteResponse>> owned(
+            raw);
+        if (!status.ok()) {
+          FencedAnswer a;
+          a.error = ErrorOf(status);
+          done(a);
+          return;
+        }
+        done(FromProto(owned->response.status(), owned->response.fence()));
+      });
+}
+
+void GrpcBackend::Release(int conn, const std::string& key, uint64_t fence,
+                          Done<FencedAnswer> done) {
+  auto c = NewCall<v1::ReleaseRequest, v1::ReleaseResponse>();
+  c->request.set_namespace_(ns_);
+  c->request.set_key(key);
+  c->request.set_fence(fence);
+  auto* raw = c.release();
+  dedup_[conn]->async()->Release(
+      &raw->context, &raw->request, &raw->response,
+      [raw, done = std::move(done)](grpc::Status status) {
+        std::unique_ptr<Call<v1::ReleaseRequest, v1::ReleaseResponse>> owned(
+            raw);
+        if (!status.ok()) {
+          FencedAnswer a;
+          a.error = ErrorOf(status);
+          done(a);
+          return;
+        }
+        // Release's status numbers match Complete's (OK, STALE_FENCE, ...).
+        done(FromProto(
+            static_cast<v1::CompleteResponse::Status>(owned->response.status()),
+            owned->response.fence()));
+      });
+}
+
+void GrpcBackend::BeginBatch(int conn, const std::vector<BeginCall>& calls,
+                             Done<std::vector<BeginAnswer>> done) {
+  auto c = NewCall<v1::BeginBatchRequest, v1::BeginBatchResponse>();
+  for (const BeginCall& call : calls) *c->request.add_items() = ToProto(call);
+  auto* raw = c.release();
+  dedup_[conn]->async()->BeginBatch(
+      &raw->context, &raw->request, &raw->response,
+      [raw, done = std::move(done)](grpc::Status status) {
+        std::unique_ptr<Call<v1::BeginBatchRequest, v1::BeginBatchResponse>>
+            owned(raw);
+        std::vector<BeginAnswer> answers;
+        if (!status.ok()) {
+          BeginAnswer a;
+          a.error = ErrorOf(status);
+          answers.push_back(a);
+          done(std::move(answers));
+          return;
+        }
+        for (const auto& item : owned->response.items()) {
+          if (item.has_response()) {
+            answers.push_back(FromProto(item.response()));
+          } else {
+            BeginAnswer a;
+            a.error = "item error " + std::to_string(item.error().code()) +
+                      ": " + item.error().message();
+            answers.push_back(a);
+          }
+        }
+        done(std::move(answers));
+      });
+}
+
+void GrpcBackend::CompleteBatch(int conn,
+                                const std::vector<CompleteCall>& calls,
+                                Done<std::vector<FencedAnswer>> done) {
+  auto c = NewCall<v1::CompleteBatchRequest, v1::CompleteBatchResponse>();
+  for (const CompleteCall& call : calls) {
+    v1::CompleteRequest* r = c->request.add_items();
+    r->set_namespace_(ns_);
+    r->set_key(call.key);
+    r->set_fence(call.fence);
+    r->set_outcome(v1::SUCCESS);
+    r->set_result(call.result);
+    r->set_ttl_s(call.ttl_s);
+  }
+  auto* raw = c.release();
+  dedup_[conn]->async()->CompleteBatch(
+      &raw->context, &raw->request, &raw->response,
+      [raw, done = std::move(done)](grpc::Status status) {
+        std::unique_ptr<
+            Call<v1::CompleteBatchRequest, v1::CompleteBatchResponse>>
+            owned(raw);
+        std::vector<FencedAnswer> answers;
+        if (!status.ok()) {
+          FencedAnswer a;
+          a.error = ErrorOf(status);
+          answers.push_back(a);
+          done(std::move(answers));
+          return;
+        }
+        for (const auto& item : owned->response.items()) {
+          if (item.has_response()) {
+            answers.push_back(
+                FromProto(item.response().status(), item.response().fence()));
+          } else {
+            FencedAnswer a;
+            a.error = "item error " + std::to_string(item.error().code()) +
+                      ": " + item.error().message();
+            answers.push_back(a);
+          }
+        }
+        done(std::move(answers));
+      });
+}
+
+void GrpcBackend::Echo(int conn, const std::string& payload,
+                       Done<std::string> done) {
+  auto c = NewCall<v1::EchoRequest, v1::EchoResponse>();
+  c->request.set_payload(payload);
+  auto* raw = c.release();
+  bench_[conn]->async()->Echo(
+      &raw->context, &raw->request, &raw->response,
+      [raw, done = std::move(done)](grpc::Status status) {
+        std::unique_ptr<Call<v1::EchoRequest, v1::EchoResponse>> owned(raw);
+        done(status.ok() ? std::string() : ErrorOf(status));
+      });
+}
+
+void GrpcBackend::SetNx(int conn, const std::vector<std::string>& keys,
+                        uint32_t ttl_s, Done<std::string> done) {
+  done("dedup has no SET NX primitive (use the batch workload)");
+}
+
+}  // namespace dedup::bench

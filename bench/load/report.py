@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Turns bench/run's JSON lines into bench/results/<date>.md: the figures,
+ratios to dedup and to the bare-gRPC baseline, the targets, and the machine.
+Exits 1 when a cell is missing, has no figures, or counted errors."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+# Configurations with matched durability, keyed by class.
+DURABLE = {"dedup": "sync", "redis": "appendfsync=always",
+           "postgres": "synchronous_commit=on"}
+VOLATILE = {"dedup": "none", "redis": "persistence=off",
+            "postgres": "synchronous_commit=off"}
+WORKLOADS = ["unique", "begin", "duplicates", "hot", "batch"]
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except Exception:  # a missing tool leaves the line empty, nothing more
+        return ""
+
+
+def machine(data_dir, dedupd):
+    cpu = sh("lscpu | sed -n 's/^Model name: *//p' | head -1")
+    mem = sh("free -h | awk '/^Mem:/ {print $2}'")
+    disk = sh(f"df -h --output=source,fstype,size '{data_dir}' | tail -1")
+    dev = sh(f"df --output=source '{data_dir}' | tail -1 | xargs basename")
+    rota = sh(f"cat /sys/block/{dev}/queue/rotational 2>/dev/null")
+    kind = {"0": "non-rotational", "1": "rotational"}.get(rota, "unknown kind")
+    hyp = sh("lscpu | sed -n 's/^Hypervisor vendor: *//p'")
+    hyp = f"{hyp} virtual machine" if hyp else "no hypervisor reported"
+    return [
+        ("CPU", f"{cpu}, {os.cpu_count()} cores ({hyp})"),
+        ("RAM", mem),
+        ("Disk (data dirs)", f"{disk} ({kind})"),
+        ("Kernel", platform.release()),
+        ("OS", sh(". /etc/os-release && echo $PRETTY_NAME")),
+        ("dedupd", sh(f"cd '{os.path.dirname(os.path.abspath(__file__))}' && "
+                      "git describe --always --dirty 2>/dev/null")),
+        ("Redis", sh("redis-server --version | awk '{print $3}'")),
+        ("PostgreSQL", sh("/usr/lib/postgresql/15/bin/postgres --version")),
+        ("gRPC / RocksDB", sh("dpkg-query -W -f='${Version} ' libgrpc++-dev librocksdb-dev")),
+        ("Compiler", sh("c++ --version | head -1")),
+    ]
+
+
+def fmt(x, digits=0):
+    return f"{x:,.{digits}f}"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--results", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--seconds", default="")
+    p.add_argument("--outstanding", default="")
+    p.add_argument("--smoke", default="0")
+    p.add_argument("--dedupd", default="")
+    p.add_argument("--data_dir", default="/tmp")
+    p.add_argument("--systems", default="dedup redis postgres")
+    a = p.parse_args()
+    rows = [json.loads(l) for l in open(a.results) if l.strip()]
+    by = {(r["system"], r["config"], r["workload"]): r for r in rows}
+
+    def ups(system, config, workload):
+        r = by.get((system, config, workload))
+        return r["units_per_s"] if r else None
+
+    echo = ups("dedup", "bare-grpc", "echo")
+    out = []
+    w = out.append
+    w(f"# dedup benchmark, {datetime.date.today().isoformat()}"
+      + (" (smoke: figures not meaningful)" if a.smoke == "1" else ""))
+    w("")
+    w(f"Command: `bench/run{' --smoke' if a.smoke == '1' else ''}`; "
+      f"{a.seconds} s measured per cell after a warmup, closed loop with "
+      f"{a.outstanding} operations in flight (dedupd and Redis: 4 "
+      f"connections; PostgreSQL: 32), every system on loopback on this "
+      f"machine, driven by the same load generator (`dedup-bench`).")
+    w("")
+    w("**The load generator shares the machine's cores with the server under "
+      "test**: on a small machine the figures are bounded by both. "
+      "`client cpu` is the load generator's CPU use (100% = one core).")
+    w("")
+    w("Units: `pairs` = Begin + Complete on a fresh key; `calls` = one "
+      "round trip; `begins` = one Begin (duplicates: half replay completed "
+      "keys, half are fresh pairs; hot: 64 callers on 4 keys, the winner "
+      "Releases); `keys` = keys per second through BeginBatch + CompleteBatch "
+      "of 100 (Redis: 100 pipelined EVALSHAs each way; PostgreSQL: 100 "
+      "statements in one transaction each way), or Redis `SET NX EX` "
+      "pipelined 16 deep.")
+    w("")
+    w("Matched durability: dedup `sync` ~ Redis `appendfsync=always` ~ "
+      "PostgreSQL `synchronous_commit=on` (each answers after an fsync, "
+      "shared by concurrent writers); dedup `none` ~ Redis persistence off ~ "
+      "PostgreSQL `synchronous_commit=off` (PostgreSQL still writes its WAL).")
+    w("")
+    w("| system | config | workload | units/s | unit | p50 ms | p99 ms | "
+      "p99.9 ms | dedup ÷ this | ÷ bare gRPC Echo | client cpu | errors |")
+    w("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        cls = DURABLE if DURABLE.get(r["system"]) == r["config"] else (
+            VOLATILE if VOLATILE.get(r["system"]) == r["config"] else None)
+        ref = ups("dedup", cls["dedup"], r["workload"]) if cls else None
+        vs_dedup = (f"{ref / r['units_per_s']:.2f}×"
+                    if ref and r["units_per_s"] > 0 else "")
+        vs_echo = (f"{r['units_per_s'] / echo:.2f}"
+                   if echo and r["unit"] == "calls" and r["system"] == "dedup"
+                   else "")
+        lat = r["latency_ms"]
+        w(f"| {r['system']} | {r['config']} | {r['workload']}"
+          f"{' @' + fmt(r['rate']) + '/s' if r['rate'] else ''} | "
+          f"{fmt(r['units_per_s'])} | {r['unit']} | {lat['p50']:.3f} | "
+          f"{lat['p99']:.3f} | {lat['p999']:.3f} | {vs_dedup} | {vs_echo} | "
+          f"{100 * r['client_cpu_s'] / max(r['seconds'], 1e-9):.0f}% | "
+          f"{r['errors']} |")
+    w("")
+
+    # Targets, as ratios measured in this run.
+    def ratio(x, y):
+        return x / y if x and y else None
+
+    targets = [
+        ("Durable Begin+Complete pairs/s ≥ 2× Redis+Lua appendfsync always",
+         ratio(ups("dedup", "sync", "unique"),
+               ups("redis", "appendfsync=always", "unique")), 2.0, "×"),
+        ("Durable Begin+Complete pairs/s ≥ 5× PostgreSQL synchronous_commit on",
+         ratio(ups("dedup", "sync", "unique"),
+               ups("postgres", "synchronous_commit=on", "unique")), 5.0, "×"),
+        ("Unary Begin, new keys, durability none ≥ 80% of bare-gRPC Echo",
+         ratio(ups("dedup", "none", "begin"), echo), 0.8, ""),
+        ("BeginBatch keys/s (sync) ≥ Redis pipelined SET NX EX (pipeline 16, "
+         "appendfsync always)",
+         ratio(ups("dedup", "sync", "batch"),
+               ups("redis", "appendfsync=always", "setnx")), 1.0, "×"),
+    ]
+    half = by.get(("dedup", "sync-half-peak", "begin"))
+    w("## Targets")
+    w("")
+    w("| target | measured | met |")
+    w("|---|---:|---|")
+    for name, value, goal, suffix in targets:
+        if value is None:
+            w(f"| {name} | not measured | |")
+        else:
+            w(f"| {name} | {value:.2f}{suffix} | "
+              f"{'yes' if value >= goal else 'NO'} |")
+    if half:
+        p99 = half["latency_ms"]["p99"]
+        w(f"| p99 Begin latency at half of peak rate ({fmt(half['rate'])}/s, "
+          f"open loop), durable < 2 ms | {p99:.3f} ms | "
+          f"{'yes' if p99 < 2 else 'NO'} |")
+    w("")
+    w("## Answers per cell")
+    w("")
+    for r in rows:
+        st = {k: v for k, v in {**r["begin_status"], **r["fenced_status"]}.items() if v}
+        err = f"; first error: {r['first_error']}" if r["errors"] else ""
+        w(f"- {r['system']} {r['config']} {r['workload']}: "
+          f"{', '.join(f'{k}={v}' for k, v in st.items())}{err}")
+    w("")
+    w("## Machine")
+    w("")
+    for k, v in machine(a.data_dir, a.dedupd):
+        w(f"- {k}: {v}")
+    w("")
+    with open(a.out, "w") as f:
+        f.write("\n".join(out))
+
+    # Every expected cell must exist, have figures and no error.
+    expected = []
+    systems = a.systems.split()
+    if "dedup" in systems:
+        expected += [("dedup", c, wl) for c in ("sync", "none") for wl in WORKLOADS]
+        expected += [("dedup", "bare-grpc", "echo")]
+    if "redis" in systems:
+        expected += [("redis", c, wl) for c in ("appendfsync=always", "persistence=off")
+                     for wl in WORKLOADS + ["setnx", "echo"]]
+    if "postgres" in systems:
+        expected += [("postgres", c, wl) for c in ("synchronous_commit=on", "synchronous_commit=off")
+                     for wl in WORKLOADS + ["echo"]]
+    bad = [f"missing {e}" for e in expected if e not in by]
+    bad += [f"{r['system']} {r['config']} {r['workload']}: units={r['units']} "
+            f"errors={r['errors']} {r['first_error']}"
+            for r in rows if r["units"] <= 0 or r["errors"] > 0]
+    for b in bad:
+        print("report: " + b, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
