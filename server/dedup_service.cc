@@ -26,27 +26,58 @@ int64_t EffectiveWaitMs(const grpc::CallbackServerContext& context,
 
 }  // namespace
 
+BeginParams DedupService::BeginParamsOf(const v1::BeginRequest& request) const {
+  BeginParams params;
+  params.args_hash = request.args_hash();
+  params.owner = request.owner();
+  params.lease_ms = ResolveLease(request.lease_ms(), limits_);
+  params.ttl_s = ResolveTtl(request.ttl_s(), limits_);
+  return params;
+}
+
+CompleteParams DedupService::CompleteParamsOf(
+    const v1::CompleteRequest& request) {
+  CompleteParams params;
+  params.fence = request.fence();
+  params.outcome = FromProto(request.outcome());
+  params.result = request.result();
+  params.ttl_s = request.ttl_s();
+  return params;
+}
+
+void DedupService::Observe(const v1::BeginRequest& request,
+                           const BeginResult& r) const {
+  metrics_->RecordBegin(request.namespace_(), r);
+  if (events_ != nullptr) {
+    events_->OnBegin(request.namespace_(), request.key(), r,
+                     RealClock()->NowMillis());
+  }
+}
+
+template <typename Request>
+void DedupService::Observe(Method method, const Request& request,
+                           const FencedDecision& d) const {
+  metrics_->RecordFenced(method, d.status);
+  if (events_ != nullptr) {
+    events_->OnFenced(method, request.namespace_(), request.key(),
+                      request.fence(), d, RealClock()->NowMillis());
+  }
+}
+template void DedupService::Observe(Method, const v1::CompleteRequest&,
+                                    const FencedDecision&) const;
+
 grpc::ServerUnaryReactor* DedupService::Begin(
     grpc::CallbackServerContext* context, const v1::BeginRequest* request,
     v1::BeginResponse* response) {
   const RpcCall call(context, Method::kBegin, metrics_);
   if (call.Rejected(ValidateBegin(*request, limits_))) return call.reactor();
-  BeginParams params;
-  params.args_hash = request->args_hash();
-  params.owner = request->owner();
-  params.lease_ms = ResolveLease(request->lease_ms(), limits_);
-  params.ttl_s = ResolveTtl(request->ttl_s(), limits_);
   // The request stays valid until the call finishes, so the callback reads
   // namespace and key from it instead of copying them.
-  store_->Begin(request->namespace_(), request->key(), std::move(params),
+  store_->Begin(request->namespace_(), request->key(), BeginParamsOf(*request),
                 EffectiveWaitMs(*context, request->wait_ms()),
                 [this, call, request, response](absl::StatusOr<BeginResult> r) {
                   if (!r.ok()) return call.Finish(ToGrpcStatus(r.status()));
-                  metrics_->RecordBegin(request->namespace_(), *r);
-                  if (events_ != nullptr) {
-                    events_->OnBegin(request->namespace_(), request->key(), *r,
-                                     RealClock()->NowMillis());
-                  }
+                  Observe(*request, *r);
                   FillBeginResponse(*r, response);
                   call.Finish(grpc::Status::OK, r->waited);
                 });
@@ -60,17 +91,13 @@ StoreCallback<FencedDecision> DedupService::Fenced(const RpcCall& call,
                                                    const Request* request,
                                                    Response* response,
                                                    Fill fill) const {
-  return [this, call, request, response,
-          fill](absl::StatusOr<FencedDecision> d) {
-    if (!d.ok()) return call.Finish(ToGrpcStatus(d.status()));
-    metrics_->RecordFenced(call.method(), d->status);
-    if (events_ != nullptr) {
-      events_->OnFenced(call.method(), request->namespace_(), request->key(),
-                        request->fence(), *d, RealClock()->NowMillis());
-    }
-    fill(*d, response);
-    call.Finish(grpc::Status::OK);
-  };
+  return
+      [this, call, request, response, fill](absl::StatusOr<FencedDecision> d) {
+        if (!d.ok()) return call.Finish(ToGrpcStatus(d.status()));
+        Observe(call.method(), *request, *d);
+        fill(*d, response);
+        call.Finish(grpc::Status::OK);
+      };
 }
 
 grpc::ServerUnaryReactor* DedupService::Complete(
@@ -78,12 +105,8 @@ grpc::ServerUnaryReactor* DedupService::Complete(
     v1::CompleteResponse* response) {
   const RpcCall call(context, Method::kComplete, metrics_);
   if (call.Rejected(ValidateComplete(*request, limits_))) return call.reactor();
-  CompleteParams params;
-  params.fence = request->fence();
-  params.outcome = FromProto(request->outcome());
-  params.result = request->result();
-  params.ttl_s = request->ttl_s();
-  store_->Complete(request->namespace_(), request->key(), std::move(params),
+  store_->Complete(request->namespace_(), request->key(),
+                   CompleteParamsOf(*request),
                    Fenced(call, request, response, FillCompleteResponse));
   return call.reactor();
 }

@@ -53,6 +53,16 @@ class DedupService final : public v1::Dedup::CallbackService {
       v1::CompleteBatchResponse* response) override;
 
  private:
+  // Request → storage parameters, defaults resolved (shared by the unary and
+  // batch handlers).
+  BeginParams BeginParamsOf(const v1::BeginRequest& request) const;
+  static CompleteParams CompleteParamsOf(const v1::CompleteRequest& request);
+  // Counts an answer and logs it when it is an event worth investigating.
+  void Observe(const v1::BeginRequest& request, const BeginResult& r) const;
+  template <typename Request>
+  void Observe(Method method, const Request& request,
+               const FencedDecision& d) const;
+
   template <typename Request, typename Response, typename Fill>
   StoreCallback<FencedDecision> Fenced(const RpcCall& call,
                                        const Request* request,

@@ -63,19 +63,10 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
       completion->ItemDone();
       continue;
     }
-    BeginParams params;
-    params.args_hash = item->args_hash();
-    params.owner = item->owner();
-    params.lease_ms = ResolveLease(item->lease_ms(), limits_);
-    params.ttl_s = ResolveTtl(item->ttl_s(), limits_);
     auto done = [this, completion, item, out,
                  i](absl::StatusOr<BeginResult> r) {
       if (r.ok()) {
-        metrics_->RecordBegin(item->namespace_(), *r);
-        if (events_ != nullptr) {
-          events_->OnBegin(item->namespace_(), item->key(), *r,
-                           RealClock()->NowMillis());
-        }
+        Observe(*item, *r);
         FillBeginResponse(*r, out->mutable_response());
       } else {
         SetItemError(out->mutable_error(), i, r.status(),
@@ -84,7 +75,7 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
       completion->ItemDone();
     };
     calls.push_back(Store::BeginCall{item->namespace_(), item->key(),
-                                     std::move(params), std::move(done)});
+                                     BeginParamsOf(*item), std::move(done)});
   }
   store_->BeginMany(std::move(calls));
   completion->ItemDone();
@@ -111,19 +102,10 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
       completion->ItemDone();
       continue;
     }
-    CompleteParams params;
-    params.fence = item->fence();
-    params.outcome = FromProto(item->outcome());
-    params.result = item->result();
-    params.ttl_s = item->ttl_s();
     auto done = [this, completion, item, out,
                  i](absl::StatusOr<FencedDecision> d) {
       if (d.ok()) {
-        metrics_->RecordFenced(Method::kComplete, d->status);
-        if (events_ != nullptr) {
-          events_->OnFenced(Method::kComplete, item->namespace_(), item->key(),
-                            item->fence(), *d, RealClock()->NowMillis());
-        }
+        Observe(Method::kComplete, *item, *d);
         FillCompleteResponse(*d, out->mutable_response());
       } else {
         SetItemError(out->mutable_error(), i, d.status(),
@@ -132,7 +114,8 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
       completion->ItemDone();
     };
     calls.push_back(Store::CompleteCall{item->namespace_(), item->key(),
-                                        std::move(params), std::move(done)});
+                                        CompleteParamsOf(*item),
+                                        std::move(done)});
   }
   store_->CompleteMany(std::move(calls));
   completion->ItemDone();
