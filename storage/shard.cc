@@ -5,6 +5,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -28,32 +29,46 @@ class Shard::Batch {
   explicit Batch(rocksdb::DB* db) : db_(db) {}
 
   absl::StatusOr<std::optional<Record>> Read(const std::string& skey) {
-    if (auto it = overlay_.find(skey); it != overlay_.end()) return it->second;
     std::string value;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), skey, &value);
-    if (s.IsNotFound()) return std::optional<Record>();
-    if (!s.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("storage read: ", s.ToString()));
+    if (auto it = latest_.find(skey); it != latest_.end()) {
+      const std::optional<std::string>& written = writes_[it->second].value;
+      if (!written.has_value()) return std::optional<Record>();
+      value = *written;
+    } else {
+      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), skey, &value);
+      if (s.IsNotFound()) return std::optional<Record>();
+      if (!s.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("storage read: ", s.ToString()));
+      }
     }
     absl::StatusOr<Record> record = DecodeRecord(value);
     if (!record.ok()) return record.status();
     return std::optional<Record>(*std::move(record));
   }
 
-  void Apply(const std::string& skey, WriteKind kind, const Record& record) {
+  // Queues the write and returns the key as the batch keeps it (stable until
+  // the batch ends), or nullptr for kNone. Takes `skey` by value: callers
+  // done with theirs move it in.
+  const std::string* Apply(std::string skey, WriteKind kind,
+                           const Record& record) {
+    std::optional<std::string> value;
     switch (kind) {
       case WriteKind::kNone:
-        return;
+        return nullptr;
       case WriteKind::kPut:
-        batch_.Put(skey, EncodeRecord(record));
-        overlay_[skey] = record;
-        return;
+        value = EncodeRecord(record);
+        batch_.Put(skey, *value);
+        break;
       case WriteKind::kDelete:
         batch_.Delete(skey);
-        overlay_[skey] = std::nullopt;
-        return;
+        break;
     }
+    writes_.push_back(Write{std::move(skey), std::move(value)});
+    // The map's key views the deque's string, which never moves.
+    latest_.insert_or_assign(absl::string_view(writes_.back().skey),
+                             writes_.size() - 1);
+    return &writes_.back().skey;
   }
 
   template <typename T, typename R>
@@ -77,10 +92,14 @@ class Shard::Batch {
         absl::StrCat("storage write: ", s.ToString()));
   }
 
-  // Final state of every key this batch wrote (nullopt: deleted).
-  const absl::flat_hash_map<std::string, std::optional<Record>>& writes()
-      const {
-    return overlay_;
+  // Calls fn(skey, value) once per key written, with its final encoded
+  // record (nullptr: deleted).
+  template <typename Fn>
+  void ForEachFinalWrite(Fn fn) const {
+    for (const auto& [skey, index] : latest_) {
+      const std::optional<std::string>& value = writes_[index].value;
+      fn(skey, value.has_value() ? &*value : nullptr);
+    }
   }
   int write_count() const { return batch_.Count(); }
 
@@ -89,9 +108,15 @@ class Shard::Batch {
   }
 
  private:
+  struct Write {
+    std::string skey;
+    std::optional<std::string> value;  // encoded record; nullopt: delete
+  };
+
   rocksdb::DB* const db_;
   rocksdb::WriteBatch batch_;
-  absl::flat_hash_map<std::string, std::optional<Record>> overlay_;
+  std::deque<Write> writes_;
+  absl::flat_hash_map<absl::string_view, size_t> latest_;  // into writes_
   std::vector<absl::AnyInvocable<void(const absl::Status&) &&>> completions_;
 };
 
@@ -189,26 +214,30 @@ void Shard::ProcessBatch(std::vector<Operation>& ops, bool last) {
   next_timer_ms_.store(timers_.empty() ? INT64_MAX : timers_.begin()->first);
 }
 
-void Shard::SeedInflight(std::string skey, InflightLease lease) {
-  absl::MutexLock lock(&inflight_mu_);
-  TrackInflightLocked(std::move(skey), lease);
+uint64_t Shard::InflightId(absl::string_view skey) {
+  return absl::Hash<absl::string_view>{}(skey);
 }
 
-void Shard::TrackInflightLocked(std::string skey, InflightLease lease) {
+void Shard::SeedInflight(absl::string_view skey, InflightLease lease) {
+  absl::MutexLock lock(&inflight_mu_);
+  TrackInflightLocked(InflightId(skey), lease);
+}
+
+void Shard::TrackInflightLocked(uint64_t id, InflightLease lease) {
   // Bounded: a client that Begins and never Completes must not grow memory
   // without limit. Past the cap, lease statistics undercount and say so.
   if (inflight_.size() >= context_.max_tracked_inflight &&
-      !inflight_.contains(skey)) {
+      !inflight_.contains(id)) {
     inflight_saturated_ = true;
     return;
   }
-  inflight_.insert_or_assign(std::move(skey), lease);
+  inflight_.insert_or_assign(id, lease);
 }
 
 void Shard::AddLeaseStats(int64_t now_ms, StoreStats& stats) const {
   absl::MutexLock lock(&inflight_mu_);
   stats.inflight_tracking_saturated |= inflight_saturated_;
-  for (const auto& [skey, lease] : inflight_) {
+  for (const auto& [id, lease] : inflight_) {
     if (now_ms >= lease.expire_at_ms) continue;  // expired: absent
     if (now_ms < lease.lease_until_ms) {
       ++stats.inflight_leases;
@@ -225,14 +254,18 @@ void Shard::UpdateInflight(Batch& batch, int64_t now_ms) {
   // AddLeaseStats until then.
   constexpr int64_t kSweepIntervalMs = 60'000;
   absl::MutexLock lock(&inflight_mu_);
-  for (const auto& [skey, record] : batch.writes()) {
-    if (record.has_value() && record->state == RecordState::kInFlight) {
-      TrackInflightLocked(
-          skey, InflightLease{record->lease_until_ms, record->expire_at_ms});
-    } else {
-      inflight_.erase(skey);
-    }
-  }
+  batch.ForEachFinalWrite(
+      [this](absl::string_view skey, const std::string* value) {
+        std::optional<LeaseHeader> header;
+        if (value != nullptr) header = PeekLeaseHeader(*value);
+        if (header.has_value() && header->state == RecordState::kInFlight) {
+          TrackInflightLocked(
+              InflightId(skey),
+              InflightLease{header->lease_until_ms, header->expire_at_ms});
+        } else {
+          inflight_.erase(InflightId(skey));
+        }
+      });
   if (now_ms >= next_inflight_sweep_ms_) {
     next_inflight_sweep_ms_ = now_ms + kSweepIntervalMs;
     absl::erase_if(inflight_, [now_ms](const auto& entry) {
@@ -265,15 +298,19 @@ void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
             Fail(op, stored.status());
             return;
           }
-          WriteKind write = WriteKind::kNone;
           if constexpr (std::is_same_v<Op, GetOp>) {
             batch.Answer(std::move(op.done), LiveRecord(*stored, now_ms));
+            return;
           } else if constexpr (std::is_same_v<Op, ForgetOp>) {
             const bool existed = LiveRecord(*stored, now_ms).has_value();
             // Delete even an expired leftover so Forget always frees space.
-            if (stored->has_value()) write = WriteKind::kDelete;
-            batch.Apply(op.skey, write, Record());
+            const WriteKind write =
+                stored->has_value() ? WriteKind::kDelete : WriteKind::kNone;
             batch.Answer(std::move(op.done), existed);
+            if (const std::string* skey =
+                    batch.Apply(std::move(op.skey), write, Record())) {
+              WakeKey(batch, *skey, now_ms);
+            }
           } else {
             FencedDecision d;
             if constexpr (std::is_same_v<Op, CompleteOp>) {
@@ -283,14 +320,14 @@ void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
             } else {
               d = DecideRenew(*stored, op.fence, op.lease_ms, now_ms);
             }
-            write = d.write;
-            batch.Apply(op.skey, d.write, d.record);
+            const std::string* skey =
+                batch.Apply(std::move(op.skey), d.write, d.record);
             batch.Answer(std::move(op.done), std::move(d));
-          }
-          // An outcome, a release or a removal is what parked Begins wait
-          // for; a renewed lease only moves their next check.
-          if (write != WriteKind::kNone && !std::is_same_v<Op, RenewOp>) {
-            WakeKey(batch, op.skey, now_ms);
+            // An outcome or a release is what parked Begins wait for; a
+            // renewed lease only moves their next check.
+            if (skey != nullptr && !std::is_same_v<Op, RenewOp>) {
+              WakeKey(batch, *skey, now_ms);
+            }
           }
         }
       },
@@ -323,7 +360,7 @@ void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
     Park(std::move(op), next_check);
     return;
   }
-  batch.Apply(op.skey, d.write, d.record);
+  batch.Apply(std::move(op.skey), d.write, d.record);
   batch.Answer(std::move(op.done), BeginResult{std::move(d), op.waited});
 }
 

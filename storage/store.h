@@ -70,7 +70,7 @@ struct StoreOptions {
   // Not owned; null for none. Must outlive the store.
   StoreObserver* observer = nullptr;
   // In-flight records tracked in memory for lease statistics, per shard
-  // (about 100 bytes each). Beyond it the statistics undercount.
+  // (about 32 bytes each). Beyond it the statistics undercount.
   size_t max_tracked_inflight_per_shard = 250'000;
 };
 

@@ -37,13 +37,15 @@ ABSL_FLAG(std::string, pg, "host=127.0.0.1 port=5432 dbname=bench",
           "libpq connection string");
 ABSL_FLAG(std::string, ns, "bench", "namespace of every key");
 ABSL_FLAG(std::string, workload, "unique",
-          "unique, begin, duplicates, hot, batch, echo or setnx");
+          "unique, begin, duplicates, hot, batch, beginbatch, echo or setnx");
 ABSL_FLAG(int, outstanding, 64, "operations in flight at once (slots)");
 ABSL_FLAG(int, connections, 4,
           "gRPC channels / Redis or PostgreSQL connections; slots are spread "
           "over them");
 ABSL_FLAG(double, seconds, 10, "measured duration");
 ABSL_FLAG(double, warmup, 1, "seconds run before measuring");
+ABSL_FLAG(int32_t, server_pid, 0,
+          "the server under test, to report its CPU per unit (0 = none)");
 ABSL_FLAG(double, rate, 0,
           "open loop: operations/s across all slots (0 = closed loop)");
 ABSL_FLAG(int, batch, 100, "keys per BeginBatch/CompleteBatch");
@@ -120,6 +122,7 @@ int Main() {
   o.warmup_s = absl::GetFlag(FLAGS_warmup);
   o.duration_s = absl::GetFlag(FLAGS_seconds);
   o.rate = absl::GetFlag(FLAGS_rate);
+  o.server_pid = absl::GetFlag(FLAGS_server_pid);
   if (std::string e = workload->Prepare(*backend, o.outstanding); !e.empty()) {
     std::cerr << "dedup-bench: " << e << "\n";
     backend->Stop();
@@ -144,7 +147,16 @@ int Main() {
     }
   }
   std::cout << "  load-generator cpu: "
-            << (r.cpu_user_s + r.cpu_sys_s) / r.seconds * 100 << "%\n";
+            << (r.cpu_user_s + r.cpu_sys_s) / r.seconds * 100 << "%";
+  if (r.server_cpu_s >= 0 && r.units > 0) {
+    std::cout << "  server cpu: " << r.server_cpu_s / r.seconds * 100
+              << "% = " << r.server_cpu_s / r.units * 1e6 << " us/"
+              << workload->unit();
+  }
+  if (r.steal_fraction >= 0) {
+    std::cout << "  steal: " << r.steal_fraction * 100 << "%";
+  }
+  std::cout << "\n";
   if (r.counters.errors > 0) {
     std::cerr << "dedup-bench: " << r.counters.errors
               << " errors; first: " << r.counters.first_error << "\n";

@@ -68,7 +68,9 @@ std::string Json(const RunLabel& l, const RunResult& r) {
       ",\"begin_status\":{", begin, "},\"fenced_status\":{", fenced, "}",
       ",\"errors\":", r.counters.errors,
       ",\"first_error\":", JsonString(r.counters.first_error),
-      ",\"client_cpu_s\":", r.cpu_user_s + r.cpu_sys_s, "}\n");
+      ",\"client_cpu_s\":", r.cpu_user_s + r.cpu_sys_s,
+      ",\"server_cpu_s\":", r.server_cpu_s,
+      ",\"steal_fraction\":", r.steal_fraction, "}\n");
 }
 
 }  // namespace dedup::bench

@@ -1,11 +1,14 @@
 #include "bench/load/runner.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -14,6 +17,41 @@ namespace {
 
 double CpuSeconds(const timeval& tv) { return tv.tv_sec + tv.tv_usec / 1e6; }
 
+// User + system CPU seconds of process `pid` (/proc/<pid>/stat); -1 if gone.
+double ProcessCpuSeconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  const size_t comm_end = stat.rfind(')');
+  if (comm_end == std::string::npos) return -1;
+  // After "pid (comm)": state is field 3, utime 14, stime 15.
+  std::istringstream fields(stat.substr(comm_end + 1));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);
+  }
+  return ticks / sysconf(_SC_CLK_TCK);
+}
+
+// Total and steal jiffies of the whole machine (/proc/stat's "cpu" line).
+struct MachineTicks {
+  double total = 0, steal = 0;
+};
+MachineTicks ReadMachineTicks() {
+  std::ifstream in("/proc/stat");
+  std::string label;
+  in >> label;  // "cpu"
+  MachineTicks t;
+  double value = 0;
+  // user nice system idle iowait irq softirq steal (guest time is counted
+  // inside user already)
+  for (int i = 0; i < 8 && in >> value; ++i) {
+    t.total += value;
+    if (i == 7) t.steal = value;
+  }
+  return t;
+}
 struct Slot {
   int index = 0;
   int conn = 0;
@@ -100,11 +138,18 @@ RunResult Run(Backend& backend, Workload& workload, const RunOptions& o) {
   rusage before{}, after{};
   bool have_before = false;
   for (Slot& s : st.slots) st.Launch(s);
-  // CPU use of the load generator itself, sampled around the window.
+  // CPU use of the load generator, the server and the machine, sampled
+  // around the window.
   std::this_thread::sleep_until(st.measure_from);
   have_before = getrusage(RUSAGE_SELF, &before) == 0;
+  const double server_before =
+      o.server_pid > 0 ? ProcessCpuSeconds(o.server_pid) : -1;
+  const MachineTicks machine_before = ReadMachineTicks();
   std::this_thread::sleep_until(st.end);
   getrusage(RUSAGE_SELF, &after);
+  const double server_after =
+      o.server_pid > 0 ? ProcessCpuSeconds(o.server_pid) : -1;
+  const MachineTicks machine_after = ReadMachineTicks();
 
   RunResult r;
   {
@@ -130,6 +175,13 @@ RunResult Run(Backend& backend, Workload& workload, const RunOptions& o) {
   if (have_before) {
     r.cpu_user_s = CpuSeconds(after.ru_utime) - CpuSeconds(before.ru_utime);
     r.cpu_sys_s = CpuSeconds(after.ru_stime) - CpuSeconds(before.ru_stime);
+  }
+  if (server_before >= 0 && server_after >= 0) {
+    r.server_cpu_s = server_after - server_before;
+  }
+  if (machine_after.total > machine_before.total) {
+    r.steal_fraction = (machine_after.steal - machine_before.steal) /
+                       (machine_after.total - machine_before.total);
   }
   if (r.unfinished > 0) {
     r.counters.errors += r.unfinished;

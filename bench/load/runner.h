@@ -19,7 +19,8 @@ struct RunOptions {
   int outstanding = 64;
   double warmup_s = 1;
   double duration_s = 10;
-  double rate = 0;  // operations/s across all slots; 0 = closed loop
+  double rate = 0;     // operations/s across all slots; 0 = closed loop
+  int server_pid = 0;  // the server under test on this machine; 0 = unknown
 };
 
 struct RunResult {
@@ -30,6 +31,10 @@ struct RunResult {
   SlotCounters counters;    // whole run, warmup included
   uint64_t unfinished = 0;  // operations still outstanding at the end
   double cpu_user_s = 0, cpu_sys_s = 0;  // this process, in the window
+  double server_cpu_s = -1;  // server_pid's user + system CPU; -1 = unknown
+  // Share of the machine's CPU time the hypervisor gave to others (steal) in
+  // the window, 0..1; -1 = unknown. High values mean a noisy neighbour.
+  double steal_fraction = -1;
 };
 
 RunResult Run(Backend& backend, Workload& workload, const RunOptions& options);

@@ -184,10 +184,12 @@ class Hot : public Base {
   const char* unit() const override { return "begins"; }
 };
 
-// BeginBatch then CompleteBatch of `batch` fresh keys. A unit is one key.
+// BeginBatch of `batch` fresh keys; with `complete`, then CompleteBatch of
+// them. A unit is one key.
 class Batch : public Base {
  public:
-  using Base::Base;
+  Batch(WorkloadOptions o, bool complete)
+      : Base(std::move(o)), complete_(complete) {}
   void Run(Backend& b, int slot, int conn, uint64_t seq, SlotCounters& c,
            OpDone done) override {
     std::vector<BeginCall> calls;
@@ -214,6 +216,7 @@ class Batch : public Base {
             }
             completes.push_back(CompleteCall{calls[i].key, a.fence, result_});
           }
+          if (!complete_) return done(n);
           b.CompleteBatch(
               conn, completes, [n, &c, done](std::vector<FencedAnswer> fs) {
                 if (static_cast<int>(fs.size()) != n) {
@@ -235,6 +238,9 @@ class Batch : public Base {
         });
   }
   const char* unit() const override { return "keys"; }
+
+ private:
+  const bool complete_;
 };
 
 // The system's do-nothing round trip with a Begin-sized payload.
@@ -292,7 +298,8 @@ std::unique_ptr<Workload> Workload::Create(const WorkloadOptions& o) {
   if (o.name == "begin") return std::make_unique<BeginOnly>(o);
   if (o.name == "duplicates") return std::make_unique<Duplicates>(o);
   if (o.name == "hot") return std::make_unique<Hot>(o);
-  if (o.name == "batch") return std::make_unique<Batch>(o);
+  if (o.name == "batch") return std::make_unique<Batch>(o, true);
+  if (o.name == "beginbatch") return std::make_unique<Batch>(o, false);
   if (o.name == "echo") return std::make_unique<Echo>(o);
   if (o.name == "setnx") return std::make_unique<SetNx>(o);
   return nullptr;
