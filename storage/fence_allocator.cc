@@ -39,6 +39,12 @@ absl::StatusOr<uint64_t> FenceAllocator::Next() {
   return ++last_issued_;
 }
 
+std::optional<uint64_t> FenceAllocator::NextWithoutIo() {
+  absl::MutexLock lock(&mu_);
+  if (last_issued_ >= reserved_up_to_) return std::nullopt;
+  return ++last_issued_;
+}
+
 absl::Status FenceAllocator::ReserveLocked() {
   const uint64_t next_reservation = reserved_up_to_ + kBlockSize;
   rocksdb::WriteOptions options;

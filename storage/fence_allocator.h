@@ -9,6 +9,8 @@
 #define DEDUP_STORAGE_FENCE_ALLOCATOR_H_
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -29,6 +31,9 @@ class FenceAllocator {
   // Returns a fence above every fence returned before, by this process or an
   // earlier one on the same data. Blocks on a synced write once per block.
   [[nodiscard]] absl::StatusOr<uint64_t> Next();
+  // Like Next, but never blocks on I/O: nullopt when the block is used up
+  // (then Next reserves the next one).
+  [[nodiscard]] std::optional<uint64_t> NextWithoutIo();
 
  private:
   FenceAllocator(rocksdb::DB* db, uint64_t last_issued)

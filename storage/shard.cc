@@ -26,7 +26,25 @@ void Fail(Op& op, const absl::Status& status) {
 // held until that write is done.
 class Shard::Batch {
  public:
-  explicit Batch(rocksdb::DB* db) : db_(db) {}
+  enum class Mode {
+    kShardThread,
+    kInlineReadOnly,     // on a caller's thread, memory reads, no writes
+    kInlineMemoryWrite,  // on a caller's thread, memory reads and writes
+  };
+  Batch(rocksdb::DB* db, Mode mode) : db_(db), mode_(mode) {
+    // An inline batch must never wait for the disk: reads that would need
+    // it come back Incomplete and the operation goes to the shard thread.
+    if (mode_ != Mode::kShardThread) {
+      read_options_.read_tier = rocksdb::kBlockCacheTier;
+    }
+  }
+
+  bool is_inline() const { return mode_ != Mode::kShardThread; }
+  bool may_write() const { return mode_ != Mode::kInlineReadOnly; }
+  // An inline batch found it cannot finish on the caller's thread; it is
+  // then discarded unanswered.
+  bool refused() const { return refused_; }
+  void Refuse() { refused_ = true; }
 
   absl::StatusOr<std::optional<Record>> Read(const std::string& skey) {
     std::string value;
@@ -35,8 +53,9 @@ class Shard::Batch {
       if (!written.has_value()) return std::optional<Record>();
       value = *written;
     } else {
-      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), skey, &value);
+      rocksdb::Status s = db_->Get(read_options_, skey, &value);
       if (s.IsNotFound()) return std::optional<Record>();
+      if (s.IsIncomplete() && is_inline()) Refuse();
       if (!s.ok()) {
         return absl::UnavailableError(
             absl::StrCat("storage read: ", s.ToString()));
@@ -53,6 +72,7 @@ class Shard::Batch {
   const std::string* Apply(std::string skey, WriteKind kind,
                            const Record& record) {
     std::optional<std::string> value;
+    if (kind != WriteKind::kNone && mode_ == Mode::kInlineReadOnly) Refuse();
     switch (kind) {
       case WriteKind::kNone:
         return nullptr;
@@ -84,10 +104,13 @@ class Shard::Batch {
     });
   }
 
-  absl::Status Commit(const rocksdb::WriteOptions& options) {
+  absl::Status Commit(rocksdb::WriteOptions options) {
     if (batch_.Count() == 0) return absl::OkStatus();
+    // Inline, a write stall refuses the batch instead of blocking.
+    options.no_slowdown = is_inline();
     rocksdb::Status s = db_->Write(options, &batch_);
     if (s.ok()) return absl::OkStatus();
+    if (s.IsIncomplete() && is_inline()) Refuse();
     return absl::UnavailableError(
         absl::StrCat("storage write: ", s.ToString()));
   }
@@ -114,6 +137,9 @@ class Shard::Batch {
   };
 
   rocksdb::DB* const db_;
+  const Mode mode_;
+  rocksdb::ReadOptions read_options_;
+  bool refused_ = false;
   rocksdb::WriteBatch batch_;
   std::deque<Write> writes_;
   absl::flat_hash_map<absl::string_view, size_t> latest_;  // into writes_
@@ -126,6 +152,7 @@ Shard::Shard(const ShardContext& context)
 Shard::~Shard() { Stop(); }
 
 void Shard::Submit(Operation op) {
+  if (context_.answer_inline && TryAnswerInline(op)) return;
   std::vector<Operation> ops;
   ops.push_back(std::move(op));
   SubmitMany(std::move(ops));
@@ -187,22 +214,127 @@ void Shard::Run() {
       }
       last = stopping_ && queue_.empty();
     }
-    ProcessBatch(ops, last);
+    Batch batch(context_.db, Batch::Mode::kShardThread);
+    absl::Status committed;
+    {
+      absl::MutexLock lock(&process_mu_);
+      committed = ProcessBatch(batch, ops, last);
+    }
+    // Outside the lock, so the shard counts as idle while answers go out.
+    batch.RunCompletions(committed);
     if (last) return;
   }
 }
 
-void Shard::ProcessBatch(std::vector<Operation>& ops, bool last) {
-  Batch batch(context_.db);
-  const int64_t now_ms = context_.clock->NowMillis();
-  WakeDue(batch, now_ms);
-  for (Operation& op : ops) Process(batch, op, now_ms);
-  if (last) {
-    draining_ = true;
-    WakeAll(batch, now_ms);
+namespace {
+
+// What each operation answers with.
+template <typename Op>
+struct AnswerOf;
+template <>
+struct AnswerOf<BeginOp> {
+  using type = BeginResult;
+};
+template <>
+struct AnswerOf<CompleteOp> {
+  using type = FencedDecision;
+};
+template <>
+struct AnswerOf<ReleaseOp> {
+  using type = FencedDecision;
+};
+template <>
+struct AnswerOf<RenewOp> {
+  using type = FencedDecision;
+};
+template <>
+struct AnswerOf<GetOp> {
+  using type = std::optional<Record>;
+};
+template <>
+struct AnswerOf<ForgetOp> {
+  using type = bool;
+};
+
+// A copy of `op` that answers into `answer` instead of op.done, so that the
+// original can still be queued if the inline attempt is refused.
+template <typename Op, typename T = typename AnswerOf<Op>::type>
+Op ProbeOf(const Op& op, std::optional<absl::StatusOr<T>>* answer) {
+  Op probe;
+  if constexpr (std::is_same_v<Op, BeginOp>) {
+    probe.params = op.params;
+    probe.wait_deadline_ms = op.wait_deadline_ms;
+  } else if constexpr (std::is_same_v<Op, CompleteOp>) {
+    probe.params = op.params;
+  } else if constexpr (std::is_same_v<Op, ReleaseOp>) {
+    probe.fence = op.fence;
+  } else if constexpr (std::is_same_v<Op, RenewOp>) {
+    probe.fence = op.fence;
+    probe.lease_ms = op.lease_ms;
   }
+  probe.skey = op.skey;
+  probe.done = [answer](absl::StatusOr<T> r) { *answer = std::move(r); };
+  return probe;
+}
+
+}  // namespace
+
+bool Shard::TryAnswerInline(Operation& operation) {
+  if (std::holds_alternative<WakeAllOp>(operation)) return false;
+  if (!process_mu_.TryLock()) return false;  // the shard thread is working
+  absl::AnyInvocable<void() &&> deliver;
+  bool idle;
+  {
+    absl::MutexLock lock(&mu_);
+    idle = queue_.empty() && !stopping_;
+  }
+  // Parked Begins need the shard thread's timers, so any waiter means busy.
+  if (idle && waiters_.empty()) {
+    deliver = std::visit(
+        [this](auto& op) -> absl::AnyInvocable<void() &&> {
+          using Op = std::decay_t<decltype(op)>;
+          if constexpr (std::is_same_v<Op, WakeAllOp>) {
+            return nullptr;
+          } else {
+            return AnswerInline(op);
+          }
+        },
+        operation);
+  }
+  process_mu_.Unlock();
+  if (!deliver) return false;
+  // Outside the lock: answering may send a response or submit again.
+  std::move(deliver)();
+  return true;
+}
+
+template <typename Op>
+absl::AnyInvocable<void() &&> Shard::AnswerInline(Op& op) {
+  using T = typename AnswerOf<Op>::type;
+  if constexpr (std::is_same_v<Op, BeginOp>) {
+    if (op.wait_deadline_ms != 0) return nullptr;  // it may have to park
+  }
+  std::optional<absl::StatusOr<T>> answer;
+  Operation probe(ProbeOf(op, &answer));
+  Batch batch(context_.db, context_.inline_writes
+                               ? Batch::Mode::kInlineMemoryWrite
+                               : Batch::Mode::kInlineReadOnly);
+  const int64_t now_ms = context_.clock->NowMillis();
+  Process(batch, probe, now_ms);
+  if (batch.refused()) return nullptr;
+  const absl::Status committed = Commit(batch, now_ms);
+  if (batch.refused()) return nullptr;
+  batch.RunCompletions(committed);
+  if (!answer.has_value()) return nullptr;  // cannot happen: Process answers
+  return [done = std::move(op.done), answer = *std::move(answer)]() mutable {
+    std::move(done)(std::move(answer));
+  };
+}
+
+absl::Status Shard::Commit(Batch& batch, int64_t now_ms) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Status committed = batch.Commit(context_.write_options);
+  if (batch.refused()) return committed;
   if (context_.observer != nullptr && batch.write_count() > 0) {
     context_.observer->OnWrite(
         batch.write_count(),
@@ -210,8 +342,21 @@ void Shard::ProcessBatch(std::vector<Operation>& ops, bool last) {
             .count());
   }
   if (committed.ok()) UpdateInflight(batch, now_ms);
-  batch.RunCompletions(committed);
+  return committed;
+}
+
+absl::Status Shard::ProcessBatch(Batch& batch, std::vector<Operation>& ops,
+                                 bool last) {
+  const int64_t now_ms = context_.clock->NowMillis();
+  WakeDue(batch, now_ms);
+  for (Operation& op : ops) Process(batch, op, now_ms);
+  if (last) {
+    draining_ = true;
+    WakeAll(batch, now_ms);
+  }
+  const absl::Status committed = Commit(batch, now_ms);
   next_timer_ms_.store(timers_.empty() ? INT64_MAX : timers_.begin()->first);
+  return committed;
 }
 
 uint64_t Shard::InflightId(absl::string_view skey) {
@@ -342,6 +487,14 @@ void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
   }
   absl::Status fence_status;
   BeginDecision d = DecideBegin(*stored, op.params, now_ms, [&]() -> uint64_t {
+    if (batch.is_inline()) {
+      // A read-only batch will be refused anyway: spend no fence. Never
+      // reserve a fence block (a synced write) on a caller's thread.
+      std::optional<uint64_t> fence;
+      if (batch.may_write()) fence = context_.fences->NextWithoutIo();
+      if (!fence.has_value()) batch.Refuse();
+      return fence.value_or(0);
+    }
     absl::StatusOr<uint64_t> fence = context_.fences->Next();
     if (!fence.ok()) {
       fence_status = fence.status();

@@ -1,7 +1,10 @@
 // One storage thread and the keys hashed to it. Internal to the store.
 //
-// The thread alone reads and writes its keys, so a read-modify-write needs no
-// per-key lock, and it alone owns the parked Begins (waiters) of those keys.
+// Whoever holds process_mu_ alone reads and writes the shard's keys, so a
+// read-modify-write needs no per-key lock, and it alone owns the parked
+// Begins (waiters) of those keys. That is the shard thread while it works
+// through its queue, or, when the shard is idle, a caller answering one
+// operation on its own thread (see Submit).
 #ifndef DEDUP_STORAGE_SHARD_H_
 #define DEDUP_STORAGE_SHARD_H_
 
@@ -18,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "rocksdb/db.h"
@@ -73,6 +77,10 @@ struct ShardContext {
   size_t max_queued = 100'000;
   StoreObserver* observer = nullptr;
   size_t max_tracked_inflight = 250'000;
+  // Submit may answer on the caller's thread when the shard is idle.
+  bool answer_inline = true;
+  // ...and then also write (memory-only writes: durability none).
+  bool inline_writes = false;
 };
 
 // Lease bookkeeping of one in-flight record.
@@ -93,6 +101,14 @@ class Shard {
 
   // Queues an operation. It is answered at once with UNAVAILABLE after Stop,
   // and with RESOURCE_EXHAUSTED when max_queued operations already wait.
+  //
+  // When the shard is idle (nothing queued or parked, its thread not
+  // working), the operation may instead be decided and answered on the
+  // calling thread, which saves two thread hand-offs. That path only ever
+  // touches memory: it reads only what the memtables and block cache hold,
+  // never waits for a write stall or a fence reservation, and writes only in
+  // inline_writes mode. Anything else goes to the queue as before. Callers
+  // must therefore expect `done` to run before Submit returns.
   void Submit(Operation op);
   // Queues several operations in one hand-off (same rules as Submit, per
   // operation).
@@ -118,6 +134,11 @@ class Shard {
   };
 
   void Run();
+  // Submit's same-thread path: true if `op` was answered (done has run).
+  bool TryAnswerInline(Operation& op);
+  template <typename Op>
+  absl::AnyInvocable<void() &&> AnswerInline(Op& op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   // Records are tracked by a 64-bit hash of their key, not the key: no
   // allocation per Begin, and a collision (odds ~1e-7 at the cap) only
   // merges two entries of a statistic.
@@ -125,33 +146,52 @@ class Shard {
   void TrackInflightLocked(uint64_t id, InflightLease lease)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(inflight_mu_);
   // Mirrors a committed batch's final states into inflight_.
-  void UpdateInflight(Batch& batch, int64_t now_ms);
+  // Writes `batch` (then mirrors it into inflight_ and tells the observer).
+  absl::Status Commit(Batch& batch, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
+  void UpdateInflight(Batch& batch, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // `last`: the shard is stopping and this is its final cycle.
-  void ProcessBatch(std::vector<Operation>& ops, bool last);
-  void Process(Batch& batch, Operation& op, int64_t now_ms);
-  void ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms);
-  void Park(BeginOp op, int64_t next_check_ms);
-  BeginOp Unpark(uint64_t id);
+  // Decides `ops` into `batch` and commits it; the caller then runs the
+  // batch's completions with the returned status.
+  absl::Status ProcessBatch(Batch& batch, std::vector<Operation>& ops,
+                            bool last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
+  void Process(Batch& batch, Operation& op, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
+  void ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
+  void Park(BeginOp op, int64_t next_check_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
+  BeginOp Unpark(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   // Decides again every Begin parked on `skey` (after its owner finished).
-  void WakeKey(Batch& batch, const std::string& skey, int64_t now_ms);
+  void WakeKey(Batch& batch, const std::string& skey, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   // Decides again the Begins whose wait or observed lease ran out.
-  void WakeDue(Batch& batch, int64_t now_ms);
+  void WakeDue(Batch& batch, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   // Answers every parked Begin now, without parking again.
-  void WakeAll(Batch& batch, int64_t now_ms);
+  void WakeAll(Batch& batch, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
 
   const ShardContext context_;
 
+  // Held while deciding and committing operations (see the class comment).
+  // Taken after mu_ is released, never the other way round.
+  absl::Mutex process_mu_;
   absl::Mutex mu_;
   std::deque<Operation> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
-  // Waiters: touched only by the shard thread.
-  bool draining_ = false;  // set by WakeAllOp: Begins no longer park
-  uint64_t next_waiter_id_ = 1;
-  std::map<uint64_t, Waiter> waiters_;
-  absl::flat_hash_map<std::string, std::vector<uint64_t>> waiters_by_key_;
-  std::set<std::pair<int64_t, uint64_t>> timers_;  // (next_check_ms, id)
+  // Waiters.
+  bool draining_ ABSL_GUARDED_BY(process_mu_) = false;  // Begins never park
+  uint64_t next_waiter_id_ ABSL_GUARDED_BY(process_mu_) = 1;
+  std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(process_mu_);
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> waiters_by_key_
+      ABSL_GUARDED_BY(process_mu_);
+  // (next_check_ms, id)
+  std::set<std::pair<int64_t, uint64_t>> timers_ ABSL_GUARDED_BY(process_mu_);
   // Earliest timer, readable under mu_ for the thread's timed wait.
   std::atomic<int64_t> next_timer_ms_{INT64_MAX};
   std::atomic<uint64_t> waiting_{0};
@@ -162,7 +202,7 @@ class Shard {
   absl::flat_hash_map<uint64_t, InflightLease> inflight_
       ABSL_GUARDED_BY(inflight_mu_);
   bool inflight_saturated_ ABSL_GUARDED_BY(inflight_mu_) = false;
-  int64_t next_inflight_sweep_ms_ = 0;  // shard thread only
+  int64_t next_inflight_sweep_ms_ ABSL_GUARDED_BY(process_mu_) = 0;
 
   std::thread thread_;
 };

@@ -87,6 +87,8 @@ class RocksStore : public Store {
     context.max_queued = options_.max_queued_per_shard;
     context.observer = options_.observer;
     context.max_tracked_inflight = options_.max_tracked_inflight_per_shard;
+    context.answer_inline = options_.answer_inline;
+    context.inline_writes = options_.durability == Durability::kNone;
     for (int i = 0; i < options_.shards; ++i) {
       shards_.push_back(std::make_unique<Shard>(context));
     }

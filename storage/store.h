@@ -72,6 +72,11 @@ struct StoreOptions {
   // In-flight records tracked in memory for lease statistics, per shard
   // (about 32 bytes each). Beyond it the statistics undercount.
   size_t max_tracked_inflight_per_shard = 250'000;
+  // A call that finds its shard idle is answered on the caller's thread
+  // when that needs no disk I/O (reads from memory only; writes only in
+  // kNone), saving two thread hand-offs. So callbacks may run before the
+  // call returns.
+  bool answer_inline = true;
 };
 
 // Answer of a Begin that may have waited. `decision.record` is the record as

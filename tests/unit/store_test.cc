@@ -149,6 +149,86 @@ TEST_F(StoreTest, ConcurrentBeginsOnOneKeyStartExactlyOnce) {
   }
 }
 
+// Which thread ran the callback of `submit`: the caller's (answered inline)
+// or a storage thread.
+template <typename T, typename Submit>
+bool AnsweredOnCallersThread(Submit submit) {
+  absl::Notification done;
+  std::thread::id answered_on;
+  submit([&](absl::StatusOr<T> result) {
+    EXPECT_TRUE(result.ok()) << result.status();
+    answered_on = std::this_thread::get_id();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return answered_on == std::this_thread::get_id();
+}
+
+TEST_F(StoreTest, IdleShardAnswersOnCallersThreadOnlyWithoutDiskWrites) {
+  OpenStore(Options(Durability::kSync));
+  Store& store = *store_;
+  auto begin = [&](const std::string& key, int64_t wait_ms = 0) {
+    return AnsweredOnCallersThread<BeginResult>(
+        [&](StoreCallback<BeginResult> cb) {
+          store.Begin("ns", key, MakeBeginParams("o"), wait_ms, std::move(cb));
+        });
+  };
+  // A new key needs a synced write: the storage thread answers.
+  EXPECT_FALSE(begin("k"));
+  auto started = GetSync(store, "k");
+  ASSERT_TRUE(started.ok() && started->has_value());
+  EXPECT_FALSE(AnsweredOnCallersThread<FencedDecision>(
+      [&](StoreCallback<FencedDecision> cb) {
+        store.Complete(
+            "ns", "k",
+            CompleteParams{(*started)->fence, Outcome::kSuccess, "r", 0},
+            std::move(cb));
+      }));
+  // Replaying the completed key only reads memory: answered inline.
+  EXPECT_TRUE(begin("k"));
+  EXPECT_TRUE(AnsweredOnCallersThread<std::optional<Record>>(
+      [&](StoreCallback<std::optional<Record>> cb) {
+        store.Get("ns", "k", std::move(cb));
+      }));
+  // A Begin that may wait is always the storage thread's (it may park).
+  EXPECT_FALSE(begin("k", /*wait_ms=*/1000));
+}
+
+TEST_F(StoreTest, WithoutAWalIdleShardWritesInlineAndSemanticsHold) {
+  OpenStore(Options(Durability::kNone));
+  Store& store = *store_;
+  bool inline_begin =
+      AnsweredOnCallersThread<BeginResult>([&](StoreCallback<BeginResult> cb) {
+        store.Begin("ns", "k", MakeBeginParams("a"), 0, std::move(cb));
+      });
+  EXPECT_TRUE(inline_begin);
+  auto again = BeginSync(store, "k", MakeBeginParams("b"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->decision.status, BeginStatus::kInUse);
+  auto done = CompleteSync(store, "k", again->decision.record.fence, "r");
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->status, FencedStatus::kOk);
+  auto replay = BeginSync(store, "k", MakeBeginParams("c"));
+  ASSERT_TRUE(replay.ok());
+  EXPECT_EQ(replay->decision.status, BeginStatus::kDuplicate);
+  EXPECT_EQ(replay->decision.record.result, "r");
+}
+
+TEST_F(StoreTest, InlineAnswersCanBeSwitchedOff) {
+  StoreOptions options = Options(Durability::kNone);
+  options.answer_inline = false;
+  OpenStore(options);
+  Store& store = *store_;
+  EXPECT_FALSE(
+      AnsweredOnCallersThread<BeginResult>([&](StoreCallback<BeginResult> cb) {
+        store.Begin("ns", "k", MakeBeginParams("a"), 0, std::move(cb));
+      }));
+  EXPECT_FALSE(
+      AnsweredOnCallersThread<BeginResult>([&](StoreCallback<BeginResult> cb) {
+        store.Begin("ns", "k", MakeBeginParams("a"), 0, std::move(cb));
+      }));
+}
+
 TEST_F(StoreTest, ParkedBeginGetsDuplicateOnCompleteAndStartedOnRelease) {
   StoreOptions options = Options();
   options.clock = nullptr;  // parked Begins run on real timers
