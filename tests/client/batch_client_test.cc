@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/shared_server.h"
 
 namespace dedup {
 namespace {
@@ -245,37 +246,22 @@ TEST(BatchClientTest, WholeCallErrorsOtherThanUnavailableAreNotRetried) {
   EXPECT_EQ(service.begins().size(), 1u);
 }
 
-class BatchClientIntegrationTest : public ::testing::Test {
+class BatchClientIntegrationTest
+    : public testing::SharedDedupdTest<BatchClientIntegrationTest> {
+ public:
+  static std::vector<std::string> Flags() { return {"--durability=none"}; }
+
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::unique_ptr<testing::ServerProcess>> server =
-        testing::ServerProcess::Start({"--durability=none"});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-  static void TearDownTestSuite() {
-    if (server_ != nullptr) {
-      EXPECT_TRUE(server_->Stop().ok());
-    }
-    delete server_;
-    server_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    client_ = std::make_unique<Client>(server_->address());
+    SharedDedupdTest::SetUp();
+    if (HasFatalFailure()) return;
+    client_ = std::make_unique<Client>(server().address());
   }
 
-  // Unique per test, so tests sharing the server never collide.
-  static std::string Prefix() {
-    return ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  }
+  static std::string Prefix() { return TestName(); }
 
-  static testing::ServerProcess* server_;
   std::unique_ptr<Client> client_;
 };
-
-testing::ServerProcess* BatchClientIntegrationTest::server_ = nullptr;
 
 TEST_F(BatchClientIntegrationTest, BeginCompleteThenDuplicateWithItemError) {
   std::vector<BeginBatchItem> items = BeginItems(Prefix(), 5);
@@ -337,7 +323,7 @@ TEST_F(BatchClientIntegrationTest, EmptyBatchIsInvalidArgument) {
 // answering IN_USE to its own caller.
 TEST_F(BatchClientIntegrationTest, RetryAfterLostAnswerReentersEveryItem) {
   std::unique_ptr<v1::Dedup::Stub> upstream =
-      testing::NewStub(server_->address());
+      testing::NewStub(server().address());
   std::atomic<int> calls{0};
   BatchService proxy(
       [&](const v1::BeginBatchRequest& req, v1::BeginBatchResponse* resp) {

@@ -11,46 +11,31 @@
 #include "client/run_once.h"
 #include "gtest/gtest.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/shared_server.h"
 
 namespace dedup {
 namespace {
 
 constexpr char kNs[] = "client-itest";
 
-class ClientIntegrationTest : public ::testing::Test {
+class ClientIntegrationTest
+    : public testing::SharedDedupdTest<ClientIntegrationTest> {
+ public:
+  static std::vector<std::string> Flags() { return {"--durability=none"}; }
+
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::unique_ptr<testing::ServerProcess>> server =
-        testing::ServerProcess::Start({"--durability=none"});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-  static void TearDownTestSuite() {
-    if (server_ != nullptr) {
-      EXPECT_TRUE(server_->Stop().ok());
-    }
-    delete server_;
-    server_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    client_ = std::make_unique<Client>(server_->address());
+    SharedDedupdTest::SetUp();
+    if (HasFatalFailure()) return;
+    client_ = std::make_unique<Client>(server().address());
   }
 
-  // Unique per test, so tests sharing the server never collide.
   static std::string Key(const std::string& suffix = "") {
-    return std::string(::testing::UnitTest::GetInstance()
-                           ->current_test_info()
-                           ->name()) +
-           suffix;
+    return TestName() + suffix;
   }
 
-  static testing::ServerProcess* server_;
   std::unique_ptr<Client> client_;
 };
-
-testing::ServerProcess* ClientIntegrationTest::server_ = nullptr;
 
 TEST_F(ClientIntegrationTest, BeginCompleteThenBeginIsDuplicate) {
   BeginOptions options;

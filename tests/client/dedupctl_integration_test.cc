@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/shared_server.h"
 
 extern char** environ;
 
@@ -95,33 +96,17 @@ std::string Field(const std::string& output, const std::string& name) {
   return "";
 }
 
-class DedupctlTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::unique_ptr<testing::ServerProcess>> server =
-        testing::ServerProcess::Start({"--durability=none"});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-  static void TearDownTestSuite() {
-    if (server_ != nullptr) {
-      EXPECT_TRUE(server_->Stop().ok());
-    }
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr); }
+class DedupctlTest : public testing::SharedDedupdTest<DedupctlTest> {
+ public:
+  static std::vector<std::string> Flags() { return {"--durability=none"}; }
 
+ protected:
   // Runs dedupctl against the test server.
   static CtlResult Ctl(std::vector<std::string> args) {
-    args.insert(args.begin(), "--address=" + server_->address());
+    args.insert(args.begin(), "--address=" + server().address());
     return RunCtl(args);
   }
-
-  static testing::ServerProcess* server_;
 };
-
-testing::ServerProcess* DedupctlTest::server_ = nullptr;
 
 TEST_F(DedupctlTest, BeginCompleteBeginDuplicateCycle) {
   CtlResult begin =

@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/shared_server.h"
 
 namespace dedup::v1 {
 // Found by gtest through ADL, so failures show names instead of numbers.
@@ -90,39 +91,19 @@ class TestClient {
 void SetDeadline(grpc::ClientContext* ctx, int64_t ms);
 
 // A fixture whose tests share one dedupd started with Derived::Flags()
-// (a static function returning std::vector<std::string>).
+// (see SharedDedupdTest), each test with its own TestClient.
 template <typename Derived>
-class SharedServerTest : public ::testing::Test {
- public:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::unique_ptr<ServerProcess>> s =
-        ServerProcess::Start(Derived::Flags());
-    if (s.ok()) {
-      server_ = *std::move(s);
-    } else {
-      start_error_ = s.status().ToString();
-    }
-  }
-  static void TearDownTestSuite() {
-    if (server_ == nullptr) return;
-    // Every suite doubles as a check that SIGTERM drains and exits 0.
-    const absl::Status stopped = server_->Stop();
-    EXPECT_TRUE(stopped.ok()) << stopped;
-    server_.reset();
-  }
-
+class SharedServerTest : public SharedDedupdTest<Derived> {
  protected:
   void SetUp() override {
-    ASSERT_NE(server_, nullptr) << "dedupd did not start: " << start_error_;
-    client_ = std::make_unique<TestClient>(server_->address());
+    SharedDedupdTest<Derived>::SetUp();
+    if (::testing::Test::HasFatalFailure()) return;
+    client_ = std::make_unique<TestClient>(this->server().address());
   }
 
   TestClient& client() { return *client_; }
-  static ServerProcess& server() { return *server_; }
 
  private:
-  inline static std::unique_ptr<ServerProcess> server_;
-  inline static std::string start_error_;
   std::unique_ptr<TestClient> client_;
 };
 
