@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Turns bench/run's JSON lines into bench/results/<date>.md: the figures,
 ratios to dedup and to the bare-gRPC baseline, the targets, and the machine.
-Exits 1 when a cell is missing, has no figures, or counted errors."""
+
+A cell measured in several rounds shows its median round (by throughput; by
+p99 for open-loop cells) and the rounds' spread; a ratio is the median of the
+ratios within each round, whose cells ran minutes apart at most. Exits 1 when
+a cell is missing, has no figures, or counted errors."""
 import argparse
 import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -16,6 +21,27 @@ DURABLE = {"dedup": "sync", "redis": "appendfsync=always",
 VOLATILE = {"dedup": "none", "redis": "persistence=off",
             "postgres": "synchronous_commit=off"}
 WORKLOADS = ["unique", "begin", "duplicates", "hot", "batch", "beginbatch"]
+SYSTEMS = ["dedup", "redis", "postgres"]
+
+
+def median_row(rounds):
+    """The round whose figure is the median (lower middle of an even count)."""
+    if rounds[0]["rate"]:
+        ordered = sorted(rounds, key=lambda r: r["latency_ms"]["p99"])
+    else:
+        ordered = sorted(rounds, key=lambda r: r["units_per_s"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def table_order(key):
+    system, config, workload = key
+    cls = (-1 if config == "bare-grpc" else
+           0 if DURABLE.get(system) == config or config == "sync-half-peak" else
+           1 if VOLATILE.get(system) == config else 2)
+    w = (WORKLOADS + ["setnx", "echo"]).index(workload) \
+        if workload in WORKLOADS + ["setnx", "echo"] else 99
+    return (w, cls, SYSTEMS.index(system) if system in SYSTEMS else 9,
+            config == "sync-half-peak")
 
 
 def sh(cmd):
@@ -59,20 +85,40 @@ def main():
     p.add_argument("--results", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--seconds", default="")
+    p.add_argument("--rounds", default="1")
     p.add_argument("--outstanding", default="")
     p.add_argument("--smoke", default="0")
     p.add_argument("--dedupd", default="")
     p.add_argument("--data_dir", default="/tmp")
     p.add_argument("--systems", default="dedup redis postgres")
     a = p.parse_args()
-    rows = [json.loads(l) for l in open(a.results) if l.strip()]
-    by = {(r["system"], r["config"], r["workload"]): r for r in rows}
+    all_rows = [json.loads(l) for l in open(a.results) if l.strip()]
+    # A cell's rounds, in the order they ran.
+    rounds_of = {}
+    for r in all_rows:
+        rounds_of.setdefault((r["system"], r["config"], r["workload"]), []).append(r)
+    by = {k: median_row(v) for k, v in rounds_of.items()}
+    rows = [by[k] for k in sorted(by, key=table_order)]
 
     def ups(system, config, workload):
         r = by.get((system, config, workload))
         return r["units_per_s"] if r else None
 
-    echo = ups("dedup", "bare-grpc", "echo")
+    # Median over rounds of f(round's row of key a, round's row of key b).
+    def round_ratio(a_key, b_key, f=lambda x, y: x["units_per_s"] / y["units_per_s"]):
+        pairs = list(zip(rounds_of.get(a_key, []), rounds_of.get(b_key, [])))
+        values = [f(x, y) for x, y in pairs
+                  if x["units_per_s"] > 0 and y["units_per_s"] > 0]
+        values = [v for v in values if v]
+        return statistics.median(values) if values else None
+
+    def spread(key):
+        v = [r["units_per_s"] for r in rounds_of[key]]
+        if len(v) < 2 or not statistics.median(v):
+            return ""
+        return f"±{50 * (max(v) - min(v)) / statistics.median(v):.0f}%"
+
+    echo_key = ("dedup", "bare-grpc", "echo")
 
     def server_us(r):
         cpu = r.get("server_cpu_s", -1)
@@ -84,21 +130,29 @@ def main():
 
     # CPU (server + load generator) per unit: throughput on a machine the
     # two share, without the other guests' interference.
-    def cpu_per_unit(system, config, workload):
-        r = by.get((system, config, workload))
-        if not r or not r["units"] or r.get("server_cpu_s", -1) < 0:
+    def cpu_per_unit(r):
+        if not r["units"] or r.get("server_cpu_s", -1) < 0:
             return None
         return (r["server_cpu_s"] + r["client_cpu_s"]) / r["units"]
+
+    def cpu_ratio(x, y):  # CPU per unit of y over that of x: x's speed-up
+        cx, cy = cpu_per_unit(x), cpu_per_unit(y)
+        return cy / cx if cx and cy else None
     out = []
     w = out.append
     w(f"# dedup benchmark, {datetime.date.today().isoformat()}"
       + (" (smoke: figures not meaningful)" if a.smoke == "1" else ""))
     w("")
     w(f"Command: `bench/run{' --smoke' if a.smoke == '1' else ''}`; "
-      f"{a.seconds} s measured per cell after a warmup, closed loop with "
-      f"{a.outstanding} operations in flight (dedupd and Redis: 4 "
-      f"connections; PostgreSQL: 32), every system on loopback on this "
-      f"machine, driven by the same load generator (`dedup-bench`).")
+      f"{a.rounds} round(s) of {a.seconds} s measured per cell after a "
+      f"warmup, closed loop with {a.outstanding} operations in flight "
+      f"(dedupd and Redis: 4 connections; PostgreSQL: 32), every system on "
+      f"loopback on this machine, driven by the same load generator "
+      f"(`dedup-bench`). All servers run throughout; each round measures a "
+      f"workload on every system before the next workload, after the "
+      f"machine has gone quiet. A row is the cell's median round "
+      f"(`spread`: ± half the range of the rounds' throughput); a ratio is "
+      f"the median of the ratios within each round.")
     w("")
     w("**The load generator shares the machine's cores with the server under "
       "test**: on a small machine the figures are bounded by both. "
@@ -122,48 +176,55 @@ def main():
       "shared by concurrent writers); dedup `none` ~ Redis persistence off ~ "
       "PostgreSQL `synchronous_commit=off` (PostgreSQL still writes its WAL).")
     w("")
-    w("| system | config | workload | units/s | unit | p50 ms | p99 ms | "
-      "p99.9 ms | dedup ÷ this | ÷ bare gRPC Echo | client cpu | "
+    stolen = [r.get("steal_fraction", -1) for r in all_rows]
+    stolen = [f for f in stolen if f >= 0]
+    if stolen and statistics.median(stolen) > 0.10:
+        w(f"**Warning: other guests of this machine took a median "
+          f"{100 * statistics.median(stolen):.0f}% (worst "
+          f"{100 * max(stolen):.0f}%) of its CPU during the cells.** "
+          f"Throughput and latency are depressed and uneven; ratios within a "
+          f"round and `server µs/unit` hold up best.")
+        w("")
+    w("| system | config | workload | units/s | unit | spread | p50 ms | "
+      "p99 ms | p99.9 ms | dedup ÷ this | ÷ bare gRPC Echo | client cpu | "
       "server µs/unit | steal | errors |")
-    w("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        key = (r["system"], r["config"], r["workload"])
         cls = DURABLE if DURABLE.get(r["system"]) == r["config"] else (
             VOLATILE if VOLATILE.get(r["system"]) == r["config"] else None)
-        ref = ups("dedup", cls["dedup"], r["workload"]) if cls else None
-        vs_dedup = (f"{ref / r['units_per_s']:.2f}×"
-                    if ref and r["units_per_s"] > 0 else "")
-        vs_echo = (f"{r['units_per_s'] / echo:.2f}"
-                   if echo and r["unit"] == "calls" and r["system"] == "dedup"
-                   else "")
+        vs = round_ratio(("dedup", cls["dedup"], r["workload"]), key) if cls else None
+        vs_dedup = f"{vs:.2f}×" if vs else ""
+        ve = (round_ratio(key, echo_key)
+              if r["unit"] == "calls" and r["system"] == "dedup" else None)
+        vs_echo = f"{ve:.2f}" if ve else ""
+        errors = sum(x["errors"] for x in rounds_of[key])
         lat = r["latency_ms"]
         w(f"| {r['system']} | {r['config']} | {r['workload']}"
           f"{' @' + fmt(r['rate']) + '/s' if r['rate'] else ''} | "
-          f"{fmt(r['units_per_s'])} | {r['unit']} | {lat['p50']:.3f} | "
-          f"{lat['p99']:.3f} | {lat['p999']:.3f} | {vs_dedup} | {vs_echo} | "
+          f"{fmt(r['units_per_s'])} | {r['unit']} | {spread(key)} | "
+          f"{lat['p50']:.3f} | {lat['p99']:.3f} | {lat['p999']:.3f} | "
+          f"{vs_dedup} | {vs_echo} | "
           f"{100 * r['client_cpu_s'] / max(r['seconds'], 1e-9):.0f}% | "
-          f"{server_us(r)} | {steal(r)} | {r['errors']} |")
+          f"{server_us(r)} | {steal(r)} | {errors} |")
     w("")
 
     # Targets, as ratios measured in this run.
-    def ratio(x, y):
-        return x / y if x and y else None
-
     targets = [
         ("Durable Begin+Complete pairs/s ≥ 2× Redis+Lua appendfsync always",
-         ratio(ups("dedup", "sync", "unique"),
-               ups("redis", "appendfsync=always", "unique")), 2.0, "×"),
+         round_ratio(("dedup", "sync", "unique"),
+                     ("redis", "appendfsync=always", "unique")), 2.0, "×"),
         ("Durable Begin+Complete pairs/s ≥ 5× PostgreSQL synchronous_commit on",
-         ratio(ups("dedup", "sync", "unique"),
-               ups("postgres", "synchronous_commit=on", "unique")), 5.0, "×"),
+         round_ratio(("dedup", "sync", "unique"),
+                     ("postgres", "synchronous_commit=on", "unique")), 5.0, "×"),
         ("Unary Begin, new keys, durability none ≥ 80% of bare-gRPC Echo",
-         ratio(ups("dedup", "none", "begin"), echo), 0.8, ""),
+         round_ratio(("dedup", "none", "begin"), echo_key), 0.8, ""),
         ("Same, by CPU per call (server + load generator): Echo's ÷ Begin's",
-         ratio(cpu_per_unit("dedup", "bare-grpc", "echo"),
-               cpu_per_unit("dedup", "none", "begin")), 0.8, ""),
+         round_ratio(("dedup", "none", "begin"), echo_key, cpu_ratio), 0.8, ""),
         ("BeginBatch keys/s (sync) ≥ Redis pipelined SET NX EX (pipeline 16, "
          "appendfsync always)",
-         ratio(ups("dedup", "sync", "beginbatch"),
-               ups("redis", "appendfsync=always", "setnx")), 1.0, "×"),
+         round_ratio(("dedup", "sync", "beginbatch"),
+                     ("redis", "appendfsync=always", "setnx")), 1.0, "×"),
     ]
     half = by.get(("dedup", "sync-half-peak", "begin"))
     w("## Targets")
@@ -178,13 +239,17 @@ def main():
               f"{'yes' if value >= goal else 'NO'} |")
     if half:
         p99 = half["latency_ms"]["p99"]
+        all_p99 = sorted(x["latency_ms"]["p99"]
+                         for x in rounds_of[("dedup", "sync-half-peak", "begin")])
+        each = (f" (rounds: {', '.join(f'{v:.1f}' for v in all_p99)})"
+                if len(all_p99) > 1 else "")
         w(f"| p99 Begin latency at half of peak rate ({fmt(half['rate'])}/s, "
-          f"open loop), durable < 2 ms | {p99:.3f} ms | "
+          f"open loop), durable < 2 ms | {p99:.3f} ms{each} | "
           f"{'yes' if p99 < 2 else 'NO'} |")
     w("")
     w("## Answers per cell")
     w("")
-    for r in rows:
+    for r in rows:  # the median round's answers
         st = {k: v for k, v in {**r["begin_status"], **r["fenced_status"]}.items() if v}
         err = f"; first error: {r['first_error']}" if r["errors"] else ""
         w(f"- {r['system']} {r['config']} {r['workload']}: "
@@ -213,7 +278,7 @@ def main():
     bad = [f"missing {e}" for e in expected if e not in by]
     bad += [f"{r['system']} {r['config']} {r['workload']}: units={r['units']} "
             f"errors={r['errors']} {r['first_error']}"
-            for r in rows if r["units"] <= 0 or r["errors"] > 0]
+            for r in all_rows if r["units"] <= 0 or r["errors"] > 0]
     for b in bad:
         print("report: " + b, file=sys.stderr)
     return 1 if bad else 0

@@ -10,21 +10,38 @@ large=${3:-10000000}
 dedupd=$build/server/dedupd
 loader=$build/bench/memory/load_records
 
-measure() {
-  local records=$1 dir port pid rss
-  dir=$(mktemp -d)
+# start_dedupd DIR: starts dedupd on DIR; sets pid and port.
+start_dedupd() {
+  local dir=$1
+  : >"$dir.log"
   "$dedupd" --address=127.0.0.1:0 --metrics_address= --event_log=off \
-    --durability=none --data_dir="$dir" 2>"$dir/log" &
+    --durability=none --data_dir="$dir" 2>"$dir.log" &
   pid=$!
-  until grep -q "listening on" "$dir/log"; do sleep 0.1; done
-  port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$dir/log" | cut -d: -f2)
+  until grep -q "listening on" "$dir.log"; do sleep 0.05; done
+  port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$dir.log" | cut -d: -f2)
+}
+
+stop_dedupd() {
+  kill -TERM "$pid"
+  wait "$pid" || true
+}
+
+measure() {
+  local records=$1 dir rss t0 t1
+  dir=$(mktemp -d)
+  start_dedupd "$dir"
   "$loader" --address="127.0.0.1:$port" --records="$records" >&2
   sleep 2
   rss=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
-  echo "records=$records rss_kib=$rss disk=$(du -sh "$dir" | cut -f1)" >&2
-  kill -TERM "$pid"
-  wait "$pid" || true
-  rm -rf "$dir"
+  stop_dedupd
+  # A restart opens the database and scans it once for in-flight leases.
+  t0=$(date +%s.%N)
+  start_dedupd "$dir"
+  t1=$(date +%s.%N)
+  stop_dedupd
+  echo "records=$records rss_kib=$rss disk=$(du -sh "$dir" | cut -f1)" \
+    "restart_to_listening_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')" >&2
+  rm -rf "$dir" "$dir.log"
   echo "$rss"
 }
 
