@@ -98,8 +98,9 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
                       "How long ago the oldest lapsed lease ran out",
                       static_cast<double>(s.oldest_lapsed_lease_ms) / 1000));
   out.push_back(Gauge("dedup_inflight_tracking_saturated",
-                      "1 when more records are in flight than the lease "
-                      "figures track (they undercount)",
+                      "1 when the lease figures undercount: more records "
+                      "are in flight than they track, or they are still "
+                      "being loaded from disk after a start",
                       s.inflight_tracking_saturated ? 1 : 0));
   out.push_back(Gauge("dedup_waiting_begins",
                       "Begin calls parked waiting for an owner's outcome",

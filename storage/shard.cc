@@ -364,8 +364,17 @@ uint64_t Shard::InflightId(absl::string_view skey) {
 }
 
 void Shard::SeedInflight(absl::string_view skey, InflightLease lease) {
+  const uint64_t id = InflightId(skey);
   absl::MutexLock lock(&inflight_mu_);
-  TrackInflightLocked(InflightId(skey), lease);
+  if (!seeding_ || written_while_seeding_.contains(id)) return;
+  TrackInflightLocked(id, lease);
+}
+
+void Shard::FinishSeeding(bool complete) {
+  absl::MutexLock lock(&inflight_mu_);
+  seeding_ = false;
+  seed_incomplete_ = !complete;
+  absl::flat_hash_set<uint64_t>().swap(written_while_seeding_);
 }
 
 void Shard::TrackInflightLocked(uint64_t id, InflightLease lease) {
@@ -381,7 +390,8 @@ void Shard::TrackInflightLocked(uint64_t id, InflightLease lease) {
 
 void Shard::AddLeaseStats(int64_t now_ms, StoreStats& stats) const {
   absl::MutexLock lock(&inflight_mu_);
-  stats.inflight_tracking_saturated |= inflight_saturated_;
+  stats.inflight_tracking_saturated |=
+      inflight_saturated_ || seeding_ || seed_incomplete_;
   for (const auto& [id, lease] : inflight_) {
     if (now_ms >= lease.expire_at_ms) continue;  // expired: absent
     if (now_ms < lease.lease_until_ms) {
@@ -401,14 +411,15 @@ void Shard::UpdateInflight(Batch& batch, int64_t now_ms) {
   absl::MutexLock lock(&inflight_mu_);
   batch.ForEachFinalWrite(
       [this](absl::string_view skey, const std::string* value) {
+        const uint64_t id = InflightId(skey);
+        if (seeding_) written_while_seeding_.insert(id);
         std::optional<LeaseHeader> header;
         if (value != nullptr) header = PeekLeaseHeader(*value);
         if (header.has_value() && header->state == RecordState::kInFlight) {
           TrackInflightLocked(
-              InflightId(skey),
-              InflightLease{header->lease_until_ms, header->expire_at_ms});
+              id, InflightLease{header->lease_until_ms, header->expire_at_ms});
         } else {
-          inflight_.erase(InflightId(skey));
+          inflight_.erase(id);
         }
       });
   if (now_ms >= next_inflight_sweep_ms_) {

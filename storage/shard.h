@@ -21,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -119,9 +120,16 @@ class Shard {
 
   [[nodiscard]] uint64_t waiting() const { return waiting_.load(); }
 
-  // Registers an in-flight record found on disk. Only before the first
-  // Submit (the store seeds its shards while opening).
+  // Registers an in-flight record found by the store's scan at open, which
+  // runs in the background while the shard already serves. The scan's view
+  // is older than anything the shard wrote since it began, so a record the
+  // shard has written meanwhile keeps the shard's state. Any thread; no-op
+  // after FinishSeeding.
   void SeedInflight(absl::string_view skey, InflightLease lease);
+  // Ends seeding. Until then the lease figures undercount and say so (as
+  // saturated); with `complete` false (the scan failed or was cut short by
+  // Close) they keep saying so.
+  void FinishSeeding(bool complete);
 
   // Adds this shard's in-flight records as of `now_ms` to `stats`.
   void AddLeaseStats(int64_t now_ms, StoreStats& stats) const;
@@ -202,6 +210,12 @@ class Shard {
   absl::flat_hash_map<uint64_t, InflightLease> inflight_
       ABSL_GUARDED_BY(inflight_mu_);
   bool inflight_saturated_ ABSL_GUARDED_BY(inflight_mu_) = false;
+  bool seeding_ ABSL_GUARDED_BY(inflight_mu_) = true;
+  bool seed_incomplete_ ABSL_GUARDED_BY(inflight_mu_) = false;
+  // Records the shard wrote while seeding_, whose state the scan must not
+  // overwrite with its older view.
+  absl::flat_hash_set<uint64_t> written_while_seeding_
+      ABSL_GUARDED_BY(inflight_mu_);
   int64_t next_inflight_sweep_ms_ ABSL_GUARDED_BY(process_mu_) = 0;
 
   std::thread thread_;

