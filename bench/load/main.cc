@@ -165,9 +165,11 @@ int Main() {
     std::ofstream(path, std::ios::app) << Json(label, r);
   }
   std::cout.flush();
-  // Leftover callbacks (unanswered calls) must not run into destructors.
-  if (r.unfinished > 0) _exit(1);
-  return r.counters.errors == 0 ? 0 : 1;
+  // The figures are out. gRPC's threads may still be returning from the
+  // last callbacks (or, with unanswered calls, may yet run them), and
+  // destructors running under them crashed the process at exit ("double
+  // free") about once in a hundred runs: leave without running any.
+  _exit(r.unfinished == 0 && r.counters.errors == 0 ? 0 : 1);
 }
 
 }  // namespace
