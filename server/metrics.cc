@@ -173,14 +173,17 @@ Metrics::Metrics(const std::vector<std::string>& labelled_namespaces)
       &prometheus::BuildHistogram()
            .Name("dedup_wal_sync_duration_seconds")
            .Help(
-               "Duration of each storage write (with its WAL fsync in sync "
-               "durability)")
+               "Duration of each WAL fsync (sync durability: one serves "
+               "the writes of every shard since the last) or, in the other "
+               "modes, of each storage write")
            .Register(*registry_)
            .Add({}, LatencyBuckets());
   writes_per_sync_ =
       &prometheus::BuildHistogram()
            .Name("dedup_writes_per_sync")
-           .Help("Record writes carried by each storage write (group commit)")
+           .Help(
+               "Record writes made durable by each WAL fsync (sync "
+               "durability: group commit) or carried by each storage write")
            .Register(*registry_)
            .Add({}, prometheus::Histogram::BucketBoundaries{
                         1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024});

@@ -128,6 +128,14 @@ class Shard::Batch {
 
   void RunCompletions(const absl::Status& write_status) {
     for (auto& completion : completions_) std::move(completion)(write_status);
+    completions_.clear();
+  }
+  // The answers, to run later with RunAll.
+  using Completions =
+      std::vector<absl::AnyInvocable<void(const absl::Status&) &&>>;
+  Completions TakeCompletions() { return std::move(completions_); }
+  static void RunAll(Completions& completions, const absl::Status& status) {
+    for (auto& completion : completions) std::move(completion)(status);
   }
 
  private:
@@ -143,7 +151,7 @@ class Shard::Batch {
   rocksdb::WriteBatch batch_;
   std::deque<Write> writes_;
   absl::flat_hash_map<absl::string_view, size_t> latest_;  // into writes_
-  std::vector<absl::AnyInvocable<void(const absl::Status&) &&>> completions_;
+  Completions completions_;
 };
 
 Shard::Shard(const ShardContext& context)
@@ -221,7 +229,7 @@ void Shard::Run() {
       committed = ProcessBatch(batch, ops, last);
     }
     // Outside the lock, so the shard counts as idle while answers go out.
-    batch.RunCompletions(committed);
+    Release(batch, committed);
     if (last) return;
   }
 }
@@ -282,7 +290,7 @@ Op ProbeOf(const Op& op, std::optional<absl::StatusOr<T>>* answer) {
 bool Shard::TryAnswerInline(Operation& operation) {
   if (std::holds_alternative<WakeAllOp>(operation)) return false;
   if (!process_mu_.TryLock()) return false;  // the shard thread is working
-  absl::AnyInvocable<void() &&> deliver;
+  WalSyncer::Release deliver;
   bool idle;
   {
     absl::MutexLock lock(&mu_);
@@ -291,7 +299,7 @@ bool Shard::TryAnswerInline(Operation& operation) {
   // Parked Begins need the shard thread's timers, so any waiter means busy.
   if (idle && waiters_.empty()) {
     deliver = std::visit(
-        [this](auto& op) -> absl::AnyInvocable<void() &&> {
+        [this](auto& op) -> WalSyncer::Release {
           using Op = std::decay_t<decltype(op)>;
           if constexpr (std::is_same_v<Op, WakeAllOp>) {
             return nullptr;
@@ -304,12 +312,29 @@ bool Shard::TryAnswerInline(Operation& operation) {
   process_mu_.Unlock();
   if (!deliver) return false;
   // Outside the lock: answering may send a response or submit again.
-  std::move(deliver)();
+  if (context_.syncer == nullptr) {
+    std::move(deliver)(absl::OkStatus());
+  } else {
+    // What it read may be a shard's write whose fsync is still pending.
+    context_.syncer->AfterSync(0, std::move(deliver));
+  }
   return true;
 }
 
+void Shard::Release(Batch& batch, const absl::Status& committed) {
+  if (context_.syncer == nullptr || !committed.ok()) {
+    batch.RunCompletions(committed);
+    return;
+  }
+  context_.syncer->AfterSync(batch.write_count(),
+                             [completions = batch.TakeCompletions()](
+                                 const absl::Status& synced) mutable {
+                               Batch::RunAll(completions, synced);
+                             });
+}
+
 template <typename Op>
-absl::AnyInvocable<void() &&> Shard::AnswerInline(Op& op) {
+WalSyncer::Release Shard::AnswerInline(Op& op) {
   using T = typename AnswerOf<Op>::type;
   if constexpr (std::is_same_v<Op, BeginOp>) {
     if (op.wait_deadline_ms != 0) return nullptr;  // it may have to park
@@ -326,8 +351,13 @@ absl::AnyInvocable<void() &&> Shard::AnswerInline(Op& op) {
   if (batch.refused()) return nullptr;
   batch.RunCompletions(committed);
   if (!answer.has_value()) return nullptr;  // cannot happen: Process answers
-  return [done = std::move(op.done), answer = *std::move(answer)]() mutable {
-    std::move(done)(std::move(answer));
+  return [done = std::move(op.done),
+          answer = *std::move(answer)](const absl::Status& synced) mutable {
+    if (!synced.ok() && answer.ok()) {
+      std::move(done)(synced);
+    } else {
+      std::move(done)(std::move(answer));
+    }
   };
 }
 
@@ -335,7 +365,9 @@ absl::Status Shard::Commit(Batch& batch, int64_t now_ms) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Status committed = batch.Commit(context_.write_options);
   if (batch.refused()) return committed;
-  if (context_.observer != nullptr && batch.write_count() > 0) {
+  // With a syncer, the fsync is the write that counts: it reports it.
+  if (context_.observer != nullptr && context_.syncer == nullptr &&
+      batch.write_count() > 0) {
     context_.observer->OnWrite(
         batch.write_count(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

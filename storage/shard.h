@@ -28,6 +28,7 @@
 #include "rocksdb/db.h"
 #include "storage/fence_allocator.h"
 #include "storage/store.h"
+#include "storage/wal_syncer.h"
 
 namespace dedup {
 
@@ -82,6 +83,10 @@ struct ShardContext {
   bool answer_inline = true;
   // ...and then also write (memory-only writes: durability none).
   bool inline_writes = false;
+  // Durability kSync: writes go out unsynced and every answer waits here
+  // for the WAL fsync that covers what it saw. Null: answers leave once
+  // written (write_options says how durably).
+  WalSyncer* syncer = nullptr;
 };
 
 // Lease bookkeeping of one in-flight record.
@@ -144,8 +149,10 @@ class Shard {
   void Run();
   // Submit's same-thread path: true if `op` was answered (done has run).
   bool TryAnswerInline(Operation& op);
+  // Decides `op` on the caller's thread; returns what delivers its answer
+  // (given the sync status), or null if the shard thread must take it.
   template <typename Op>
-  absl::AnyInvocable<void() &&> AnswerInline(Op& op)
+  WalSyncer::Release AnswerInline(Op& op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   // Records are tracked by a 64-bit hash of their key, not the key: no
   // allocation per Begin, and a collision (odds ~1e-7 at the cap) only
@@ -155,8 +162,11 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(inflight_mu_);
   // Mirrors a committed batch's final states into inflight_.
   // Writes `batch` (then mirrors it into inflight_ and tells the observer).
+  // Its answers are not released: see Release.
   absl::Status Commit(Batch& batch, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
+  // Runs the answers of a committed `batch`, through the syncer if any.
+  void Release(Batch& batch, const absl::Status& committed);
   void UpdateInflight(Batch& batch, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

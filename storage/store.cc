@@ -21,6 +21,7 @@
 #include "storage/shard.h"
 #include "storage/storage_key.h"
 #include "storage/ttl_compaction_filter.h"
+#include "storage/wal_syncer.h"
 
 namespace dedup {
 namespace {
@@ -46,9 +47,9 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
 }
 
-rocksdb::WriteOptions WriteOptionsFor(Durability durability) {
+// How shards write. Never synced: in kSync the WalSyncer fsyncs for them.
+rocksdb::WriteOptions ShardWriteOptions(Durability durability) {
   rocksdb::WriteOptions options;
-  options.sync = durability == Durability::kSync;
   options.disableWAL = durability == Durability::kNone;
   return options;
 }
@@ -85,13 +86,20 @@ class RocksStore : public Store {
     context.db = db_.get();
     context.fences = fences_.get();
     context.clock = options_.clock;
-    context.write_options = WriteOptionsFor(options_.durability);
+    if (options_.durability == Durability::kSync) {
+      syncer_ = std::make_unique<WalSyncer>(db_.get(), options_.observer);
+    }
+    context.syncer = syncer_.get();
+    context.write_options = ShardWriteOptions(options_.durability);
     context.max_batch = options_.max_batch;
     context.max_queued = options_.max_queued_per_shard;
     context.observer = options_.observer;
     context.max_tracked_inflight = options_.max_tracked_inflight_per_shard;
     context.answer_inline = options_.answer_inline;
-    context.inline_writes = options_.durability == Durability::kNone;
+    // Writes touch only memory in kNone (no WAL) and in kSync (the WAL is
+    // buffered until the syncer flushes it), so idle shards let callers
+    // write on their own threads.
+    context.inline_writes = options_.durability != Durability::kAsync;
     for (int i = 0; i < options_.shards; ++i) {
       shards_.push_back(std::make_unique<Shard>(context));
     }
@@ -99,7 +107,7 @@ class RocksStore : public Store {
     // serves (0.44 s per million records here).
     seeder_ = std::thread([this] { SeedInflightLeases(); });
     if (options_.durability == Durability::kAsync) {
-      wal_syncer_ = std::thread([this] { SyncWalPeriodically(); });
+      periodic_wal_sync_ = std::thread([this] { SyncWalPeriodically(); });
     }
     return absl::OkStatus();
   }
@@ -174,9 +182,11 @@ class RocksStore : public Store {
     if (closed_.exchange(true)) return absl::OkStatus();
     if (seeder_.joinable()) seeder_.join();  // it stops early once closed_
     for (auto& shard : shards_) shard->Stop();
-    if (wal_syncer_.joinable()) {
-      stop_syncer_.Notify();
-      wal_syncer_.join();
+    // After the shards: their last answers wait for it.
+    if (syncer_ != nullptr) syncer_->Stop();
+    if (periodic_wal_sync_.joinable()) {
+      stop_periodic_sync_.Notify();
+      periodic_wal_sync_.join();
     }
     if (db_ == nullptr) return absl::OkStatus();
     absl::Status status;
@@ -184,7 +194,7 @@ class RocksStore : public Store {
     if (options_.durability == Durability::kNone) {
       status = FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush");
     } else {
-      status = FromRocks(db_->SyncWAL(), "sync WAL");
+      status = FromRocks(db_->FlushWAL(/*sync=*/true), "sync WAL");
     }
     absl::Status close = FromRocks(db_->Close(), "close");
     // The stopped shards stay: they answer late calls with UNAVAILABLE.
@@ -288,7 +298,7 @@ class RocksStore : public Store {
   void SyncWalPeriodically() {
     const absl::Duration interval =
         absl::Milliseconds(options_.async_sync_interval_ms);
-    while (!stop_syncer_.WaitForNotificationWithTimeout(interval)) {
+    while (!stop_periodic_sync_.WaitForNotificationWithTimeout(interval)) {
       (void)db_->SyncWAL();
     }
   }
@@ -297,10 +307,11 @@ class RocksStore : public Store {
   const std::unique_ptr<TtlCompactionFilter> filter_;
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<FenceAllocator> fences_;
+  std::unique_ptr<WalSyncer> syncer_;  // kSync only
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::thread wal_syncer_;
+  std::thread periodic_wal_sync_;
   std::thread seeder_;
-  absl::Notification stop_syncer_;
+  absl::Notification stop_periodic_sync_;
   std::atomic<bool> closed_{false};
 };
 
@@ -314,6 +325,9 @@ rocksdb::Options DbOptions(const StoreOptions& options,
   db.bytes_per_sync = 1 << 20;
   db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db.keep_log_file_num = 4;
+  // kSync: a write only appends to RocksDB's WAL buffer, in memory; the
+  // WalSyncer writes and fsyncs it for everything written meanwhile.
+  db.manual_wal_flush = options.durability == Durability::kSync;
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(options.memory_budget_bytes);
   // Memtables are charged to the block cache, so one budget bounds both.

@@ -6,9 +6,10 @@
 // each operation with the pure state machine (authority.h) against the latest
 // state (including earlier operations of the same batch), writes the whole
 // batch with a single RocksDB write, and only then runs the callbacks. So no
-// two operations on a key ever interleave, and in `kSync` mode an answer is
-// given only after its write is in a synced WAL, with one fsync shared by the
-// whole batch (and RocksDB merges the shards' concurrent writes further).
+// two operations on a key ever interleave. In `kSync` mode the write is not
+// synced by the shard: one syncer thread fsyncs the WAL for everything all
+// shards wrote meanwhile, and an answer (even a read's) leaves only once what
+// it saw is on disk (wal_syncer.h). Shards go on deciding while it syncs.
 //
 // Thread safety: every public method may be called from any thread. Callbacks
 // run on a storage thread, after the operation is durable per the mode; they
@@ -41,8 +42,9 @@ enum class Durability {
 class StoreObserver {
  public:
   virtual ~StoreObserver() = default;
-  // One RocksDB write carrying `operations` writes took `seconds` (in kSync
-  // mode this includes the WAL fsync).
+  // In kSync mode: one WAL fsync made `operations` record writes (of every
+  // shard) durable and took `seconds`. Otherwise: one RocksDB write carrying
+  // `operations` record writes took `seconds`.
   virtual void OnWrite(int operations, double seconds) = 0;
 };
 
@@ -74,8 +76,9 @@ struct StoreOptions {
   size_t max_tracked_inflight_per_shard = 250'000;
   // A call that finds its shard idle is answered on the caller's thread
   // when that needs no disk I/O (reads from memory only; writes only in
-  // kNone), saving two thread hand-offs. So callbacks may run before the
-  // call returns.
+  // kNone and kSync, where they stay in memory until the WAL syncer takes
+  // them), saving a thread hand-off or two. So callbacks may run before the
+  // call returns (in kSync, on the syncer's thread or the caller's).
   bool answer_inline = true;
 };
 

@@ -2,6 +2,7 @@
 // every acknowledged write under sync durability; fences keep rising.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <iostream>
 #include <map>
@@ -168,6 +169,91 @@ TEST(RestartTest, AcknowledgedCompletesSurviveSigkillWithSyncDurability) {
   }
   EXPECT_EQ(missing, 0) << "of " << acked.size() << " acknowledged";
   EXPECT_GT(c.Begin("after-crash-new-key", "b").fence(), max_fence);
+  c.Disconnect();
+  const absl::Status stopped = second->Stop();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+// A read must not reveal what a crash could still erase: RocksDB shows a
+// write before its WAL fsync, so whatever a Get reported before a SIGKILL (a
+// claim or an outcome) must be there after the restart.
+TEST(RestartTest, WhatReadsReportedBeforeSigkillSurvivesIt) {
+  DEDUP_START_SERVER(first);  // Default durability: sync.
+  constexpr int kWriters = 8;
+  constexpr int kReaders = 8;
+  constexpr int kMinSeen = 500;
+  auto key_of = [](int writer, int i) {
+    return absl::StrCat("seen-", writer, "-", i);
+  };
+  std::array<std::atomic<int>, kWriters> writing{};  // key index per writer
+  std::mutex mu;
+  std::map<std::string, bool> seen;  // key -> reported COMPLETED
+  std::atomic<int> seen_count{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      TestClient c(first->address());
+      for (int i = 0; !stop.load(); ++i) {
+        writing[w].store(i);
+        v1::BeginResponse began;
+        if (!c.BeginStatus(c.BeginReq(key_of(w, i), "writer"), &began).ok()) {
+          return;
+        }
+        v1::CompleteRequest req;
+        req.set_namespace_(c.ns());
+        req.set_key(key_of(w, i));
+        req.set_fence(began.fence());
+        req.set_outcome(v1::SUCCESS);
+        v1::CompleteResponse done;
+        if (!c.CompleteStatus(req, &done).ok()) return;
+      }
+    });
+  }
+  for (int r = 0; r < kReaders; ++r) {
+    threads.emplace_back([&, r] {
+      TestClient c(first->address());
+      for (int n = r; !stop.load(); ++n) {
+        const int w = n % kWriters;
+        v1::GetRequest req;
+        req.set_namespace_(c.ns());
+        req.set_key(key_of(w, writing[w].load()));
+        v1::GetResponse got;
+        if (!c.GetStatus(req, &got).ok()) return;
+        if (!got.found()) continue;
+        const bool completed = got.record().state() == v1::COMPLETED;
+        std::lock_guard<std::mutex> lock(mu);
+        bool& reported = seen[req.key()];
+        reported = reported || completed;
+        ++seen_count;
+      }
+    });
+  }
+  for (int waited = 0; seen_count.load() < kMinSeen && waited < 20000;
+       waited += 5) {
+    SleepMs(5);
+  }
+  first->Kill();
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  ASSERT_GE(seen_count.load(), kMinSeen)
+      << "too few reads before the kill to mean anything";
+
+  DEDUP_START_SERVER(second, {}, first->data_dir());
+  TestClient c(second->address());
+  int lost = 0;
+  for (const auto& [key, completed] : seen) {
+    const v1::GetResponse got = c.Get(key);
+    const bool ok =
+        got.found() && (!completed || got.record().state() == v1::COMPLETED);
+    if (!ok && ++lost <= 5) {
+      ADD_FAILURE() << key << " was reported "
+                    << (completed ? "COMPLETED" : "IN_FLIGHT")
+                    << " before the crash, and after it is "
+                    << got.ShortDebugString();
+    }
+  }
+  EXPECT_EQ(lost, 0) << "of " << seen.size() << " keys reads reported";
   c.Disconnect();
   const absl::Status stopped = second->Stop();
   EXPECT_TRUE(stopped.ok()) << stopped;
