@@ -291,6 +291,7 @@ bool Shard::TryAnswerInline(Operation& operation) {
   if (std::holds_alternative<WakeAllOp>(operation)) return false;
   if (!process_mu_.TryLock()) return false;  // the shard thread is working
   WalSyncer::Release deliver;
+  int writes = 0;
   bool idle;
   {
     absl::MutexLock lock(&mu_);
@@ -299,12 +300,12 @@ bool Shard::TryAnswerInline(Operation& operation) {
   // Parked Begins need the shard thread's timers, so any waiter means busy.
   if (idle && waiters_.empty()) {
     deliver = std::visit(
-        [this](auto& op) -> WalSyncer::Release {
+        [this, &writes](auto& op) -> WalSyncer::Release {
           using Op = std::decay_t<decltype(op)>;
           if constexpr (std::is_same_v<Op, WakeAllOp>) {
             return nullptr;
           } else {
-            return AnswerInline(op);
+            return AnswerInline(op, &writes);
           }
         },
         operation);
@@ -316,7 +317,7 @@ bool Shard::TryAnswerInline(Operation& operation) {
     std::move(deliver)(absl::OkStatus());
   } else {
     // What it read may be a shard's write whose fsync is still pending.
-    context_.syncer->AfterSync(0, std::move(deliver));
+    context_.syncer->AfterSync(writes, std::move(deliver));
   }
   return true;
 }
@@ -334,7 +335,7 @@ void Shard::Release(Batch& batch, const absl::Status& committed) {
 }
 
 template <typename Op>
-WalSyncer::Release Shard::AnswerInline(Op& op) {
+WalSyncer::Release Shard::AnswerInline(Op& op, int* writes) {
   using T = typename AnswerOf<Op>::type;
   if constexpr (std::is_same_v<Op, BeginOp>) {
     if (op.wait_deadline_ms != 0) return nullptr;  // it may have to park
@@ -351,6 +352,7 @@ WalSyncer::Release Shard::AnswerInline(Op& op) {
   if (batch.refused()) return nullptr;
   batch.RunCompletions(committed);
   if (!answer.has_value()) return nullptr;  // cannot happen: Process answers
+  *writes = batch.write_count();
   return [done = std::move(op.done),
           answer = *std::move(answer)](const absl::Status& synced) mutable {
     if (!synced.ok() && answer.ok()) {

@@ -228,6 +228,51 @@ TEST_F(StoreTest, WithoutAWalIdleShardWritesInlineAndSemanticsHold) {
   EXPECT_EQ(replay->decision.record.result, "r");
 }
 
+// Counts what the store reports to its observer.
+class WriteCounter : public StoreObserver {
+ public:
+  void OnWrite(int operations, double seconds) override {
+    EXPECT_GT(operations, 0);
+    EXPECT_GE(seconds, 0);
+    writes_ += operations;
+    ++reports_;
+  }
+  int writes() const { return writes_.load(); }
+  int reports() const { return reports_.load(); }
+
+ private:
+  std::atomic<int> writes_{0};
+  std::atomic<int> reports_{0};
+};
+
+// The writes-per-fsync figure (dedup_writes_per_sync) counts every record
+// write once, whichever thread made it (an idle shard lets the caller
+// write), and reads add nothing.
+TEST_F(StoreTest, SyncModeReportsEachRecordWriteOnceWithItsFsync) {
+  WriteCounter counter;
+  StoreOptions options = Options(Durability::kSync);
+  options.observer = &counter;
+  OpenStore(options);
+  Store& store = *store_;
+  constexpr int kKeys = 20;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string key = absl::StrCat("k", i);
+    auto begun = BeginSync(store, key, MakeBeginParams("o"));
+    ASSERT_TRUE(begun.ok()) << begun.status();
+    ASSERT_EQ(begun->decision.status, BeginStatus::kStarted);
+    auto done = CompleteSync(store, key, begun->decision.record.fence, "r");
+    ASSERT_TRUE(done.ok()) << done.status();
+    ASSERT_EQ(done->status, FencedStatus::kOk);
+    auto replay = BeginSync(store, key, MakeBeginParams("o"));
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    EXPECT_EQ(replay->decision.status, BeginStatus::kDuplicate);
+    ASSERT_TRUE(GetSync(store, key).ok());
+  }
+  // One caller at a time: each write waits for its own fsync.
+  EXPECT_EQ(counter.writes(), 2 * kKeys);
+  EXPECT_EQ(counter.reports(), 2 * kKeys);
+}
+
 TEST_F(StoreTest, InlineAnswersCanBeSwitchedOff) {
   StoreOptions options = Options(Durability::kNone);
   options.answer_inline = false;
