@@ -291,7 +291,6 @@ bool Shard::TryAnswerInline(Operation& operation) {
   if (std::holds_alternative<WakeAllOp>(operation)) return false;
   if (!process_mu_.TryLock()) return false;  // the shard thread is working
   WalSyncer::Release deliver;
-  int writes = 0;
   bool idle;
   {
     absl::MutexLock lock(&mu_);
@@ -300,12 +299,12 @@ bool Shard::TryAnswerInline(Operation& operation) {
   // Parked Begins need the shard thread's timers, so any waiter means busy.
   if (idle && waiters_.empty()) {
     deliver = std::visit(
-        [this, &writes](auto& op) -> WalSyncer::Release {
+        [this](auto& op) -> WalSyncer::Release {
           using Op = std::decay_t<decltype(op)>;
           if constexpr (std::is_same_v<Op, WakeAllOp>) {
             return nullptr;
           } else {
-            return AnswerInline(op, &writes);
+            return AnswerInline(op);
           }
         },
         operation);
@@ -317,7 +316,7 @@ bool Shard::TryAnswerInline(Operation& operation) {
     std::move(deliver)(absl::OkStatus());
   } else {
     // What it read may be a shard's write whose fsync is still pending.
-    context_.syncer->AfterSync(writes, std::move(deliver));
+    context_.syncer->AfterSync(std::move(deliver));
   }
   return true;
 }
@@ -327,15 +326,14 @@ void Shard::Release(Batch& batch, const absl::Status& committed) {
     batch.RunCompletions(committed);
     return;
   }
-  context_.syncer->AfterSync(batch.write_count(),
-                             [completions = batch.TakeCompletions()](
+  context_.syncer->AfterSync([completions = batch.TakeCompletions()](
                                  const absl::Status& synced) mutable {
-                               Batch::RunAll(completions, synced);
-                             });
+    Batch::RunAll(completions, synced);
+  });
 }
 
 template <typename Op>
-WalSyncer::Release Shard::AnswerInline(Op& op, int* writes) {
+WalSyncer::Release Shard::AnswerInline(Op& op) {
   using T = typename AnswerOf<Op>::type;
   if constexpr (std::is_same_v<Op, BeginOp>) {
     if (op.wait_deadline_ms != 0) return nullptr;  // it may have to park
@@ -352,7 +350,6 @@ WalSyncer::Release Shard::AnswerInline(Op& op, int* writes) {
   if (batch.refused()) return nullptr;
   batch.RunCompletions(committed);
   if (!answer.has_value()) return nullptr;  // cannot happen: Process answers
-  *writes = batch.write_count();
   return [done = std::move(op.done),
           answer = *std::move(answer)](const absl::Status& synced) mutable {
     if (!synced.ok() && answer.ok()) {

@@ -151,9 +151,8 @@ class Shard {
   bool TryAnswerInline(Operation& op);
   // Decides `op` on the caller's thread; returns what delivers its answer
   // (given the sync status), or null if the shard thread must take it.
-  // Sets *writes to the record writes it made.
   template <typename Op>
-  WalSyncer::Release AnswerInline(Op& op, int* writes)
+  WalSyncer::Release AnswerInline(Op& op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   // Records are tracked by a 64-bit hash of their key, not the key: no
   // allocation per Begin, and a collision (odds ~1e-7 at the cap) only

@@ -8,11 +8,14 @@
 namespace dedup {
 
 WalSyncer::WalSyncer(rocksdb::DB* db, StoreObserver* observer)
-    : db_(db), observer_(observer), thread_([this] { Run(); }) {}
+    : db_(db),
+      observer_(observer),
+      counted_sequence_(db->GetLatestSequenceNumber()),
+      thread_([this] { Run(); }) {}
 
 WalSyncer::~WalSyncer() { Stop(); }
 
-void WalSyncer::AfterSync(int writes, Release release) {
+void WalSyncer::AfterSync(Release release) {
   // Taken after the caller's reads and writes, so it covers all they saw.
   const uint64_t visible = db_->GetLatestSequenceNumber();
   if (visible <= durable_sequence_.load(std::memory_order_acquire)) {
@@ -23,11 +26,10 @@ void WalSyncer::AfterSync(int writes, Release release) {
     absl::MutexLock lock(&mu_);
     if (!stopped_) {
       pending_.push_back(std::move(release));
-      pending_writes_ += writes;
       return;
     }
   }
-  std::move(release)(SyncNow(writes));
+  std::move(release)(SyncNow());
 }
 
 void WalSyncer::Stop() {
@@ -41,7 +43,6 @@ void WalSyncer::Stop() {
 void WalSyncer::Run() {
   for (;;) {
     std::vector<Release> releases;
-    int writes = 0;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &WalSyncer::HasWorkLocked));
@@ -50,18 +51,17 @@ void WalSyncer::Run() {
         return;
       }
       releases.swap(pending_);
-      std::swap(writes, pending_writes_);
     }
     // Everything pending was visible before this sync starts, so it covers
     // them all; whatever arrives meanwhile waits for the next one.
-    const absl::Status synced = SyncNow(writes);
+    const absl::Status synced = SyncNow();
     for (Release& release : releases) std::move(release)(synced);
   }
 }
 
 bool WalSyncer::HasWorkLocked() const { return !pending_.empty() || stopping_; }
 
-absl::Status WalSyncer::SyncNow(int writes) {
+absl::Status WalSyncer::SyncNow() {
   absl::MutexLock lock(&sync_mu_);
   const uint64_t target = db_->GetLatestSequenceNumber();
   if (target <= durable_sequence_.load(std::memory_order_relaxed)) {
@@ -74,10 +74,13 @@ absl::Status WalSyncer::SyncNow(int writes) {
     return absl::UnavailableError(absl::StrCat("storage sync: ", s.ToString()));
   }
   durable_sequence_.store(target, std::memory_order_release);
+  const uint64_t writes = target - counted_sequence_;
+  counted_sequence_ = target;
   if (observer_ != nullptr) {
-    observer_->OnWrite(writes, std::chrono::duration<double>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count());
+    observer_->OnWrite(
+        static_cast<int>(writes),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
   }
   return absl::OkStatus();
 }

@@ -41,9 +41,8 @@ class WalSyncer {
   WalSyncer& operator=(const WalSyncer&) = delete;
 
   // Runs `release` once every write visible now is durable. When that holds
-  // already it runs at once, on the calling thread. `writes`: the record
-  // writes the caller just made (for the writes-per-sync figure).
-  void AfterSync(int writes, Release release);
+  // already it runs at once, on the calling thread.
+  void AfterSync(Release release);
 
   // Syncs and releases whatever is pending, then joins the thread. Later
   // calls sync on the caller's thread.
@@ -54,7 +53,7 @@ class WalSyncer {
   bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Syncs the WAL unless durable_sequence_ covers every visible write
   // already, and then moves it up.
-  absl::Status SyncNow(int writes);
+  absl::Status SyncNow();
 
   rocksdb::DB* const db_;
   StoreObserver* const observer_;
@@ -64,11 +63,14 @@ class WalSyncer {
 
   mutable absl::Mutex mu_;
   std::vector<Release> pending_ ABSL_GUARDED_BY(mu_);
-  int pending_writes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Serializes syncs, so that durable_sequence_ only grows.
   absl::Mutex sync_mu_;
+  // The observer's count of writes per sync comes from sequence numbers (one
+  // per record written, whichever thread wrote it): those above this one
+  // are new. Starts at what the open found, which this process never wrote.
+  uint64_t counted_sequence_ ABSL_GUARDED_BY(sync_mu_);
 
   std::thread thread_;
 };
