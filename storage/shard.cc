@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "rocksdb/write_batch.h"
+#include "storage/shard_batch.h"
 
 namespace dedup {
 namespace {
@@ -20,139 +21,6 @@ void Fail(Op& op, const absl::Status& status) {
 }
 
 }  // namespace
-
-// The operations of one shard cycle: their reads see the batch's own earlier
-// writes, their writes go out in one RocksDB write, and their answers are
-// held until that write is done.
-class Shard::Batch {
- public:
-  enum class Mode {
-    kShardThread,
-    kInlineReadOnly,     // on a caller's thread, memory reads, no writes
-    kInlineMemoryWrite,  // on a caller's thread, memory reads and writes
-  };
-  Batch(rocksdb::DB* db, Mode mode) : db_(db), mode_(mode) {
-    // An inline batch must never wait for the disk: reads that would need
-    // it come back Incomplete and the operation goes to the shard thread.
-    if (mode_ != Mode::kShardThread) {
-      read_options_.read_tier = rocksdb::kBlockCacheTier;
-    }
-  }
-
-  bool is_inline() const { return mode_ != Mode::kShardThread; }
-  bool may_write() const { return mode_ != Mode::kInlineReadOnly; }
-  // An inline batch found it cannot finish on the caller's thread; it is
-  // then discarded unanswered.
-  bool refused() const { return refused_; }
-  void Refuse() { refused_ = true; }
-
-  absl::StatusOr<std::optional<Record>> Read(const std::string& skey) {
-    std::string value;
-    if (auto it = latest_.find(skey); it != latest_.end()) {
-      const std::optional<std::string>& written = writes_[it->second].value;
-      if (!written.has_value()) return std::optional<Record>();
-      value = *written;
-    } else {
-      rocksdb::Status s = db_->Get(read_options_, skey, &value);
-      if (s.IsNotFound()) return std::optional<Record>();
-      if (s.IsIncomplete() && is_inline()) Refuse();
-      if (!s.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("storage read: ", s.ToString()));
-      }
-    }
-    absl::StatusOr<Record> record = DecodeRecord(value);
-    if (!record.ok()) return record.status();
-    return std::optional<Record>(*std::move(record));
-  }
-
-  // Queues the write and returns the key as the batch keeps it (stable until
-  // the batch ends), or nullptr for kNone. Takes `skey` by value: callers
-  // done with theirs move it in.
-  const std::string* Apply(std::string skey, WriteKind kind,
-                           const Record& record) {
-    std::optional<std::string> value;
-    if (kind != WriteKind::kNone && mode_ == Mode::kInlineReadOnly) Refuse();
-    switch (kind) {
-      case WriteKind::kNone:
-        return nullptr;
-      case WriteKind::kPut:
-        value = EncodeRecord(record);
-        batch_.Put(skey, *value);
-        break;
-      case WriteKind::kDelete:
-        batch_.Delete(skey);
-        break;
-    }
-    writes_.push_back(Write{std::move(skey), std::move(value)});
-    // The map's key views the deque's string, which never moves.
-    latest_.insert_or_assign(absl::string_view(writes_.back().skey),
-                             writes_.size() - 1);
-    return &writes_.back().skey;
-  }
-
-  template <typename T, typename R>
-  void Answer(StoreCallback<T> done, R&& value) {
-    absl::StatusOr<T> result(std::forward<R>(value));
-    completions_.push_back([done = std::move(done), result = std::move(result)](
-                               const absl::Status& write_status) mutable {
-      if (!write_status.ok() && result.ok()) {
-        std::move(done)(write_status);
-      } else {
-        std::move(done)(std::move(result));
-      }
-    });
-  }
-
-  absl::Status Commit(rocksdb::WriteOptions options) {
-    if (batch_.Count() == 0) return absl::OkStatus();
-    // Inline, a write stall refuses the batch instead of blocking.
-    options.no_slowdown = is_inline();
-    rocksdb::Status s = db_->Write(options, &batch_);
-    if (s.ok()) return absl::OkStatus();
-    if (s.IsIncomplete() && is_inline()) Refuse();
-    return absl::UnavailableError(
-        absl::StrCat("storage write: ", s.ToString()));
-  }
-
-  // Calls fn(skey, value) once per key written, with its final encoded
-  // record (nullptr: deleted).
-  template <typename Fn>
-  void ForEachFinalWrite(Fn fn) const {
-    for (const auto& [skey, index] : latest_) {
-      const std::optional<std::string>& value = writes_[index].value;
-      fn(skey, value.has_value() ? &*value : nullptr);
-    }
-  }
-  int write_count() const { return batch_.Count(); }
-
-  void RunCompletions(const absl::Status& write_status) {
-    for (auto& completion : completions_) std::move(completion)(write_status);
-    completions_.clear();
-  }
-  // The answers, to run later with RunAll.
-  using Completions =
-      std::vector<absl::AnyInvocable<void(const absl::Status&) &&>>;
-  Completions TakeCompletions() { return std::move(completions_); }
-  static void RunAll(Completions& completions, const absl::Status& status) {
-    for (auto& completion : completions) std::move(completion)(status);
-  }
-
- private:
-  struct Write {
-    std::string skey;
-    std::optional<std::string> value;  // encoded record; nullopt: delete
-  };
-
-  rocksdb::DB* const db_;
-  const Mode mode_;
-  rocksdb::ReadOptions read_options_;
-  bool refused_ = false;
-  rocksdb::WriteBatch batch_;
-  std::deque<Write> writes_;
-  absl::flat_hash_map<absl::string_view, size_t> latest_;  // into writes_
-  Completions completions_;
-};
 
 Shard::Shard(const ShardContext& context)
     : context_(context), thread_([this] { Run(); }) {}
@@ -352,11 +220,7 @@ WalSyncer::Release Shard::AnswerInline(Op& op) {
   if (!answer.has_value()) return nullptr;  // cannot happen: Process answers
   return [done = std::move(op.done),
           answer = *std::move(answer)](const absl::Status& synced) mutable {
-    if (!synced.ok() && answer.ok()) {
-      std::move(done)(synced);
-    } else {
-      std::move(done)(std::move(answer));
-    }
+    DeliverUnlessFailed(std::move(done), std::move(answer), synced);
   };
 }
 

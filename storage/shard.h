@@ -160,13 +160,13 @@ class Shard {
   static uint64_t InflightId(absl::string_view skey);
   void TrackInflightLocked(uint64_t id, InflightLease lease)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(inflight_mu_);
-  // Mirrors a committed batch's final states into inflight_.
   // Writes `batch` (then mirrors it into inflight_ and tells the observer).
   // Its answers are not released: see Release.
   absl::Status Commit(Batch& batch, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   // Runs the answers of a committed `batch`, through the syncer if any.
   void Release(Batch& batch, const absl::Status& committed);
+  // Mirrors a committed batch's final states into inflight_.
   void UpdateInflight(Batch& batch, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

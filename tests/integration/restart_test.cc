@@ -23,6 +23,19 @@ using v1::BeginResponse;
 using v1::CompleteResponse;
 using v1::ReleaseResponse;
 
+// Waits (up to 20 s) until the callers have counted `at_least`, then
+// SIGKILLs `server` while they are still going, and stops and joins them.
+void KillMidTraffic(ServerProcess& server, const std::atomic<int>& count,
+                    int at_least, std::atomic<bool>& stop,
+                    std::vector<std::thread>& callers) {
+  for (int waited = 0; count.load() < at_least && waited < 20000; waited += 5) {
+    SleepMs(5);
+  }
+  server.Kill();
+  stop = true;
+  for (std::thread& t : callers) t.join();
+}
+
 TEST(RestartTest, GracefulRestartKeepsRecordsAndFencesKeepRising) {
   DEDUP_START_SERVER(first);
   std::map<std::string, std::string> completed;  // key -> result
@@ -139,14 +152,8 @@ TEST(RestartTest, AcknowledgedCompletesSurviveSigkillWithSyncDurability) {
       }
     });
   }
-  for (int waited = 0; acked_count.load() < kMinAcked && waited < 20000;
-       waited += 5) {
-    SleepMs(5);
-  }
-  // Kill while the writers are still going, so some writes are in flight.
-  first->Kill();
-  stop = true;
-  for (std::thread& t : writers) t.join();
+  // Some writes are in flight at the kill.
+  KillMidTraffic(*first, acked_count, kMinAcked, stop, writers);
   EXPECT_EQ(first->exit_code(), 128 + 9);
   std::cerr << acked.size() << " Completes acknowledged before SIGKILL\n";
   ASSERT_GE(acked.size(), static_cast<size_t>(kMinAcked))
@@ -229,13 +236,7 @@ TEST(RestartTest, WhatReadsReportedBeforeSigkillSurvivesIt) {
       }
     });
   }
-  for (int waited = 0; seen_count.load() < kMinSeen && waited < 20000;
-       waited += 5) {
-    SleepMs(5);
-  }
-  first->Kill();
-  stop = true;
-  for (std::thread& t : threads) t.join();
+  KillMidTraffic(*first, seen_count, kMinSeen, stop, threads);
   ASSERT_GE(seen_count.load(), kMinSeen)
       << "too few reads before the kill to mean anything";
 

@@ -15,14 +15,18 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "gtest/gtest.h"
 #include "storage/store.h"
+#include "tests/testing/server_process.h"
 #include "tests/unit/store_test_util.h"
 
 namespace dedup {
 namespace {
+
+using ::dedup::testing::MakeTempDir;
 
 using ::dedup::testing::GetSync;
 using ::dedup::testing::MakeBeginParams;
@@ -41,11 +45,9 @@ std::optional<uint64_t> BytesReadByProcess() {
 class StoreCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "dedup-cache-XXXXXX")
-            .string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    absl::StatusOr<std::string> dir = MakeTempDir("dedup-cache");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *std::move(dir);
   }
   void TearDown() override {
     store_.reset();

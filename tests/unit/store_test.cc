@@ -9,16 +9,20 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "storage/storage_key.h"
+#include "tests/testing/server_process.h"
 #include "tests/unit/store_test_util.h"
 
 namespace dedup {
 namespace {
+
+using ::dedup::testing::MakeTempDir;
 
 using ::dedup::testing::BeginSync;
 using ::dedup::testing::CompleteSync;
@@ -42,11 +46,9 @@ void AwaitLeaseIndex(Store& store) {
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "dedup-store-XXXXXX")
-            .string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    absl::StatusOr<std::string> dir = MakeTempDir("dedup-store");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *std::move(dir);
   }
   void TearDown() override {
     store_.reset();

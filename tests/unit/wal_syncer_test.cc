@@ -10,15 +10,19 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
+#include "tests/testing/server_process.h"
 
 namespace dedup {
 namespace {
+
+using ::dedup::testing::MakeTempDir;
 
 class CountingObserver : public StoreObserver {
  public:
@@ -46,11 +50,9 @@ class CountingObserver : public StoreObserver {
 class WalSyncerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "dedup-walsync-XXXXXX")
-            .string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    absl::StatusOr<std::string> dir = MakeTempDir("dedup-walsync");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *std::move(dir);
     rocksdb::Options options;
     options.create_if_missing = true;
     options.manual_wal_flush = true;
