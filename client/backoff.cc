@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/random/random.h"
+
 namespace dedup {
 
 absl::Duration BackoffCeiling(const BackoffOptions& options, int attempt) {
@@ -23,6 +25,11 @@ absl::Duration FullJitterBackoff(const BackoffOptions& options, int attempt,
   // negative.
   const double fraction = std::clamp(uniform01(), 0.0, 1.0);
   return BackoffCeiling(options, attempt) * fraction;
+}
+
+double ThreadLocalUniform01() {
+  thread_local absl::BitGen gen;
+  return absl::Uniform(absl::IntervalClosedOpen, gen, 0.0, 1.0);
 }
 
 }  // namespace dedup

@@ -25,6 +25,10 @@ struct BackoffOptions {
     const BackoffOptions& options, int attempt,
     absl::FunctionRef<double()> uniform01);
 
+// A uniform value in [0, 1) from a per-thread generator: the production
+// source for FullJitterBackoff. Thread-safe.
+[[nodiscard]] double ThreadLocalUniform01();
+
 }  // namespace dedup
 
 #endif  // DEDUP_CLIENT_BACKOFF_H_

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "client/batch_answers.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -15,17 +15,6 @@ namespace {
 template <typename Request, typename Response>
 using RpcMethod = grpc::Status (v1::Dedup::StubInterface::*)(
     grpc::ClientContext*, const Request&, Response*);
-
-absl::Status ToAbslStatus(const grpc::Status& status) {
-  // grpc::StatusCode and absl::StatusCode share the canonical numbering.
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
-double Uniform01() {
-  thread_local absl::BitGen gen;
-  return absl::Uniform(absl::IntervalClosedOpen, gen, 0.0, 1.0);
-}
 
 // Runs one unary RPC with per-attempt deadlines, retrying UNAVAILABLE only:
 // every other code either is an answer or will not change by retrying.
@@ -39,8 +28,8 @@ absl::StatusOr<Response> Call(v1::Dedup::StubInterface& stub,
   grpc::Status status;
   for (int attempt = 0; attempt < max_attempts; ++attempt) {
     if (attempt > 0) {
-      absl::SleepFor(
-          FullJitterBackoff(options.backoff, attempt - 1, Uniform01));
+      absl::SleepFor(FullJitterBackoff(options.backoff, attempt - 1,
+                                       ThreadLocalUniform01));
     }
     grpc::ClientContext context;
     context.set_deadline(
@@ -51,48 +40,6 @@ absl::StatusOr<Response> Call(v1::Dedup::StubInterface& stub,
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
   }
   return ToAbslStatus(status);
-}
-
-// An item refused by the server, as the status Client returns for it.
-absl::Status ItemStatus(const v1::ItemError& error) {
-  // A code outside the canonical range, or OK (which StatusOr cannot hold),
-  // would only come from a broken server: keep the message, flag the code.
-  if (error.code() <= 0 ||
-      error.code() > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
-    return absl::UnknownError(
-        absl::StrCat("item error code ", error.code(), ": ", error.message()));
-  }
-  return absl::Status(static_cast<absl::StatusCode>(error.code()),
-                      error.message());
-}
-
-// Maps a batch response to one StatusOr per request item. The pairing is by
-// position, so a response with a different item count cannot be trusted at
-// all and fails the whole call.
-template <typename Answer, typename BatchResponse>
-absl::StatusOr<std::vector<absl::StatusOr<Answer>>> FromBatchResponse(
-    absl::string_view method, int request_items,
-    absl::StatusOr<BatchResponse> response) {
-  if (!response.ok()) return response.status();
-  if (response->items_size() != request_items) {
-    return absl::InternalError(absl::StrCat(method, ": the server answered ",
-                                            response->items_size(),
-                                            " items for ", request_items));
-  }
-  std::vector<absl::StatusOr<Answer>> results;
-  results.reserve(request_items);
-  for (int i = 0; i < request_items; ++i) {
-    auto& item = *response->mutable_items(i);
-    if (item.has_response()) {
-      results.emplace_back(std::move(*item.mutable_response()));
-    } else if (item.has_error()) {
-      results.emplace_back(ItemStatus(item.error()));
-    } else {
-      results.emplace_back(absl::InternalError(
-          absl::StrCat("items[", i, "]: the server sent no answer")));
-    }
-  }
-  return results;
 }
 
 }  // namespace
@@ -182,13 +129,7 @@ absl::StatusOr<BeginBatchResults> Client::BeginBatch(
   v1::BeginBatchRequest request;
   request.mutable_items()->Reserve(static_cast<int>(items.size()));
   for (const BeginBatchItem& item : items) {
-    v1::BeginRequest* r = request.add_items();
-    r->set_namespace_(item.ns);
-    r->set_key(item.key);
-    r->set_args_hash(item.args_hash);
-    r->set_owner(item.owner);
-    r->set_lease_ms(item.lease_ms);
-    r->set_ttl_s(item.ttl_s);
+    ToProto(item, request.add_items());
   }
   // Built once and re-sent as is by every attempt: that keeps each item's
   // owner across retries. No extra deadline: batch items never wait.
@@ -203,13 +144,7 @@ absl::StatusOr<CompleteBatchResults> Client::CompleteBatch(
   v1::CompleteBatchRequest request;
   request.mutable_items()->Reserve(static_cast<int>(items.size()));
   for (const CompleteBatchItem& item : items) {
-    v1::CompleteRequest* r = request.add_items();
-    r->set_namespace_(item.ns);
-    r->set_key(item.key);
-    r->set_fence(item.fence);
-    r->set_outcome(item.outcome);
-    r->set_result(item.result);
-    r->set_ttl_s(item.ttl_s);
+    ToProto(item, request.add_items());
   }
   return FromBatchResponse<v1::CompleteResponse>(
       "CompleteBatch", request.items_size(),

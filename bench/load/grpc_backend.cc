@@ -80,8 +80,14 @@ FencedAnswer FromProto(v1::CompleteResponse::Status s, uint64_t fence) {
 
 }  // namespace
 
-GrpcBackend::GrpcBackend(std::string address, std::string ns, int channels)
-    : address_(std::move(address)), ns_(std::move(ns)), channels_(channels) {}
+GrpcBackend::GrpcBackend(std::string address, std::string ns, int channels,
+                         int coalesce_in_flight)
+    : address_(std::move(address)),
+      ns_(std::move(ns)),
+      channels_(channels),
+      coalesce_in_flight_(coalesce_in_flight) {}
+
+GrpcBackend::~GrpcBackend() = default;
 
 std::string GrpcBackend::Start() {
   for (int i = 0; i < channels_; ++i) {
@@ -96,13 +102,24 @@ std::string GrpcBackend::Start() {
       return "cannot connect to " + address_;
     }
     dedup_.push_back(v1::Dedup::NewStub(channel));
+    if (coalesce_in_flight_ > 0) {
+      CoalescingOptions options;
+      options.rpc.deadline = absl::FromChrono(kDeadline);
+      options.rpc.max_attempts = 1;  // a benchmark reports errors, not retries
+      options.max_batches_in_flight = coalesce_in_flight_;
+      coalescers_.push_back(
+          std::make_unique<CoalescingClient>(channel, options));
+    }
     bench_.push_back(v1::Bench::NewStub(channel));
   }
   timers_ = std::make_unique<TimerThread>();
   return "";
 }
 
-void GrpcBackend::Stop() { timers_.reset(); }
+void GrpcBackend::Stop() {
+  timers_.reset();
+  coalescers_.clear();  // waits for their outstanding calls
+}
 
 void GrpcBackend::RunAt(int conn, Clock::time_point when,
                         std::function<void()> fn) {
@@ -128,6 +145,21 @@ v1::BeginRequest GrpcBackend::ToProto(const BeginCall& call) const {
 
 void GrpcBackend::Begin(int conn, const BeginCall& call,
                         Done<BeginAnswer> done) {
+  if (!coalescers_.empty() && call.wait_ms == 0) {
+    BeginBatchItem item{ns_,        call.key,      call.args_hash,
+                        call.owner, call.lease_ms, call.ttl_s};
+    coalescers_[conn]->BeginAsync(
+        item, [done = std::move(done)](absl::StatusOr<v1::BeginResponse> r) {
+          if (!r.ok()) {
+            BeginAnswer a;
+            a.error = r.status().ToString();
+            done(a);
+            return;
+          }
+          done(FromProto(*r));
+        });
+    return;
+  }
   auto c = NewCall<v1::BeginRequest, v1::BeginResponse>();
   c->request = ToProto(call);
   auto* raw = c.release();
@@ -147,6 +179,21 @@ void GrpcBackend::Begin(int conn, const BeginCall& call,
 
 void GrpcBackend::Complete(int conn, const CompleteCall& call,
                            Done<FencedAnswer> done) {
+  if (!coalescers_.empty()) {
+    CompleteBatchItem item{ns_,         call.key,    call.fence,
+                           v1::SUCCESS, call.result, call.ttl_s};
+    coalescers_[conn]->CompleteAsync(
+        item, [done = std::move(done)](absl::StatusOr<v1::CompleteResponse> r) {
+          if (!r.ok()) {
+            FencedAnswer a;
+            a.error = r.status().ToString();
+            done(a);
+            return;
+          }
+          done(FromProto(r->status(), r->fence()));
+        });
+    return;
+  }
   auto c = NewCall<v1::CompleteRequest, v1::CompleteResponse>();
   c->request.set_namespace_(ns_);
   c->request.set_key(call.key);

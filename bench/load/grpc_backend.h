@@ -2,6 +2,9 @@
 // and answered on gRPC's own threads, so N outstanding calls need no thread
 // each. Each of the `channels` channels gets a distinct channel argument, so
 // gRPC does not fold them into one shared subchannel (one TCP connection).
+// With coalescing on, unary Begins (without wait) and Completes go through
+// one dedup::CoalescingClient per channel, as a client process would send
+// them with that option.
 #ifndef DEDUP_BENCH_LOAD_GRPC_BACKEND_H_
 #define DEDUP_BENCH_LOAD_GRPC_BACKEND_H_
 
@@ -11,6 +14,7 @@
 
 #include "bench/load/backend.h"
 #include "bench/load/timers.h"
+#include "client/coalescing_client.h"
 #include "dedup/v1/bench.grpc.pb.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 
@@ -18,7 +22,11 @@ namespace dedup::bench {
 
 class GrpcBackend : public Backend {
  public:
-  GrpcBackend(std::string address, std::string ns, int channels);
+  // `coalesce_in_flight` > 0: batches of each kind in flight per channel
+  // of a CoalescingClient; 0: every call is its own RPC.
+  GrpcBackend(std::string address, std::string ns, int channels,
+              int coalesce_in_flight = 0);
+  ~GrpcBackend() override;
 
   std::string name() const override { return "dedup"; }
   int connections() const override { return channels_; }
@@ -47,8 +55,10 @@ class GrpcBackend : public Backend {
   const std::string address_;
   const std::string ns_;
   const int channels_;
+  const int coalesce_in_flight_;
   std::vector<std::unique_ptr<v1::Dedup::Stub>> dedup_;
   std::vector<std::unique_ptr<v1::Bench::Stub>> bench_;
+  std::vector<std::unique_ptr<CoalescingClient>> coalescers_;  // or empty
   std::unique_ptr<TimerThread> timers_;
 };
 

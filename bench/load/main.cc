@@ -55,6 +55,10 @@ ABSL_FLAG(int, prepopulate, 10000, "duplicates: completed keys made first");
 ABSL_FLAG(int, hot_keys, 4, "hot: keys every slot fights over");
 ABSL_FLAG(int, wait_ms, 0, "hot: Begin's wait_ms (dedupd only)");
 ABSL_FLAG(int, result_bytes, 16, "size of each Complete's result");
+ABSL_FLAG(int, coalesce, 0,
+          "dedup: send unary Begins (without wait) and Completes through the "
+          "C++ CoalescingClient, with this many batches of each kind in "
+          "flight per channel (0: one RPC per call)");
 ABSL_FLAG(std::string, json, "", "append the figures as one JSON line here");
 
 namespace dedup::bench {
@@ -65,7 +69,7 @@ std::unique_ptr<Backend> MakeBackend(const std::string& system) {
   const std::string ns = absl::GetFlag(FLAGS_ns);
   if (system == "dedup") {
     return std::make_unique<GrpcBackend>(absl::GetFlag(FLAGS_address), ns,
-                                         conns);
+                                         conns, absl::GetFlag(FLAGS_coalesce));
   }
   if (system == "redis") {
     return std::make_unique<RedisBackend>(

@@ -11,6 +11,7 @@ import {
 } from '@grpc/grpc-js';
 
 import { type BackoffOptions, DEFAULT_BACKOFF } from './backoff.js';
+import { type CoalesceOptions, Coalescer } from './coalescer.js';
 import { DedupRpcError } from './errors.js';
 import {
   type IdempotencyOptions,
@@ -54,6 +55,16 @@ export interface DedupClientOptions {
   readonly random?: () => number;
   /** Injectable for tests; default setTimeout. */
   readonly sleep?: (ms: number) => Promise<void>;
+  /**
+   * Send concurrent begin (without waitMs) and complete calls as
+   * BeginBatch/CompleteBatch RPCs: calls made while a batch is on the wire
+   * leave together, a lone call leaves at once. Each caller still gets the
+   * answer or DedupRpcError its unary call would have. Worth it for a
+   * process serving many calls at once (an MCP server running tool calls in
+   * parallel): the server's per-RPC cost, not its storage, bounds unary
+   * throughput. Calls given per-call options go alone. Default off.
+   */
+  readonly coalesce?: boolean | CoalesceOptions;
 }
 
 /**
@@ -66,6 +77,8 @@ export class DedupClient {
   private readonly channel: GrpcClient;
   private readonly deadlineMs: number;
   private readonly retryPolicy: RetryPolicy;
+  private readonly begins?: Coalescer<wire.BeginRequestWire, BeginResponse>;
+  private readonly completes?: Coalescer<wire.CompleteRequestWire, CompleteResponse>;
 
   constructor(options: DedupClientOptions) {
     this.channel = new GrpcClient(
@@ -80,11 +93,17 @@ export class DedupClient {
       random: options.random ?? Math.random,
       sleep: options.sleep ?? sleep,
     };
+    if (options.coalesce !== undefined && options.coalesce !== false) {
+      const coalesce = options.coalesce === true ? {} : options.coalesce;
+      this.begins = new Coalescer('Begin', (items) => this.sendBeginBatch(items), coalesce);
+      this.completes = new Coalescer('Complete', (items) => this.sendCompleteBatch(items), coalesce);
+    }
   }
 
   /** Claims (namespace, key), or reports who holds it or what it produced. */
   async begin(request: BeginRequest, options?: CallOptions): Promise<BeginResponse> {
     const req = wire.beginRequestToWire(request);
+    if (this.begins !== undefined && req.wait_ms === 0 && options === undefined) return this.begins.submit(req);
     // The server may legitimately hold a Begin for wait_ms before answering.
     const res = await this.call<wire.BeginRequestWire, wire.BeginResponseWire>('Begin', req, options, req.wait_ms);
     return wire.beginResponseFromWire(res);
@@ -93,6 +112,7 @@ export class DedupClient {
   /** Records the outcome of the execution holding `fence`. */
   async complete(request: CompleteRequest, options?: CallOptions): Promise<CompleteResponse> {
     const req = wire.completeRequestToWire(request);
+    if (this.completes !== undefined && options === undefined) return this.completes.submit(req);
     const res = await this.call<wire.CompleteRequestWire, wire.CompleteResponseWire>('Complete', req, options);
     return wire.completeResponseFromWire(res);
   }
@@ -136,10 +156,7 @@ export class DedupClient {
    * items cannot re-enter.
    */
   async beginBatch(items: readonly BeginBatchItem[], options?: CallOptions): Promise<BatchItemResult<BeginResponse>[]> {
-    const req = wire.beginBatchRequestToWire(items);
-    // No extra deadline: batch items never wait.
-    const res = await this.call<wire.BeginBatchRequestWire, wire.BeginBatchResponseWire>('BeginBatch', req, options);
-    return wire.beginBatchResponseFromWire(res, req.items.length);
+    return this.sendBeginBatch(wire.beginBatchRequestToWire(items).items, options);
   }
 
   /** Up to 1000 independent Completes in one call, answered like beginBatch. Safe to retry: Complete is idempotent. */
@@ -147,9 +164,7 @@ export class DedupClient {
     items: readonly CompleteBatchItem[],
     options?: CallOptions,
   ): Promise<BatchItemResult<CompleteResponse>[]> {
-    const req = wire.completeBatchRequestToWire(items);
-    const res = await this.call<wire.CompleteBatchRequestWire, wire.CompleteBatchResponseWire>('CompleteBatch', req, options);
-    return wire.completeBatchResponseFromWire(res, req.items.length);
+    return this.sendCompleteBatch(wire.completeBatchRequestToWire(items).items, options);
   }
 
   /** Runs `fn` at most once per key; see withIdempotency in idempotency.ts. */
@@ -160,6 +175,27 @@ export class DedupClient {
   /** Closes the channel; calls in progress fail. */
   close(): void {
     this.channel.close();
+  }
+
+  private async sendBeginBatch(
+    items: wire.BeginRequestWire[],
+    options?: CallOptions,
+  ): Promise<BatchItemResult<BeginResponse>[]> {
+    // No extra deadline: batch items never wait.
+    const res = await this.call<wire.BeginBatchRequestWire, wire.BeginBatchResponseWire>('BeginBatch', { items }, options);
+    return wire.beginBatchResponseFromWire(res, items.length);
+  }
+
+  private async sendCompleteBatch(
+    items: wire.CompleteRequestWire[],
+    options?: CallOptions,
+  ): Promise<BatchItemResult<CompleteResponse>[]> {
+    const res = await this.call<wire.CompleteBatchRequestWire, wire.CompleteBatchResponseWire>(
+      'CompleteBatch',
+      { items },
+      options,
+    );
+    return wire.completeBatchResponseFromWire(res, items.length);
   }
 
   private call<Req extends object, Res extends object>(

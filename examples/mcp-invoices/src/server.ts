@@ -10,7 +10,9 @@ import { configFromEnv } from './config.js';
 import { sendInvoiceHandler, sendInvoiceInputSchema } from './send-invoice.js';
 
 const config = configFromEnv();
-const client = new DedupClient({ address: config.dedupAddress });
+// Tool calls the host runs in parallel share BeginBatch/CompleteBatch RPCs;
+// a lone call still leaves at once.
+const client = new DedupClient({ address: config.dedupAddress, coalesce: true });
 const server = new McpServer({ name: 'mcp-invoices', version: '0.1.0' });
 
 server.registerTool(

@@ -1,0 +1,42 @@
+#include "client/batch_answers.h"
+
+#include "client/dedup_client.h"
+
+namespace dedup {
+
+absl::Status ToAbslStatus(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+absl::Status ItemStatus(const v1::ItemError& error) {
+  // A code outside the canonical range, or OK (which StatusOr cannot hold),
+  // would only come from a broken server: keep the message, flag the code.
+  if (error.code() <= 0 ||
+      error.code() > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(
+        absl::StrCat("item error code ", error.code(), ": ", error.message()));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(error.code()),
+                      error.message());
+}
+
+void ToProto(const BeginBatchItem& item, v1::BeginRequest* request) {
+  request->set_namespace_(item.ns);
+  request->set_key(item.key);
+  request->set_args_hash(item.args_hash);
+  request->set_owner(item.owner);
+  request->set_lease_ms(item.lease_ms);
+  request->set_ttl_s(item.ttl_s);
+}
+
+void ToProto(const CompleteBatchItem& item, v1::CompleteRequest* request) {
+  request->set_namespace_(item.ns);
+  request->set_key(item.key);
+  request->set_fence(item.fence);
+  request->set_outcome(item.outcome);
+  request->set_result(item.result);
+  request->set_ttl_s(item.ttl_s);
+}
+
+}  // namespace dedup

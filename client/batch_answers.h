@@ -1,0 +1,64 @@
+// How the C++ client turns gRPC statuses and batch responses into the
+// absl::Status values it returns; shared by Client and CoalescingClient so a
+// coalesced call answers exactly as a direct one would. Stateless.
+#ifndef DEDUP_CLIENT_BATCH_ANSWERS_H_
+#define DEDUP_CLIENT_BATCH_ANSWERS_H_
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "dedup/v1/dedup.pb.h"
+#include "grpcpp/support/status.h"
+
+namespace dedup {
+
+struct BeginBatchItem;
+struct CompleteBatchItem;
+
+// Same code and message: grpc::StatusCode and absl::StatusCode share the
+// canonical numbering.
+[[nodiscard]] absl::Status ToAbslStatus(const grpc::Status& status);
+
+// An item the server refused, as the status returned for it.
+[[nodiscard]] absl::Status ItemStatus(const v1::ItemError& error);
+
+// The request item a batch sends for `item`.
+void ToProto(const BeginBatchItem& item, v1::BeginRequest* request);
+void ToProto(const CompleteBatchItem& item, v1::CompleteRequest* request);
+
+// Maps a batch response to one StatusOr per request item. The pairing is by
+// position, so a response with a different item count cannot be trusted at
+// all and fails the whole call.
+template <typename Answer, typename BatchResponse>
+absl::StatusOr<std::vector<absl::StatusOr<Answer>>> FromBatchResponse(
+    absl::string_view method, int request_items,
+    absl::StatusOr<BatchResponse> response) {
+  if (!response.ok()) return response.status();
+  if (response->items_size() != request_items) {
+    return absl::InternalError(absl::StrCat(method, ": the server answered ",
+                                            response->items_size(),
+                                            " items for ", request_items));
+  }
+  std::vector<absl::StatusOr<Answer>> results;
+  results.reserve(request_items);
+  for (int i = 0; i < request_items; ++i) {
+    auto& item = *response->mutable_items(i);
+    if (item.has_response()) {
+      results.emplace_back(std::move(*item.mutable_response()));
+    } else if (item.has_error()) {
+      results.emplace_back(ItemStatus(item.error()));
+    } else {
+      results.emplace_back(absl::InternalError(
+          absl::StrCat("items[", i, "]: the server sent no answer")));
+    }
+  }
+  return results;
+}
+
+}  // namespace dedup
+
+#endif  // DEDUP_CLIENT_BATCH_ANSWERS_H_

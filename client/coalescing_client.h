@@ -1,0 +1,84 @@
+// Sends the concurrent Begins and Completes of one process as BeginBatch and
+// CompleteBatch RPCs, so N callers cost the server a few calls instead of N.
+//
+// A call leaves at once while fewer than `max_batches_in_flight` batches of
+// its kind are outstanding; otherwise it joins the next batch, which leaves
+// the moment one returns. So a lone caller pays no added delay, and batches
+// grow with the load: the server's per-RPC cost is what bounds unary
+// throughput, and its durable writes already share fsyncs.
+//
+// Each call answers as Client::Begin / Client::Complete would: the server's
+// answer, the refusal of its item (same code and message as a unary call's:
+// "key: ...", without the batch's "items[i]." prefix), or the batch's RPC
+// error. A batch is retried on UNAVAILABLE
+// with the same owners, like Client::BeginBatch. Begins that must wait
+// (wait_ms > 0) cannot be batched: use Client::Begin for those.
+//
+// Thread-safe. Callbacks run on gRPC's threads, one batch's in item order,
+// and must not block (they may start further calls). The destructor waits
+// until every call made before it was answered.
+#ifndef DEDUP_CLIENT_COALESCING_CLIENT_H_
+#define DEDUP_CLIENT_COALESCING_CLIENT_H_
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "client/dedup_client.h"
+#include "dedup/v1/dedup.grpc.pb.h"
+#include "grpcpp/channel.h"
+
+namespace dedup {
+
+struct CoalescingOptions {
+  // Deadline, attempts and backoff of each batch RPC.
+  ClientOptions rpc;
+  // Items per batch; the server refuses more than its --max_batch_items
+  // (1000 by default).
+  int max_batch_items = 256;
+  // Batches of one kind (Begin or Complete) outstanding at once. 1 gives the
+  // largest batches; more lets a batch leave while the server still works on
+  // the previous one.
+  int max_batches_in_flight = 2;
+};
+
+class CoalescingClient {
+ public:
+  template <typename T>
+  using Done = std::function<void(absl::StatusOr<T>)>;
+
+  // The channel is shared; any credentials.
+  explicit CoalescingClient(std::shared_ptr<grpc::Channel> channel,
+                            CoalescingOptions options = {});
+  ~CoalescingClient();
+
+  CoalescingClient(const CoalescingClient&) = delete;
+  CoalescingClient& operator=(const CoalescingClient&) = delete;
+
+  void BeginAsync(const BeginBatchItem& item, Done<v1::BeginResponse> done);
+  void CompleteAsync(const CompleteBatchItem& item,
+                     Done<v1::CompleteResponse> done);
+
+  // Blocking forms, for threads that are not gRPC's.
+  [[nodiscard]] absl::StatusOr<v1::BeginResponse> Begin(
+      const BeginBatchItem& item);
+  [[nodiscard]] absl::StatusOr<v1::CompleteResponse> Complete(
+      const CompleteBatchItem& item);
+
+ private:
+  template <typename Traits>
+  class Lane;
+  struct BeginTraits;
+  struct CompleteTraits;
+  class Outstanding;
+
+  const CoalescingOptions options_;
+  const std::unique_ptr<v1::Dedup::Stub> stub_;
+  const std::unique_ptr<Outstanding> outstanding_;
+  const std::unique_ptr<Lane<BeginTraits>> begins_;
+  const std::unique_ptr<Lane<CompleteTraits>> completes_;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_CLIENT_COALESCING_CLIENT_H_

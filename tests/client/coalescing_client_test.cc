@@ -1,0 +1,328 @@
+// CoalescingClient: when calls leave (at once when a batch slot is free,
+// else together in the next batch), that every caller gets its own item's
+// answer or error, retries, and the lifecycle against the real dedupd under
+// concurrent callers.
+#include "client/coalescing_client.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/client/batch_service.h"
+#include "tests/testing/http_get.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/shared_server.h"
+
+namespace dedup {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+CoalescingOptions Options(int in_flight, int max_items = 256) {
+  CoalescingOptions options;
+  options.rpc.deadline = absl::Seconds(10);
+  options.rpc.max_attempts = 4;
+  options.rpc.backoff = {absl::Milliseconds(1), absl::Milliseconds(5)};
+  options.max_batches_in_flight = in_flight;
+  options.max_batch_items = max_items;
+  return options;
+}
+
+BeginBatchItem Item(const std::string& key) {
+  BeginBatchItem item;
+  item.ns = "coalesce";
+  item.key = key;
+  item.args_hash = "hash";
+  item.owner = "owner-" + key;
+  return item;
+}
+
+// Answers each Begin item STARTED with the number in its key ("k17" -> 17)
+// as fence, so a test can tell whose answer reached whom; refuses an item
+// whose key has no number as dedupd refuses an invalid item.
+grpc::Status FenceFromKey(const v1::BeginBatchRequest& req,
+                          v1::BeginBatchResponse* resp) {
+  for (int i = 0; i < req.items_size(); ++i) {
+    const v1::BeginRequest& item = req.items(i);
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(item.key().substr(1), &n)) {
+      v1::ItemError* e = resp->add_items()->mutable_error();
+      e->set_code(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+      e->set_message(absl::StrCat("items[", i, "].key: no number"));
+      continue;
+    }
+    v1::BeginResponse* r = resp->add_items()->mutable_response();
+    r->set_status(v1::BeginResponse::STARTED);
+    r->set_fence(n);
+  }
+  return grpc::Status::OK;
+}
+
+std::vector<int> BatchSizes(const BatchService& service) {
+  std::vector<int> sizes;
+  for (const v1::BeginBatchRequest& req : service.begins()) {
+    sizes.push_back(req.items_size());
+  }
+  return sizes;
+}
+
+// A server that holds the first BeginBatch until Open(), so calls made in
+// the meantime must queue behind a busy slot; answers as FenceFromKey.
+class FirstBatchHeld {
+ public:
+  FirstBatchHeld()
+      : service_([this](const v1::BeginBatchRequest& req,
+                        v1::BeginBatchResponse* resp) {
+          if (batches_++ == 0) {
+            first_arrived_.Notify();
+            absl::MutexLock lock(&mu_);
+            mu_.Await(absl::Condition(&open_));
+          }
+          return FenceFromKey(req, resp);
+        }),
+        server_(&service_) {}
+
+  std::string address() const { return server_.address(); }
+  const BatchService& service() const { return service_; }
+  void WaitForFirstBatch() { first_arrived_.WaitForNotification(); }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+
+ private:
+  std::atomic<int> batches_{0};
+  absl::Notification first_arrived_;
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  BatchService service_;
+  InProcessServer server_;
+};
+
+TEST(CoalescingClientTest, LoneCallLeavesAtOnceAsABatchOfOne) {
+  BatchService service(FenceFromKey);
+  InProcessServer server(&service);
+  CoalescingClient client(ChannelTo(server.address()), Options(1));
+
+  absl::StatusOr<v1::BeginResponse> answer = client.Begin(Item("k7"));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->fence(), 7u);
+  answer = client.Begin(Item("k8"));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->fence(), 8u);
+  EXPECT_THAT(BatchSizes(service), ElementsAre(1, 1));
+  const v1::BeginRequest sent = service.begins()[0].items(0);
+  EXPECT_EQ(sent.namespace_(), "coalesce");
+  EXPECT_EQ(sent.key(), "k7");
+  EXPECT_EQ(sent.args_hash(), "hash");
+  EXPECT_EQ(sent.owner(), "owner-k7");
+}
+
+TEST(CoalescingClientTest, CallsMadeWhileTheSlotIsBusyLeaveTogether) {
+  FirstBatchHeld server;
+  auto client = std::make_unique<CoalescingClient>(ChannelTo(server.address()),
+                                                   Options(1));
+
+  constexpr int kCalls = 20;
+  std::vector<uint64_t> fences(kCalls, 0);
+  std::atomic<int> answered{0};
+  auto call = [&](int i) {
+    client->BeginAsync(Item(absl::StrCat("k", i)),
+                       [&, i](absl::StatusOr<v1::BeginResponse> r) {
+                         fences[i] = r.ok() ? r->fence() : 9999;
+                         ++answered;
+                       });
+  };
+  call(0);
+  server.WaitForFirstBatch();
+  for (int i = 1; i < kCalls / 2; ++i) call(i);
+  // An invalid item amid the batch: its caller alone gets the refusal, with
+  // the message a unary Begin would have had.
+  absl::Status refused;
+  client->BeginAsync(Item("kx"), [&](absl::StatusOr<v1::BeginResponse> r) {
+    refused = r.status();
+  });
+  for (int i = kCalls / 2; i < kCalls; ++i) call(i);
+  EXPECT_EQ(answered.load(), 0);
+  server.Open();
+  client.reset();  // waits for every answer
+
+  EXPECT_EQ(answered.load(), kCalls);
+  for (int i = 0; i < kCalls; ++i) EXPECT_EQ(fences[i], uint64_t(i)) << i;
+  EXPECT_EQ(refused, absl::InvalidArgumentError("key: no number"));
+  EXPECT_THAT(BatchSizes(server.service()), ElementsAre(1, kCalls));
+}
+
+TEST(CoalescingClientTest, QueuedCallsSplitIntoBatchesOfAtMostMaxItems) {
+  FirstBatchHeld server;
+  auto client = std::make_unique<CoalescingClient>(ChannelTo(server.address()),
+                                                   Options(1, 3));
+  std::atomic<int> ok{0};
+  auto call = [&](int i) {
+    client->BeginAsync(Item(absl::StrCat("k", i)),
+                       [&, i](absl::StatusOr<v1::BeginResponse> r) {
+                         if (r.ok() && r->fence() == uint64_t(i)) ++ok;
+                       });
+  };
+  call(0);
+  server.WaitForFirstBatch();
+  for (int i = 1; i <= 7; ++i) call(i);
+  server.Open();
+  client.reset();
+  EXPECT_EQ(ok.load(), 8);
+  EXPECT_THAT(BatchSizes(server.service()), ElementsAre(1, 3, 3, 1));
+}
+
+TEST(CoalescingClientTest, EachCallerGetsItsOwnItemError) {
+  BatchService service(
+      [](const v1::BeginBatchRequest& req, v1::BeginBatchResponse* resp) {
+        for (int i = 0; i < req.items_size(); ++i) {
+          if (req.items(i).key() == "bad") {
+            v1::ItemError* e = resp->add_items()->mutable_error();
+            e->set_code(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+            e->set_message(absl::StrCat("items[", i, "].key: bad"));
+          } else {
+            resp->add_items()->mutable_response()->set_status(
+                v1::BeginResponse::STARTED);
+          }
+        }
+        return grpc::Status::OK;
+      });
+  InProcessServer server(&service);
+  CoalescingClient client(ChannelTo(server.address()), Options(1));
+  absl::StatusOr<v1::BeginResponse> bad = client.Begin(Item("bad"));
+  EXPECT_EQ(bad.status(), absl::InvalidArgumentError("key: bad"));
+  absl::StatusOr<v1::BeginResponse> good = client.Begin(Item("good"));
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->status(), v1::BeginResponse::STARTED);
+}
+
+TEST(CoalescingClientTest,
+     BatchFailureReachesEveryCallerAndUnavailableIsRetried) {
+  std::atomic<int> calls{0};
+  BatchService service(
+      [&](const v1::BeginBatchRequest& req, v1::BeginBatchResponse* resp) {
+        const int n = ++calls;
+        if (n == 1) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "later");
+        if (n == 2) return FenceFromKey(req, resp);
+        if (n == 3) {
+          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "full");
+        }
+        resp->add_items();  // two answers for one item
+        resp->add_items();
+        return grpc::Status::OK;
+      });
+  InProcessServer server(&service);
+  CoalescingClient client(ChannelTo(server.address()), Options(1));
+
+  absl::StatusOr<v1::BeginResponse> retried = client.Begin(Item("k5"));
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->fence(), 5u);
+  ASSERT_EQ(service.begins().size(), 2u);
+  EXPECT_EQ(service.begins()[1].items(0).owner(), "owner-k5");
+
+  EXPECT_EQ(client.Begin(Item("k6")).status(),
+            absl::ResourceExhaustedError("full"));
+  absl::StatusOr<v1::BeginResponse> broken = client.Begin(Item("k7"));
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(broken.status().message()),
+              HasSubstr("BeginBatch: the server answered 2 items for 1"));
+}
+
+class CoalescingClientIntegrationTest
+    : public testing::SharedDedupdTest<CoalescingClientIntegrationTest> {
+ public:
+  static std::vector<std::string> Flags() {
+    return {"--durability=sync", "--metrics_address=127.0.0.1:0"};
+  }
+
+  // RPCs the server answered for `method` so far.
+  static double Rpcs(const std::string& method) {
+    absl::StatusOr<std::string> text =
+        testing::HttpGet(server().metrics_port(), "/metrics");
+    if (!text.ok()) return -1;
+    absl::StatusOr<double> n = testing::SampleValue(
+        *text, absl::StrCat("dedup_request_duration_seconds_count{method=\"",
+                            method, "\"}"));
+    return n.ok() ? *n : -1;
+  }
+};
+
+// 32 threads each run Begin, Complete, then Begin again on their own keys,
+// plus two Begins of one shared key per round: every answer is the one a
+// unary call would give, and the server saw fewer RPCs than calls.
+TEST_F(CoalescingClientIntegrationTest, ConcurrentCallersGetUnaryAnswers) {
+  CoalescingClient client(ChannelTo(server().address()), Options(2));
+  constexpr int kThreads = 32;
+  constexpr int kRounds = 20;
+  std::atomic<int> failures{0};
+  std::atomic<int> shared_started{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        BeginBatchItem item = Item(absl::StrCat(TestName(), "/", t, "/", r));
+        absl::StatusOr<v1::BeginResponse> begun = client.Begin(item);
+        if (!begun.ok() || begun->status() != v1::BeginResponse::STARTED) {
+          ++failures;
+          continue;
+        }
+        CompleteBatchItem done;
+        done.ns = item.ns;
+        done.key = item.key;
+        done.fence = begun->fence();
+        done.outcome = v1::SUCCESS;
+        done.result = absl::StrCat("result-", t, "-", r);
+        absl::StatusOr<v1::CompleteResponse> completed = client.Complete(done);
+        if (!completed.ok() ||
+            completed->status() != v1::CompleteResponse::OK) {
+          ++failures;
+          continue;
+        }
+        item.owner += "-retry";
+        absl::StatusOr<v1::BeginResponse> again = client.Begin(item);
+        if (!again.ok() || again->status() != v1::BeginResponse::DUPLICATE ||
+            again->result() != done.result || again->fence() != done.fence) {
+          ++failures;
+        }
+        // Every thread races for one key per round: exactly one wins.
+        BeginBatchItem contested =
+            Item(absl::StrCat(TestName(), "/shared/", r));
+        contested.owner = absl::StrCat("thread-", t);  // not re-entrant
+        absl::StatusOr<v1::BeginResponse> shared = client.Begin(contested);
+        if (shared.ok() && shared->status() == v1::BeginResponse::STARTED) {
+          ++shared_started;
+        } else if (!shared.ok() ||
+                   shared->status() != v1::BeginResponse::IN_USE) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(shared_started.load(), kRounds);
+  // Every call went as a batch item, and batches carried several at once.
+  EXPECT_EQ(Rpcs("Begin"), 0);
+  EXPECT_EQ(Rpcs("Complete"), 0);
+  const double begin_rpcs = Rpcs("BeginBatch");
+  EXPECT_GT(begin_rpcs, 0);
+  EXPECT_LT(begin_rpcs, kThreads * kRounds * 3 / 2.0);
+}
+
+}  // namespace
+}  // namespace dedup
