@@ -46,9 +46,45 @@ absl::Status LostClaimError(absl::string_view ns, absl::string_view key,
   return status;
 }
 
+absl::StatusOr<v1::BeginResponse> SendBegin(const Client& client,
+                                            const RunOptions& options,
+                                            absl::string_view ns,
+                                            absl::string_view key,
+                                            absl::string_view args_hash,
+                                            const BeginOptions& begin) {
+  // A batch never waits, so only a Begin that must not wait can join one.
+  if (options.coalescing == nullptr || begin.wait_ms > 0) {
+    return client.Begin(ns, key, args_hash, begin);
+  }
+  BeginBatchItem item;
+  item.ns = std::string(ns);
+  item.key = std::string(key);
+  item.args_hash = std::string(args_hash);
+  item.owner = begin.owner;
+  item.lease_ms = begin.lease_ms;
+  item.ttl_s = begin.ttl_s;
+  return options.coalescing->Begin(item);
+}
+
+absl::StatusOr<v1::CompleteResponse> SendComplete(
+    const Client& client, const RunOptions& options, absl::string_view ns,
+    absl::string_view key, uint64_t fence, v1::Outcome outcome,
+    const std::string& payload) {
+  if (options.coalescing == nullptr) {
+    return client.Complete(ns, key, fence, outcome, payload);
+  }
+  CompleteBatchItem item;
+  item.ns = std::string(ns);
+  item.key = std::string(key);
+  item.fence = fence;
+  item.outcome = outcome;
+  item.result = payload;
+  return options.coalescing->Complete(item);
+}
+
 absl::StatusOr<RunResult> Execute(
-    const Client& client, absl::string_view ns, absl::string_view key,
-    const v1::BeginResponse& begin,
+    const Client& client, const RunOptions& options, absl::string_view ns,
+    absl::string_view key, const v1::BeginResponse& begin,
     absl::FunctionRef<ExecResult(const Claim&)> fn) {
   Claim claim;
   claim.fence = begin.fence();
@@ -68,8 +104,8 @@ absl::StatusOr<RunResult> Execute(
 
   const v1::Outcome outcome =
       exec.kind == ExecResult::Kind::kSuccess ? v1::SUCCESS : v1::ERROR;
-  absl::StatusOr<v1::CompleteResponse> complete =
-      client.Complete(ns, key, claim.fence, outcome, exec.payload);
+  absl::StatusOr<v1::CompleteResponse> complete = SendComplete(
+      client, options, ns, key, claim.fence, outcome, exec.payload);
   if (!complete.ok()) {
     return absl::Status(
         complete.status().code(),
@@ -127,12 +163,12 @@ absl::StatusOr<RunResult> RunOnce(
     begin_options.owner = NewUuidV4();
     const absl::Time sent = absl::Now();
     absl::StatusOr<v1::BeginResponse> begin =
-        client.Begin(ns, key, args_hash, begin_options);
+        SendBegin(client, options, ns, key, args_hash, begin_options);
     if (!begin.ok()) return begin.status();
 
     switch (begin->status()) {
       case v1::BeginResponse::STARTED:
-        return Execute(client, ns, key, *begin, fn);
+        return Execute(client, options, ns, key, *begin, fn);
       case v1::BeginResponse::DUPLICATE: {
         RunResult run;
         run.outcome = begin->outcome();

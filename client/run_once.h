@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/coalescing_client.h"
 #include "client/dedup_client.h"
 #include "dedup/v1/dedup.pb.h"
 
@@ -62,6 +63,11 @@ struct RunOptions {
   absl::Duration wait_per_call = absl::Seconds(10);
   // Overall limit for waiting on another owner; `fn` itself is not bounded.
   absl::Duration deadline = absl::Minutes(2);
+  // When set (not owned; must outlive the call), the first Begin and the
+  // Complete go through it, sharing BeginBatch/CompleteBatch RPCs with the
+  // process's other concurrent RunOnce calls; Begins that wait on another
+  // owner, and Release, still go through `client`. Answers are the same.
+  CoalescingClient* coalescing = nullptr;
 };
 
 struct RunResult {

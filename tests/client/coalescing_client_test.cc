@@ -4,6 +4,7 @@
 // concurrent callers.
 #include "client/coalescing_client.h"
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/run_once.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -267,6 +269,9 @@ class CoalescingClientIntegrationTest
 // unary call would give, and the server saw fewer RPCs than calls.
 TEST_F(CoalescingClientIntegrationTest, ConcurrentCallersGetUnaryAnswers) {
   CoalescingClient client(ChannelTo(server().address()), Options(2));
+  const double unary_begins = Rpcs("Begin");
+  const double unary_completes = Rpcs("Complete");
+  const double begin_batches = Rpcs("BeginBatch");
   constexpr int kThreads = 32;
   constexpr int kRounds = 20;
   std::atomic<int> failures{0};
@@ -317,11 +322,52 @@ TEST_F(CoalescingClientIntegrationTest, ConcurrentCallersGetUnaryAnswers) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(shared_started.load(), kRounds);
   // Every call went as a batch item, and batches carried several at once.
-  EXPECT_EQ(Rpcs("Begin"), 0);
-  EXPECT_EQ(Rpcs("Complete"), 0);
-  const double begin_rpcs = Rpcs("BeginBatch");
+  EXPECT_EQ(Rpcs("Begin"), unary_begins);
+  EXPECT_EQ(Rpcs("Complete"), unary_completes);
+  const double begin_rpcs = Rpcs("BeginBatch") - begin_batches;
   EXPECT_GT(begin_rpcs, 0);
   EXPECT_LT(begin_rpcs, kThreads * kRounds * 3 / 2.0);
+}
+
+// RunOnce with RunOptions::coalescing: 24 threads on 6 keys. Each key's side
+// effect runs exactly once; the others get its outcome as a duplicate, the
+// first Begins and every Complete travel in batches.
+TEST_F(CoalescingClientIntegrationTest, RunOnceThroughItRunsEachKeyOnce) {
+  CoalescingClient coalescing(ChannelTo(server().address()), Options(2));
+  Client client(server().address());
+  const double unary_completes = Rpcs("Complete");
+  const double complete_batches = Rpcs("CompleteBatch");
+  constexpr int kThreads = 24;
+  constexpr int kKeys = 6;
+  std::array<std::atomic<int>, kKeys> runs{};
+  std::vector<absl::StatusOr<RunResult>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const int k = t % kKeys;
+      RunOptions options;
+      options.coalescing = &coalescing;
+      results[t] = RunOnce(
+          client, "coalesce", absl::StrCat(TestName(), "/", k), "hash",
+          [&, k](const Claim&) {
+            ++runs[k];
+            return ExecResult::Success(absl::StrCat("sent-", k));
+          },
+          options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < kKeys; ++k) EXPECT_EQ(runs[k].load(), 1) << k;
+  int duplicates = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_TRUE(results[t].ok()) << results[t].status();
+    EXPECT_EQ(results[t]->outcome, v1::SUCCESS);
+    EXPECT_EQ(results[t]->result, absl::StrCat("sent-", t % kKeys));
+    duplicates += results[t]->duplicate;
+  }
+  EXPECT_EQ(duplicates, kThreads - kKeys);
+  EXPECT_EQ(Rpcs("Complete"), unary_completes);
+  EXPECT_GT(Rpcs("CompleteBatch"), complete_batches);
 }
 
 }  // namespace
