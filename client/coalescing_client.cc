@@ -22,6 +22,7 @@ namespace dedup {
 
 struct CoalescingClient::BeginTraits {
   using Item = BeginBatchItem;
+  using ItemProto = v1::BeginRequest;
   using Answer = v1::BeginResponse;
   using Request = v1::BeginBatchRequest;
   using Response = v1::BeginBatchResponse;
@@ -35,6 +36,7 @@ struct CoalescingClient::BeginTraits {
 
 struct CoalescingClient::CompleteTraits {
   using Item = CompleteBatchItem;
+  using ItemProto = v1::CompleteRequest;
   using Answer = v1::CompleteResponse;
   using Request = v1::CompleteBatchRequest;
   using Response = v1::CompleteBatchResponse;
@@ -47,6 +49,11 @@ struct CoalescingClient::CompleteTraits {
 };
 
 namespace {
+
+// A batch closes before its request passes this many bytes: under gRPC's
+// default 4 MiB message limit and dedupd's (at least 4 MiB), so several
+// large Complete results cannot make one request that no server accepts.
+constexpr size_t kMaxBatchBytes = size_t{3} << 20;
 
 // The server names a refused batch item's field "items[i].<field>"; the
 // caller of a coalesced call sent one request, so it gets the message a
@@ -105,16 +112,22 @@ class CoalescingClient::Lane {
         outstanding_(outstanding) {}
 
   void Submit(const Item& item, Done<Answer> done) {
+    typename Traits::ItemProto proto;
+    ToProto(item, &proto);
+    const size_t bytes = proto.ByteSizeLong();
     outstanding_.Add(1);
     std::unique_ptr<Batch> ready;
     {
       absl::MutexLock lock(&mu_);
       if (queued_.empty() ||
-          queued_.back()->request.items_size() >= max_items_) {
+          queued_.back()->request.items_size() >= max_items_ ||
+          (queued_.back()->bytes > 0 &&
+           queued_.back()->bytes + bytes > kMaxBatchBytes)) {
         queued_.push_back(std::make_unique<Batch>());
       }
       Batch& batch = *queued_.back();
-      ToProto(item, batch.request.add_items());
+      batch.request.mutable_items()->Add(std::move(proto));
+      batch.bytes += bytes;
       batch.dones.push_back(std::move(done));
       if (in_flight_ < max_in_flight_) ready = TakeLocked();
     }
@@ -126,6 +139,7 @@ class CoalescingClient::Lane {
     typename Traits::Request request;  // re-sent as is by retries
     typename Traits::Response response;
     std::vector<Done<Answer>> dones;  // one per request item
+    size_t bytes = 0;                 // of the items, serialized
     std::unique_ptr<grpc::ClientContext> context;
     int attempt = 0;
     // One per retry, kept until the batch ends: an alarm's callback may
@@ -163,6 +177,14 @@ class CoalescingClient::Lane {
     }
     std::unique_ptr<Batch> owned(batch);
     const int items = batch->request.items_size();
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+        items > 1) {
+      // Too large for a message limit on one side (say, several DUPLICATEs
+      // with large results in one answer): each item goes again alone, as
+      // its unary call would have. Owners make a re-sent Begin re-enter.
+      SendEachAlone(*batch);
+      return;
+    }
     absl::StatusOr<typename Traits::Response> response =
         status.ok() ? absl::StatusOr<typename Traits::Response>(
                           std::move(batch->response))
@@ -187,6 +209,24 @@ class CoalescingClient::Lane {
     if (next != nullptr) Send(next.release());
     owned.reset();
     outstanding_.Sub(items);  // last: the client may be destroyed after it
+  }
+
+  // Sends every item of `batch` (whose place is taken over) as its own batch.
+  void SendEachAlone(Batch& batch) {
+    const int items = batch.request.items_size();
+    std::vector<std::unique_ptr<Batch>> singles;
+    for (int i = 0; i < items; ++i) {
+      auto single = std::make_unique<Batch>();
+      single->request.mutable_items()->Add(
+          std::move(*batch.request.mutable_items(i)));
+      single->dones.push_back(std::move(batch.dones[i]));
+      singles.push_back(std::move(single));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_ += items - 1;
+    }
+    for (auto& single : singles) Send(single.release());
   }
 
   v1::Dedup::Stub& stub_;

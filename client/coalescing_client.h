@@ -14,9 +14,16 @@
 // with the same owners, like Client::BeginBatch. Begins that must wait
 // (wait_ms > 0) cannot be batched: use Client::Begin for those.
 //
-// Thread-safe. Callbacks run on gRPC's threads, one batch's in item order,
-// and must not block (they may start further calls). The destructor waits
-// until every call made before it was answered.
+// A batch closes at max_batch_items or 3 MiB of requests. A batch refused
+// with RESOURCE_EXHAUSTED (a message limit on either side, e.g. several
+// large DUPLICATE results in one answer) is sent again item by item. Both
+// retries re-send each Begin with its owner, so give every Begin one (an
+// anonymous Begin re-sent after the server applied it answers IN_USE).
+//
+// Thread-safe. Callbacks run on gRPC's threads, one batch's in item order.
+// They may start further calls, but must not block (the blocking Begin and
+// Complete, or RunOnce, included) nor destroy the client. The destructor
+// waits until every call made before it was answered.
 #ifndef DEDUP_CLIENT_COALESCING_CLIENT_H_
 #define DEDUP_CLIENT_COALESCING_CLIENT_H_
 

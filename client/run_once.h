@@ -65,8 +65,10 @@ struct RunOptions {
   absl::Duration deadline = absl::Minutes(2);
   // When set (not owned; must outlive the call), the first Begin and the
   // Complete go through it, sharing BeginBatch/CompleteBatch RPCs with the
-  // process's other concurrent RunOnce calls; Begins that wait on another
-  // owner, and Release, still go through `client`. Answers are the same.
+  // process's other concurrent RunOnce calls, with its deadline and retry
+  // settings; Begins that wait on another owner, and Release, still go
+  // through `client`. Answers are the same. RunOnce blocks, so never call it
+  // with `coalescing` from a gRPC callback thread.
   CoalescingClient* coalescing = nullptr;
 };
 

@@ -97,6 +97,8 @@ class FirstBatchHeld {
           return FenceFromKey(req, resp);
         }),
         server_(&service_) {}
+  // A test that failed before Open() must not hang in the server's shutdown.
+  ~FirstBatchHeld() { Open(); }
 
   std::string address() const { return server_.address(); }
   const BatchService& service() const { return service_; }
@@ -245,6 +247,109 @@ TEST(CoalescingClientTest,
               HasSubstr("BeginBatch: the server answered 2 items for 1"));
 }
 
+// The first batch is held while three more calls queue; that batch of
+// three is refused RESOURCE_EXHAUSTED (as for a message over a size limit),
+// and each of its calls goes again alone and gets its own answer.
+TEST(CoalescingClientTest, BatchRefusedAsTooLargeIsSentAgainItemByItem) {
+  std::atomic<int> batches{0};
+  absl::Notification first_arrived;
+  absl::Mutex mu;
+  bool open = false;
+  BatchService service(
+      [&](const v1::BeginBatchRequest& req, v1::BeginBatchResponse* resp) {
+        const int n = batches++;
+        if (n == 0) {
+          first_arrived.Notify();
+          absl::MutexLock lock(&mu);
+          mu.Await(absl::Condition(&open));
+        }
+        if (req.items_size() > 1) {
+          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "message larger than max");
+        }
+        return FenceFromKey(req, resp);
+      });
+  InProcessServer server(&service);
+  auto client = std::make_unique<CoalescingClient>(ChannelTo(server.address()),
+                                                   Options(1));
+  std::vector<uint64_t> fences(4, 0);
+  for (int i = 0; i < 4; ++i) {
+    client->BeginAsync(Item(absl::StrCat("k", i)),
+                       [&, i](absl::StatusOr<v1::BeginResponse> r) {
+                         fences[i] = r.ok() ? r->fence() : 9999;
+                       });
+    if (i == 0) first_arrived.WaitForNotification();
+  }
+  {
+    absl::MutexLock lock(&mu);
+    open = true;
+  }
+  client.reset();
+  EXPECT_THAT(fences, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(BatchSizes(service), ElementsAre(1, 3, 1, 1, 1));
+  // Each item went again with its owner.
+  std::vector<std::string> resent;
+  for (const v1::BeginBatchRequest& req : service.begins()) {
+    if (req.items_size() == 1) resent.push_back(req.items(0).owner());
+  }
+  EXPECT_THAT(resent, ::testing::UnorderedElementsAre("owner-k0", "owner-k1",
+                                                      "owner-k2", "owner-k3"));
+}
+
+// Complete results of 1 MiB: a batch closes before 3 MiB, so no request
+// passes the 4 MiB message limits.
+TEST(CoalescingClientTest, LargeResultsSplitBatchesBySize) {
+  std::atomic<int> batches{0};
+  absl::Notification first_arrived;
+  absl::Mutex mu;
+  bool open = false;
+  std::vector<int> sizes;
+  BatchService service(
+      [](const v1::BeginBatchRequest&, v1::BeginBatchResponse*) {
+        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "");
+      },
+      [&](const v1::CompleteBatchRequest& req,
+          v1::CompleteBatchResponse* resp) {
+        if (batches++ == 0) {
+          first_arrived.Notify();
+          absl::MutexLock lock(&mu);
+          mu.Await(absl::Condition(&open));
+        }
+        for (int i = 0; i < req.items_size(); ++i) {
+          resp->add_items()->mutable_response()->set_status(
+              v1::CompleteResponse::OK);
+        }
+        return grpc::Status::OK;
+      });
+  InProcessServer server(&service);
+  auto client = std::make_unique<CoalescingClient>(ChannelTo(server.address()),
+                                                   Options(1));
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 6; ++i) {
+    CompleteBatchItem item;
+    item.ns = "coalesce";
+    item.key = absl::StrCat("k", i);
+    item.fence = 1;
+    item.outcome = v1::SUCCESS;
+    item.result = std::string(1 << 20, 'r');
+    client->CompleteAsync(item, [&](absl::StatusOr<v1::CompleteResponse> r) {
+      if (r.ok() && r->status() == v1::CompleteResponse::OK) ++ok;
+    });
+    if (i == 0) first_arrived.WaitForNotification();
+  }
+  {
+    absl::MutexLock lock(&mu);
+    open = true;
+  }
+  client.reset();
+  EXPECT_EQ(ok.load(), 6);
+  std::vector<int> items;
+  for (const v1::CompleteBatchRequest& req : service.completes()) {
+    items.push_back(req.items_size());
+  }
+  EXPECT_THAT(items, ElementsAre(1, 2, 2, 1));
+}
+
 class CoalescingClientIntegrationTest
     : public testing::SharedDedupdTest<CoalescingClientIntegrationTest> {
  public:
@@ -337,6 +442,7 @@ TEST_F(CoalescingClientIntegrationTest, RunOnceThroughItRunsEachKeyOnce) {
   Client client(server().address());
   const double unary_completes = Rpcs("Complete");
   const double complete_batches = Rpcs("CompleteBatch");
+  const double begin_batches = Rpcs("BeginBatch");
   constexpr int kThreads = 24;
   constexpr int kKeys = 6;
   std::array<std::atomic<int>, kKeys> runs{};
@@ -368,6 +474,7 @@ TEST_F(CoalescingClientIntegrationTest, RunOnceThroughItRunsEachKeyOnce) {
   EXPECT_EQ(duplicates, kThreads - kKeys);
   EXPECT_EQ(Rpcs("Complete"), unary_completes);
   EXPECT_GT(Rpcs("CompleteBatch"), complete_batches);
+  EXPECT_GT(Rpcs("BeginBatch"), begin_batches);
 }
 
 }  // namespace

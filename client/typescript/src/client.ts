@@ -59,7 +59,11 @@ export interface DedupClientOptions {
    * Send concurrent begin (without waitMs) and complete calls as
    * BeginBatch/CompleteBatch RPCs: calls made while a batch is on the wire
    * leave together, a lone call leaves at once. Each caller still gets the
-   * answer or DedupRpcError its unary call would have. Worth it for a
+   * answer or DedupRpcError its unary call would have (a failed batch RPC:
+   * its code and details, method "Begin"/"Complete", the batch's error as
+   * `cause`). Give each begin an owner: a batch refused as too large is
+   * re-sent item by item, and an anonymous Begin the server had applied
+   * would then answer IN_USE. Worth it for a
    * process serving many calls at once (an MCP server running tool calls in
    * parallel): the server's per-RPC cost, not its storage, bounds unary
    * throughput. Calls given per-call options go alone. Default off.
@@ -95,8 +99,15 @@ export class DedupClient {
     };
     if (options.coalesce !== undefined && options.coalesce !== false) {
       const coalesce = options.coalesce === true ? {} : options.coalesce;
-      this.begins = new Coalescer('Begin', (items) => this.sendBeginBatch(items), coalesce);
-      this.completes = new Coalescer('Complete', (items) => this.sendCompleteBatch(items), coalesce);
+      const wireBytes = (item: { namespace: string; key: string }, payload: Uint8Array) =>
+        item.namespace.length + item.key.length + payload.length + 64;
+      this.begins = new Coalescer('Begin', (items) => this.sendBeginBatch(items), (i) => wireBytes(i, i.args_hash), coalesce);
+      this.completes = new Coalescer(
+        'Complete',
+        (items) => this.sendCompleteBatch(items),
+        (i) => wireBytes(i, i.result),
+        coalesce,
+      );
     }
   }
 

@@ -4,6 +4,9 @@
 // delay and calls made in the same turn of the event loop share a batch;
 // otherwise it joins the next batch, which leaves as soon as one returns.
 // Each caller gets the answer or error a unary call would have given.
+// A batch closes at maxBatchItems or 3 MiB of requests; one refused with
+// RESOURCE_EXHAUSTED (a message size limit on either side) is sent again item
+// by item, each Begin with its owner.
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
 import { DedupRpcError } from './errors.js';
@@ -24,7 +27,11 @@ interface Waiter<Answer> {
 interface Batch<WireItem, Answer> {
   readonly items: WireItem[];
   readonly waiters: Waiter<Answer>[];
+  bytes: number;
 }
+
+/** Under gRPC's default 4 MiB message limit and dedupd's. */
+const MAX_BATCH_BYTES = 3 << 20;
 
 export class Coalescer<WireItem, Answer> {
   private readonly queue: Batch<WireItem, Answer>[] = [];
@@ -41,6 +48,8 @@ export class Coalescer<WireItem, Answer> {
   constructor(
     private readonly method: string,
     private readonly send: (items: WireItem[]) => Promise<BatchItemResult<Answer>[]>,
+    /** Approximate serialized size of an item, in bytes. */
+    private readonly sizeOf: (item: WireItem) => number,
     options: CoalesceOptions = {},
   ) {
     this.maxItems = Math.min(1000, Math.max(1, Math.floor(options.maxBatchItems ?? 256)));
@@ -50,13 +59,19 @@ export class Coalescer<WireItem, Answer> {
   /** Queues one call already converted (and so validated) for the wire. */
   submit(item: WireItem): Promise<Answer> {
     return new Promise<Answer>((resolve, reject) => {
+      const bytes = this.sizeOf(item);
       let last = this.queue[this.queue.length - 1];
-      if (last === undefined || last.items.length >= this.maxItems) {
-        last = { items: [], waiters: [] };
+      if (
+        last === undefined ||
+        last.items.length >= this.maxItems ||
+        (last.bytes > 0 && last.bytes + bytes > MAX_BATCH_BYTES)
+      ) {
+        last = { items: [], waiters: [], bytes: 0 };
         this.queue.push(last);
       }
       last.items.push(item);
       last.waiters.push({ resolve, reject });
+      last.bytes += bytes;
       this.scheduleFlush();
     });
   }
@@ -77,18 +92,46 @@ export class Coalescer<WireItem, Answer> {
     while (this.inFlight < this.maxInFlight) {
       const batch = this.queue.shift();
       if (batch === undefined) return;
-      this.inFlight++;
-      this.send(batch.items)
-        .then(
-          (results) => this.deliver(batch, results),
-          (error: unknown) => {
-            for (const waiter of batch.waiters) waiter.reject(error);
-          },
-        )
-        .finally(() => {
-          this.inFlight--;
-          this.scheduleFlush();
-        });
+      this.sendBatch(batch);
+    }
+  }
+
+  private sendBatch(batch: Batch<WireItem, Answer>): void {
+    this.inFlight++;
+    // Through a promise, so a send that throws rejects like one that fails.
+    Promise.resolve()
+      .then(() => this.send(batch.items))
+      .then(
+        (results) => this.deliver(batch, results),
+        (error: unknown) => this.fail(batch, error),
+      )
+      .catch((error: unknown) => {
+        for (const waiter of batch.waiters) waiter.reject(error);
+      })
+      .finally(() => {
+        this.inFlight--;
+        this.scheduleFlush();
+      });
+  }
+
+  private fail(batch: Batch<WireItem, Answer>, error: unknown): void {
+    if (error instanceof DedupRpcError && error.code === GrpcStatus.RESOURCE_EXHAUSTED && batch.items.length > 1) {
+      // Too large for a message limit on one side (say, several DUPLICATEs
+      // with large results in one answer): each item alone, as its unary
+      // call would have gone.
+      batch.items.forEach((item, i) => {
+        const waiter = batch.waiters[i];
+        if (waiter !== undefined) this.sendBatch({ items: [item], waiters: [waiter], bytes: 0 });
+      });
+      return;
+    }
+    for (const waiter of batch.waiters) {
+      // Each caller's own error, named after its unary call.
+      waiter.reject(
+        error instanceof DedupRpcError
+          ? new DedupRpcError(this.method, error.code, error.codeName, error.details, { cause: error })
+          : error,
+      );
     }
   }
 

@@ -44,7 +44,7 @@ const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 test('a lone call leaves at once; calls of the same turn share a batch', async () => {
   const s = new ScriptedSend();
-  const c = new Coalescer<number, string>('Begin', s.send, { maxBatchesInFlight: 1 });
+  const c = new Coalescer<number, string>('Begin', s.send, () => 1, { maxBatchesInFlight: 1 });
   const first = c.submit(1);
   await settle();
   assert.deepEqual(s.batches, [[1]]);
@@ -60,7 +60,7 @@ test('a lone call leaves at once; calls of the same turn share a batch', async (
 
 test('calls made while every slot is busy leave together when one returns, split at maxBatchItems', async () => {
   const s = new ScriptedSend();
-  const c = new Coalescer<number, string>('Begin', s.send, { maxBatchesInFlight: 1, maxBatchItems: 3 });
+  const c = new Coalescer<number, string>('Begin', s.send, () => 1, { maxBatchesInFlight: 1, maxBatchItems: 3 });
   const all = [c.submit(0)];
   await settle();
   for (let n = 1; n <= 7; n++) {
@@ -85,7 +85,7 @@ test('calls made while every slot is busy leave together when one returns, split
 
 test('two slots: the second batch leaves while the first is out', async () => {
   const s = new ScriptedSend();
-  const c = new Coalescer<number, string>('Begin', s.send, { maxBatchesInFlight: 2 });
+  const c = new Coalescer<number, string>('Begin', s.send, () => 1, { maxBatchesInFlight: 2 });
   const a = c.submit(1);
   await settle();
   const b = c.submit(2);
@@ -103,7 +103,7 @@ test('two slots: the second batch leaves while the first is out', async () => {
 
 test('an item error reaches its caller alone, with the unary message', async () => {
   const s = new ScriptedSend();
-  const c = new Coalescer<number, string>('Begin', s.send, { maxBatchesInFlight: 1 });
+  const c = new Coalescer<number, string>('Begin', s.send, () => 1, { maxBatchesInFlight: 1 });
   const calls = [c.submit(1), c.submit(-1), c.submit(2)];
   await settle();
   s.answerNext();
@@ -118,17 +118,56 @@ test('an item error reaches its caller alone, with the unary message', async () 
   assert.equal(error.details, 'key: negative');
 });
 
-test('a failed batch fails each of its callers, and the next batch still leaves', async () => {
+test('a failed batch fails each of its callers with its own error, and the next batch still leaves', async () => {
   const s = new ScriptedSend();
-  const c = new Coalescer<number, string>('Begin', s.send, { maxBatchesInFlight: 1 });
+  const c = new Coalescer<number, string>('Begin', s.send, () => 1, { maxBatchesInFlight: 1 });
   const first = c.submit(1);
   await settle();
   const queued = [c.submit(2), c.submit(3)];
-  const boom = new DedupRpcError('BeginBatch', GrpcStatus.RESOURCE_EXHAUSTED, 'RESOURCE_EXHAUSTED', 'full');
+  const boom = new DedupRpcError('BeginBatch', GrpcStatus.PERMISSION_DENIED, 'PERMISSION_DENIED', 'no');
+  const isOwnBoom = (e: unknown) =>
+    e instanceof DedupRpcError && e !== boom && e.method === 'Begin' && e.code === boom.code && e.details === 'no' && e.cause === boom;
   s.failNext(boom);
-  await assert.rejects(first, (e: unknown) => e === boom);
+  await assert.rejects(first, isOwnBoom);
   await settle();
   assert.deepEqual(s.batches, [[1], [2, 3]]);
   s.failNext(boom);
-  for (const q of queued) await assert.rejects(q, (e: unknown) => e === boom);
+  for (const q of queued) await assert.rejects(q, isOwnBoom);
+});
+
+test('a batch refused as too large goes again item by item', async () => {
+  const s = new ScriptedSend();
+  const c = new Coalescer<number, string>('Begin', s.send, () => 1, { maxBatchesInFlight: 1 });
+  const calls = [c.submit(1), c.submit(2), c.submit(3)];
+  await settle();
+  s.failNext(new DedupRpcError('BeginBatch', GrpcStatus.RESOURCE_EXHAUSTED, 'RESOURCE_EXHAUSTED', 'too large'));
+  await settle();
+  assert.deepEqual(s.batches, [[1, 2, 3], [1], [2], [3]]);
+  s.answerNext();
+  s.answerNext();
+  s.answerNext();
+  assert.deepEqual(await Promise.all(calls), ['answer-1', 'answer-2', 'answer-3']);
+});
+
+test('a batch closes before 3 MiB of items; a send that throws rejects its callers', async () => {
+  const s = new ScriptedSend();
+  const c = new Coalescer<number, string>('Begin', s.send, () => 1 << 20, { maxBatchesInFlight: 1 });
+  const calls = [0, 1, 2, 3, 4, 5, 6].map((n) => c.submit(n));
+  await settle();
+  s.answerNext();
+  await settle();
+  s.answerNext();
+  await settle();
+  s.answerNext();
+  assert.deepEqual(s.batches, [[0, 1, 2], [3, 4, 5], [6]]);
+  assert.deepEqual(await Promise.all(calls), [0, 1, 2, 3, 4, 5, 6].map((n) => `answer-${n}`));
+
+  const throwing = new Coalescer<number, string>(
+    'Complete',
+    () => {
+      throw new Error('sync failure');
+    },
+    () => 1,
+  );
+  await assert.rejects(throwing.submit(1), /sync failure/);
 });
