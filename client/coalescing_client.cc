@@ -242,12 +242,11 @@ class CoalescingClient::Lane {
 
 CoalescingClient::CoalescingClient(std::shared_ptr<grpc::Channel> channel,
                                    CoalescingOptions options)
-    : options_(std::move(options)),
-      stub_(v1::Dedup::NewStub(std::move(channel))),
+    : stub_(v1::Dedup::NewStub(std::move(channel))),
       outstanding_(std::make_unique<Outstanding>()),
       begins_(
-          std::make_unique<Lane<BeginTraits>>(*stub_, options_, *outstanding_)),
-      completes_(std::make_unique<Lane<CompleteTraits>>(*stub_, options_,
+          std::make_unique<Lane<BeginTraits>>(*stub_, options, *outstanding_)),
+      completes_(std::make_unique<Lane<CompleteTraits>>(*stub_, options,
                                                         *outstanding_)) {}
 
 CoalescingClient::~CoalescingClient() { outstanding_->WaitZero(); }

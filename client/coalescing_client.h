@@ -79,7 +79,6 @@ class CoalescingClient {
   struct CompleteTraits;
   class Outstanding;
 
-  const CoalescingOptions options_;
   const std::unique_ptr<v1::Dedup::Stub> stub_;
   const std::unique_ptr<Outstanding> outstanding_;
   const std::unique_ptr<Lane<BeginTraits>> begins_;

@@ -180,24 +180,29 @@ bool Shard::TryAnswerInline(Operation& operation) {
   process_mu_.Unlock();
   if (!deliver) return false;
   // Outside the lock: answering may send a response or submit again.
-  if (context_.syncer == nullptr) {
-    std::move(deliver)(absl::OkStatus());
-  } else {
-    // What it read may be a shard's write whose fsync is still pending.
-    context_.syncer->AfterSync(std::move(deliver));
-  }
+  WhenDurable(std::move(deliver));
   return true;
 }
 
 void Shard::Release(Batch& batch, const absl::Status& committed) {
-  if (context_.syncer == nullptr || !committed.ok()) {
+  if (!committed.ok()) {
     batch.RunCompletions(committed);
     return;
   }
-  context_.syncer->AfterSync([completions = batch.TakeCompletions()](
-                                 const absl::Status& synced) mutable {
+  WhenDurable([completions = batch.TakeCompletions()](
+                  const absl::Status& synced) mutable {
     Batch::RunAll(completions, synced);
   });
+}
+
+void Shard::WhenDurable(WalSyncer::Release release) {
+  if (context_.syncer == nullptr) {
+    std::move(release)(absl::OkStatus());
+  } else {
+    // Even a read's answer: what it saw may be a write whose fsync is still
+    // pending.
+    context_.syncer->AfterSync(std::move(release));
+  }
 }
 
 template <typename Op>

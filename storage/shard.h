@@ -166,6 +166,9 @@ class Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   // Runs the answers of a committed `batch`, through the syncer if any.
   void Release(Batch& batch, const absl::Status& committed);
+  // Runs `release` once the state it saw is durable: at once without a
+  // syncer (the write itself was), else after the WAL fsync covering it.
+  void WhenDurable(WalSyncer::Release release);
   // Mirrors a committed batch's final states into inflight_.
   void UpdateInflight(Batch& batch, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);

@@ -78,6 +78,15 @@ FencedAnswer FromProto(v1::CompleteResponse::Status s, uint64_t fence) {
   return a;
 }
 
+// A coalesced call's answer in the backend's vocabulary.
+template <typename Answer, typename Response, typename Convert>
+Answer FromCoalesced(const absl::StatusOr<Response>& r, Convert convert) {
+  if (r.ok()) return convert(*r);
+  Answer a;
+  a.error = r.status().ToString();
+  return a;
+}
+
 }  // namespace
 
 GrpcBackend::GrpcBackend(std::string address, std::string ns, int channels,
@@ -150,13 +159,8 @@ void GrpcBackend::Begin(int conn, const BeginCall& call,
                         call.owner, call.lease_ms, call.ttl_s};
     coalescers_[conn]->BeginAsync(
         item, [done = std::move(done)](absl::StatusOr<v1::BeginResponse> r) {
-          if (!r.ok()) {
-            BeginAnswer a;
-            a.error = r.status().ToString();
-            done(a);
-            return;
-          }
-          done(FromProto(*r));
+          done(FromCoalesced<BeginAnswer>(
+              r, [](const v1::BeginResponse& b) { return FromProto(b); }));
         });
     return;
   }
@@ -184,13 +188,10 @@ void GrpcBackend::Complete(int conn, const CompleteCall& call,
                            v1::SUCCESS, call.result, call.ttl_s};
     coalescers_[conn]->CompleteAsync(
         item, [done = std::move(done)](absl::StatusOr<v1::CompleteResponse> r) {
-          if (!r.ok()) {
-            FencedAnswer a;
-            a.error = r.status().ToString();
-            done(a);
-            return;
-          }
-          done(FromProto(r->status(), r->fence()));
+          done(
+              FromCoalesced<FencedAnswer>(r, [](const v1::CompleteResponse& c) {
+                return FromProto(c.status(), c.fence());
+              }));
         });
     return;
   }

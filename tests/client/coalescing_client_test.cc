@@ -82,20 +82,26 @@ std::vector<int> BatchSizes(const BatchService& service) {
   return sizes;
 }
 
-// A server that holds the first BeginBatch until Open(), so calls made in
-// the meantime must queue behind a busy slot; answers as FenceFromKey.
+// A server that holds the first batch (of either kind) until Open(), so
+// calls made in the meantime must queue behind a busy slot; then answers with
+// the given handlers (Begins by default as FenceFromKey).
 class FirstBatchHeld {
  public:
-  FirstBatchHeld()
-      : service_([this](const v1::BeginBatchRequest& req,
-                        v1::BeginBatchResponse* resp) {
-          if (batches_++ == 0) {
-            first_arrived_.Notify();
-            absl::MutexLock lock(&mu_);
-            mu_.Await(absl::Condition(&open_));
-          }
-          return FenceFromKey(req, resp);
-        }),
+  explicit FirstBatchHeld(BatchService::BeginHandler on_begin = FenceFromKey,
+                          BatchService::CompleteHandler on_complete = nullptr)
+      : service_(
+            [this, on_begin](const v1::BeginBatchRequest& req,
+                             v1::BeginBatchResponse* resp) {
+              HoldFirst();
+              return on_begin(req, resp);
+            },
+            [this, on_complete](const v1::CompleteBatchRequest& req,
+                                v1::CompleteBatchResponse* resp) {
+              HoldFirst();
+              return on_complete
+                         ? on_complete(req, resp)
+                         : grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "");
+            }),
         server_(&service_) {}
   // A test that failed before Open() must not hang in the server's shutdown.
   ~FirstBatchHeld() { Open(); }
@@ -109,6 +115,13 @@ class FirstBatchHeld {
   }
 
  private:
+  void HoldFirst() {
+    if (batches_++ != 0) return;
+    first_arrived_.Notify();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&open_));
+  }
+
   std::atomic<int> batches_{0};
   absl::Notification first_arrived_;
   absl::Mutex mu_;
@@ -251,25 +264,14 @@ TEST(CoalescingClientTest,
 // three is refused RESOURCE_EXHAUSTED (as for a message over a size limit),
 // and each of its calls goes again alone and gets its own answer.
 TEST(CoalescingClientTest, BatchRefusedAsTooLargeIsSentAgainItemByItem) {
-  std::atomic<int> batches{0};
-  absl::Notification first_arrived;
-  absl::Mutex mu;
-  bool open = false;
-  BatchService service(
-      [&](const v1::BeginBatchRequest& req, v1::BeginBatchResponse* resp) {
-        const int n = batches++;
-        if (n == 0) {
-          first_arrived.Notify();
-          absl::MutexLock lock(&mu);
-          mu.Await(absl::Condition(&open));
-        }
+  FirstBatchHeld server(
+      [](const v1::BeginBatchRequest& req, v1::BeginBatchResponse* resp) {
         if (req.items_size() > 1) {
           return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                               "message larger than max");
         }
         return FenceFromKey(req, resp);
       });
-  InProcessServer server(&service);
   auto client = std::make_unique<CoalescingClient>(ChannelTo(server.address()),
                                                    Options(1));
   std::vector<uint64_t> fences(4, 0);
@@ -278,18 +280,15 @@ TEST(CoalescingClientTest, BatchRefusedAsTooLargeIsSentAgainItemByItem) {
                        [&, i](absl::StatusOr<v1::BeginResponse> r) {
                          fences[i] = r.ok() ? r->fence() : 9999;
                        });
-    if (i == 0) first_arrived.WaitForNotification();
+    if (i == 0) server.WaitForFirstBatch();
   }
-  {
-    absl::MutexLock lock(&mu);
-    open = true;
-  }
+  server.Open();
   client.reset();
   EXPECT_THAT(fences, ElementsAre(0, 1, 2, 3));
-  EXPECT_THAT(BatchSizes(service), ElementsAre(1, 3, 1, 1, 1));
+  EXPECT_THAT(BatchSizes(server.service()), ElementsAre(1, 3, 1, 1, 1));
   // Each item went again with its owner.
   std::vector<std::string> resent;
-  for (const v1::BeginBatchRequest& req : service.begins()) {
+  for (const v1::BeginBatchRequest& req : server.service().begins()) {
     if (req.items_size() == 1) resent.push_back(req.items(0).owner());
   }
   EXPECT_THAT(resent, ::testing::UnorderedElementsAre("owner-k0", "owner-k1",
@@ -299,29 +298,14 @@ TEST(CoalescingClientTest, BatchRefusedAsTooLargeIsSentAgainItemByItem) {
 // Complete results of 1 MiB: a batch closes before 3 MiB, so no request
 // passes the 4 MiB message limits.
 TEST(CoalescingClientTest, LargeResultsSplitBatchesBySize) {
-  std::atomic<int> batches{0};
-  absl::Notification first_arrived;
-  absl::Mutex mu;
-  bool open = false;
-  std::vector<int> sizes;
-  BatchService service(
-      [](const v1::BeginBatchRequest&, v1::BeginBatchResponse*) {
-        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "");
-      },
-      [&](const v1::CompleteBatchRequest& req,
-          v1::CompleteBatchResponse* resp) {
-        if (batches++ == 0) {
-          first_arrived.Notify();
-          absl::MutexLock lock(&mu);
-          mu.Await(absl::Condition(&open));
-        }
-        for (int i = 0; i < req.items_size(); ++i) {
-          resp->add_items()->mutable_response()->set_status(
-              v1::CompleteResponse::OK);
-        }
-        return grpc::Status::OK;
-      });
-  InProcessServer server(&service);
+  FirstBatchHeld server(FenceFromKey, [](const v1::CompleteBatchRequest& req,
+                                         v1::CompleteBatchResponse* resp) {
+    for (int i = 0; i < req.items_size(); ++i) {
+      resp->add_items()->mutable_response()->set_status(
+          v1::CompleteResponse::OK);
+    }
+    return grpc::Status::OK;
+  });
   auto client = std::make_unique<CoalescingClient>(ChannelTo(server.address()),
                                                    Options(1));
   std::atomic<int> ok{0};
@@ -335,16 +319,13 @@ TEST(CoalescingClientTest, LargeResultsSplitBatchesBySize) {
     client->CompleteAsync(item, [&](absl::StatusOr<v1::CompleteResponse> r) {
       if (r.ok() && r->status() == v1::CompleteResponse::OK) ++ok;
     });
-    if (i == 0) first_arrived.WaitForNotification();
+    if (i == 0) server.WaitForFirstBatch();
   }
-  {
-    absl::MutexLock lock(&mu);
-    open = true;
-  }
+  server.Open();
   client.reset();
   EXPECT_EQ(ok.load(), 6);
   std::vector<int> items;
-  for (const v1::CompleteBatchRequest& req : service.completes()) {
+  for (const v1::CompleteBatchRequest& req : server.service().completes()) {
     items.push_back(req.items_size());
   }
   EXPECT_THAT(items, ElementsAre(1, 2, 2, 1));

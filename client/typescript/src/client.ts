@@ -12,7 +12,7 @@ import {
 
 import { type BackoffOptions, DEFAULT_BACKOFF } from './backoff.js';
 import { type CoalesceOptions, Coalescer } from './coalescer.js';
-import { DedupRpcError } from './errors.js';
+import { DedupRpcError, grpcCodeName } from './errors.js';
 import {
   type IdempotencyOptions,
   type IdempotencyResult,
@@ -241,6 +241,5 @@ export class DedupClient {
 }
 
 function rpcError(method: string, error: ServiceError): DedupRpcError {
-  const codeName = GrpcStatus[error.code] ?? `CODE_${error.code}`;
-  return new DedupRpcError(method, error.code, codeName, error.details, { cause: error });
+  return new DedupRpcError(method, error.code, grpcCodeName(error.code), error.details, { cause: error });
 }

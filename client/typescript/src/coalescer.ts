@@ -9,7 +9,7 @@
 // by item, each Begin with its owner.
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
-import { DedupRpcError } from './errors.js';
+import { DedupRpcError, grpcCodeName } from './errors.js';
 import type { BatchItemResult } from './types.js';
 
 export interface CoalesceOptions {
@@ -147,9 +147,7 @@ export class Coalescer<WireItem, Answer> {
         // one request, so it gets the unary message "<field>: ...".
         const prefix = `items[${i}].`;
         const details = result.message.startsWith(prefix) ? result.message.slice(prefix.length) : result.message;
-        waiter.reject(
-          new DedupRpcError(this.method, result.code, GrpcStatus[result.code] ?? `CODE_${result.code}`, details),
-        );
+        waiter.reject(new DedupRpcError(this.method, result.code, grpcCodeName(result.code), details));
       }
     });
   }

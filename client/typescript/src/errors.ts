@@ -1,6 +1,13 @@
 // Every error this package throws, so callers can branch with instanceof
 // instead of parsing messages.
+import { status as GrpcStatus } from '@grpc/grpc-js';
+
 import type { FencedStatus } from './types.js';
+
+/** The name of a gRPC status code, e.g. "INVALID_ARGUMENT" for 3. */
+export function grpcCodeName(code: number): string {
+  return GrpcStatus[code] ?? `CODE_${code}`;
+}
 
 /** A gRPC call failed (after the client's UNAVAILABLE retries, if any). */
 export class DedupRpcError extends Error {
