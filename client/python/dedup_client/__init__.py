@@ -5,6 +5,9 @@
 - Client: typed calls (begin/complete/release/renew/get/forget) returning the
   protobuf responses; deadlines on every call; retries only UNAVAILABLE with
   exponential backoff and full jitter.
+- CoalescingClient: wraps a Client; concurrent begin/complete calls go as
+  BeginBatch/CompleteBatch RPCs (Client.begin_batch / complete_batch send
+  batches by hand).
 - with_idempotency / @idempotent: Begin -> your function -> Complete (or
   Release on RetryableError), waiting out IN_USE and replaying duplicates.
 - args_hash: SHA-256 of the RFC 8785 canonical JSON of the tool arguments,
@@ -25,9 +28,11 @@ from dedup_client.args_hash import (
 )
 from dedup_client.backoff import Backoff
 from dedup_client.client import Client, is_retryable_rpc_error
+from dedup_client.coalescing import CoalescingClient
 from dedup_client.errors import (
     ConflictError,
     DedupError,
+    DedupRpcError,
     InUseTimeoutError,
     OutcomeNotRecordedError,
     ReplayedError,
@@ -48,8 +53,10 @@ __all__ = [
     "CanonicalJsonError",
     "Claim",
     "Client",
+    "CoalescingClient",
     "ConflictError",
     "DedupError",
+    "DedupRpcError",
     "IdempotentFunction",
     "IdempotentResult",
     "InUseTimeoutError",

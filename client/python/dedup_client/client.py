@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable, Optional, TypeVar, Union
+from typing import Callable, Optional, Sequence, TypeVar, Union
 
 import grpc
 
 from dedup_client._proto import dedup_pb2, dedup_pb2_grpc
 from dedup_client.backoff import Backoff
+from dedup_client.batch import item_results
+from dedup_client.errors import DedupRpcError
 
 _Response = TypeVar("_Response")
 
@@ -146,6 +148,34 @@ class Client:
         """Removes the record (administration); fences still never go back."""
         request = dedup_pb2.ForgetRequest(namespace=namespace, key=key)
         return self._call(self._stub.Forget, request, self.deadline_s)
+
+    def begin_batch(
+        self, items: Sequence[dedup_pb2.BeginRequest]
+    ) -> list[Union[dedup_pb2.BeginResponse, DedupRpcError]]:
+        """Up to 1000 independent Begins (each with wait_ms 0) in one call.
+
+        Returns one entry per item, in order: its BeginResponse, or a
+        DedupRpcError (code() and details() as the item's unary Begin would
+        have raised, e.g. INVALID_ARGUMENT "items[2].key: ..."). An invalid
+        item does not stop the others. The whole call raises grpc.RpcError on
+        a transport or request-level failure (e.g. more than the server's
+        --max_batch_items). Retried on UNAVAILABLE like begin, so give every
+        item an owner: an anonymous Begin resent after the server applied it
+        answers IN_USE.
+        """
+        request = dedup_pb2.BeginBatchRequest(items=items)
+        response = self._call(self._stub.BeginBatch, request, self.deadline_s)
+        return item_results("BeginBatch", len(items), response.items)
+
+    def complete_batch(
+        self, items: Sequence[dedup_pb2.CompleteRequest]
+    ) -> list[Union[dedup_pb2.CompleteResponse, DedupRpcError]]:
+        """Up to 1000 independent Completes in one call, answered like
+        begin_batch. Safe to retry: a Complete resent after it was applied
+        answers OK again."""
+        request = dedup_pb2.CompleteBatchRequest(items=items)
+        response = self._call(self._stub.CompleteBatch, request, self.deadline_s)
+        return item_results("CompleteBatch", len(items), response.items)
 
     def _call(
         self,

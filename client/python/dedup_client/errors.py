@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import grpc
+
 
 class DedupError(Exception):
     """Base class of the answers with_idempotency turns into exceptions."""
@@ -96,3 +98,21 @@ class InUseTimeoutError(DedupError, TimeoutError):
         self.namespace = namespace
         self.key = key
         self.fence = fence
+
+
+class DedupRpcError(grpc.RpcError):
+    """A gRPC error the client reports without a failed RPC of its own: one
+    item of a batch that the server refused, or a batch answer that cannot be
+    trusted (INTERNAL). It has code() and details() like the grpc.RpcError of
+    a failed call, so `except grpc.RpcError` code handles both alike."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details

@@ -38,11 +38,12 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 from dedup_client._proto import dedup_pb2
 from dedup_client.args_hash import args_hash as compute_args_hash
 from dedup_client.client import Client
+from dedup_client.coalescing import CoalescingClient
 from dedup_client.errors import (
     ConflictError,
     InUseTimeoutError,
@@ -51,6 +52,10 @@ from dedup_client.errors import (
     RetryableError,
     StaleFenceError,
 )
+
+# Either client works: CoalescingClient batches Begin/Complete and sends the
+# rest through its Client.
+AnyClient = Union[Client, CoalescingClient]
 
 T = TypeVar("T")
 
@@ -137,7 +142,7 @@ def replayed_error(payload: bytes, fence: int) -> ReplayedError:
 
 
 def with_idempotency(
-    client: Client,
+    client: AnyClient,
     namespace: str,
     args: Any,
     fn: Callable[[], T],
@@ -201,7 +206,7 @@ def with_idempotency(
 
 
 def _execute(
-    client: Client,
+    client: AnyClient,
     namespace: str,
     key: str,
     begin: dedup_pb2.BeginResponse,
@@ -238,7 +243,7 @@ def _execute(
     )
 
 
-def _release_quietly(client: Client, claim: Claim) -> None:
+def _release_quietly(client: AnyClient, claim: Claim) -> None:
     # Best effort: if this fails the lease simply runs out, and the caller's
     # own exception is the more useful thing to report.
     try:
@@ -247,7 +252,7 @@ def _release_quietly(client: Client, claim: Claim) -> None:
         pass
 
 
-def _record_error(client: Client, claim: Claim, error: Exception) -> None:
+def _record_error(client: AnyClient, claim: Claim, error: Exception) -> None:
     """Completes with ERROR; on failure notes it on `error` (re-raised by the
     caller, since the function's own exception is what callers handle)."""
     try:
@@ -280,7 +285,7 @@ class IdempotentFunction(Generic[T]):
     def __init__(
         self,
         fn: Callable[..., T],
-        client: Client,
+        client: AnyClient,
         namespace: str,
         key_from: Optional[Callable[[dict[str, Any]], str]],
         options: dict[str, Any],
@@ -320,7 +325,7 @@ class IdempotentFunction(Generic[T]):
 
 
 def idempotent(
-    client: Client,
+    client: AnyClient,
     namespace: str,
     *,
     key_from: Optional[Callable[[dict[str, Any]], str]] = None,

@@ -14,10 +14,12 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Optional
 
 _LISTENING = re.compile(r"dedupd listening on 127\.0\.0\.1:(\d+)")
+_METRICS = re.compile(r"dedupd metrics on 127\.0\.0\.1:(\d+)")
 
 
 def _die_with_parent(argv: list[str]) -> list[str]:
@@ -30,9 +32,13 @@ def _die_with_parent(argv: list[str]) -> list[str]:
 
 
 class Dedupd:
-    """One dedupd process with its own data directory (durability none)."""
+    """One dedupd process with its own data directory (durability none).
 
-    def __init__(self, start_timeout_s: float = 20.0) -> None:
+    metrics=True serves /metrics on a free port (metrics_port); otherwise
+    metrics are off, so parallel servers never collide on the default port.
+    """
+
+    def __init__(self, start_timeout_s: float = 20.0, *, metrics: bool = False) -> None:
         binary = os.environ.get("DEDUPD")
         if not binary:
             raise RuntimeError("set DEDUPD to the dedupd binary")
@@ -40,28 +46,45 @@ class Dedupd:
         self.log_path = Path(self._tmp.name) / "dedupd.log"
         self._log = open(self.log_path, "wb")
         self.process: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
-            # Metrics off: parallel servers must not collide on port 9464.
-            _die_with_parent([binary, "--address=127.0.0.1:0", "--metrics_address=",
+            _die_with_parent([binary, "--address=127.0.0.1:0",
+                              "--metrics_address=" + ("127.0.0.1:0" if metrics else ""),
                               f"--data_dir={self._tmp.name}/data", "--durability=none"]),
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
         try:
-            self.port = self._wait_for_port(start_timeout_s)
+            self.port = self._wait_for(_LISTENING, start_timeout_s)
+            self.metrics_port = (
+                self._wait_for(_METRICS, start_timeout_s) if metrics else None
+            )
         except BaseException:
             self.stop()
             raise
         self.target = f"127.0.0.1:{self.port}"
 
-    def _wait_for_port(self, timeout_s: float) -> int:
+    def _wait_for(self, line: re.Pattern[str], timeout_s: float) -> int:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            match = _LISTENING.search(self.log_path.read_text(errors="replace"))
+            match = line.search(self.log_path.read_text(errors="replace"))
             if match:
                 return int(match.group(1))
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"dedupd exited {self.process.returncode}: {self.log()}")
             time.sleep(0.01)
         raise TimeoutError(f"dedupd did not report its port: {self.log()}")
+
+    def metric(self, sample: str) -> float:
+        """The value of one /metrics sample, e.g.
+        'dedup_request_duration_seconds_count{method="Begin"}' (0 if absent)."""
+        if self.metrics_port is None:
+            raise RuntimeError("started without metrics=True")
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
+        ) as reply:
+            text = reply.read().decode()
+        for row in text.splitlines():
+            if row.startswith(sample + " "):
+                return float(row.split()[-1])
+        return 0.0
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]

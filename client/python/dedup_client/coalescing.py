@@ -1,0 +1,358 @@
+"""CoalescingClient: the concurrent Begins and Completes of one process go as
+BeginBatch and CompleteBatch calls, so N threads cost the server a few RPCs
+instead of N.
+
+A call leaves at once while fewer than max_batches_in_flight batches of its
+kind are outstanding; otherwise it joins the next batch, which leaves the
+moment one returns. A lone caller pays no added delay and batches grow with
+the load: the server's per-RPC cost is what bounds unary throughput, and its
+durable writes already share fsyncs.
+
+Each call answers as the Client's would: the server's response, or a
+grpc.RpcError with the unary call's code and details (an item the server
+refused raises DedupRpcError with "key: ...", without the batch's "items[i]."
+prefix; a failed batch raises its own grpc.RpcError to each caller). Batches
+use the Client's deadline, attempts and backoff, and are retried on
+UNAVAILABLE with the same owners; a batch refused with RESOURCE_EXHAUSTED (a
+message size limit on either side) goes again item by item. Both resend each
+Begin with its owner, so give every Begin one (an anonymous Begin resent after
+the server applied it answers IN_USE).
+
+Begins that wait (wait_ms > 0) cannot be batched and go through the Client;
+release, renew, get and forget do too, so a CoalescingClient can stand in for
+a Client anywhere, with_idempotency included.
+
+Thread-safe: share one per process. The *_future methods never block; the
+others block the calling thread. close() waits until every call made before it
+was answered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+from typing import Any, Callable, Generic, TypeVar, Union
+
+import grpc
+
+from dedup_client._proto import dedup_pb2
+from dedup_client.batch import MAX_BATCH_BYTES, as_unary_error, item_results
+from dedup_client.client import Client, is_retryable_rpc_error
+from dedup_client.errors import DedupRpcError
+
+_Answer = TypeVar("_Answer")
+
+# The server refuses batches larger than its --max_batch_items, 1000 by
+# default.
+_MAX_ITEMS_LIMIT = 1000
+
+
+class CoalescingClient:
+    """Batches one process's concurrent Begins and Completes; see the module
+    docstring."""
+
+    def __init__(
+        self,
+        client: Union[str, Client],
+        *,
+        max_batch_items: int = 256,
+        max_batches_in_flight: int = 2,
+    ) -> None:
+        """client: supplies the channel, deadline, attempts and backoff; a
+        Client is shared (left open by close()), a "host:port" target gets a
+        Client(target) of its own. max_batch_items: 1..1000 items per batch.
+        max_batches_in_flight: batches of one kind (Begin or Complete) on the
+        wire at once; 1 gives the largest batches, more lets a batch leave
+        while the server still works on the previous one."""
+        if not 1 <= max_batch_items <= _MAX_ITEMS_LIMIT:
+            raise ValueError(f"max_batch_items must be in 1..{_MAX_ITEMS_LIMIT}")
+        if max_batches_in_flight < 1:
+            raise ValueError("max_batches_in_flight must be at least 1")
+        self._owns_client = isinstance(client, str)
+        self.client = Client(client) if isinstance(client, str) else client
+        client = self.client
+        self._outstanding = _Outstanding()
+        stub = client._stub  # noqa: SLF001 - same package, same channel
+        self._begins: _Lane[dedup_pb2.BeginResponse] = _Lane(
+            "BeginBatch", stub.BeginBatch, dedup_pb2.BeginBatchRequest, client,
+            max_batch_items, max_batches_in_flight, self._outstanding,
+        )
+        self._completes: _Lane[dedup_pb2.CompleteResponse] = _Lane(
+            "CompleteBatch", stub.CompleteBatch, dedup_pb2.CompleteBatchRequest,
+            client, max_batch_items, max_batches_in_flight, self._outstanding,
+        )
+
+    def close(self) -> None:
+        """Refuses new calls, waits until every earlier one is answered, and
+        closes the Client if this CoalescingClient made it."""
+        self._outstanding.close_and_wait()
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> "CoalescingClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def begin_future(
+        self,
+        namespace: str,
+        key: str,
+        args_hash: bytes = b"",
+        *,
+        owner: str = "",
+        lease_ms: int = 0,
+        ttl_s: int = 0,
+    ) -> "Future[dedup_pb2.BeginResponse]":
+        """Queues a Begin (no wait); the future holds the BeginResponse or
+        raises the grpc.RpcError its unary Begin would have."""
+        return self._begins.submit(dedup_pb2.BeginRequest(
+            namespace=namespace, key=key, args_hash=args_hash, owner=owner,
+            lease_ms=lease_ms, ttl_s=ttl_s,
+        ))
+
+    def begin(
+        self,
+        namespace: str,
+        key: str,
+        args_hash: bytes = b"",
+        *,
+        owner: str = "",
+        lease_ms: int = 0,
+        ttl_s: int = 0,
+        wait_ms: int = 0,
+    ) -> dedup_pb2.BeginResponse:
+        """Client.begin, batched unless it waits (wait_ms > 0)."""
+        if wait_ms > 0:
+            return self.client.begin(
+                namespace, key, args_hash, owner=owner, lease_ms=lease_ms,
+                ttl_s=ttl_s, wait_ms=wait_ms,
+            )
+        return self.begin_future(
+            namespace, key, args_hash, owner=owner, lease_ms=lease_ms, ttl_s=ttl_s
+        ).result()
+
+    def complete_future(
+        self,
+        namespace: str,
+        key: str,
+        fence: int,
+        outcome: int,
+        result: bytes = b"",
+        *,
+        ttl_s: int = 0,
+    ) -> "Future[dedup_pb2.CompleteResponse]":
+        """Queues a Complete; the future holds the CompleteResponse or raises
+        the grpc.RpcError its unary Complete would have."""
+        return self._completes.submit(dedup_pb2.CompleteRequest(
+            namespace=namespace, key=key, fence=fence, outcome=outcome,
+            result=result, ttl_s=ttl_s,
+        ))
+
+    def complete(
+        self,
+        namespace: str,
+        key: str,
+        fence: int,
+        outcome: int,
+        result: bytes = b"",
+        *,
+        ttl_s: int = 0,
+    ) -> dedup_pb2.CompleteResponse:
+        """Client.complete, batched."""
+        return self.complete_future(
+            namespace, key, fence, outcome, result, ttl_s=ttl_s
+        ).result()
+
+    def release(self, namespace: str, key: str, fence: int) -> dedup_pb2.ReleaseResponse:
+        return self.client.release(namespace, key, fence)
+
+    def renew(
+        self, namespace: str, key: str, fence: int, *, lease_ms: int = 0
+    ) -> dedup_pb2.RenewResponse:
+        return self.client.renew(namespace, key, fence, lease_ms=lease_ms)
+
+    def get(self, namespace: str, key: str) -> dedup_pb2.GetResponse:
+        return self.client.get(namespace, key)
+
+    def forget(self, namespace: str, key: str) -> dedup_pb2.ForgetResponse:
+        return self.client.forget(namespace, key)
+
+
+class _Outstanding:
+    """Counts the calls not yet answered, so close() can wait for them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+        self._closed = False
+
+    def track(self, future: Future) -> None:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("CoalescingClient is closed")
+            self._count += 1
+        future.add_done_callback(self._done)
+
+    def _done(self, _: Future) -> None:
+        with self._cond:
+            self._count -= 1
+            if self._count == 0:
+                self._cond.notify_all()
+
+    def close_and_wait(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.wait_for(lambda: self._count == 0)
+
+
+class _Batch:
+    __slots__ = ("requests", "futures", "size")
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+        self.futures: list[Future] = []
+        self.size = 0
+
+
+class _Lane(Generic[_Answer]):
+    """The queue and in-flight batches of one kind of call."""
+
+    def __init__(
+        self,
+        method: str,
+        rpc: Any,
+        make_request: Callable[..., Any],
+        client: Client,
+        max_items: int,
+        max_in_flight: int,
+        outstanding: _Outstanding,
+    ) -> None:
+        self._method = method
+        self._rpc = rpc
+        self._make_request = make_request
+        self._client = client
+        self._max_items = max_items
+        self._max_in_flight = max_in_flight
+        self._outstanding = outstanding
+        self._lock = threading.Lock()
+        self._queue: deque[_Batch] = deque()  # guarded by _lock
+        self._in_flight = 0  # guarded by _lock
+
+    def submit(self, request: Any) -> "Future[_Answer]":
+        future: Future = Future()
+        # Once queued a call goes out with its batch: it cannot be cancelled.
+        future.set_running_or_notify_cancel()
+        self._outstanding.track(future)
+        size = request.ByteSize()
+        with self._lock:
+            last = self._queue[-1] if self._queue else None
+            if (last is None or len(last.requests) >= self._max_items
+                    or (last.size > 0 and last.size + size > MAX_BATCH_BYTES)):
+                last = _Batch()
+                self._queue.append(last)
+            last.requests.append(request)
+            last.futures.append(future)
+            last.size += size
+            ready = self._take_ready_locked()
+        for batch in ready:
+            self._send(batch, 0)
+        return future
+
+    def _take_ready_locked(self) -> list[_Batch]:
+        ready = []
+        while self._in_flight < self._max_in_flight and self._queue:
+            ready.append(self._queue.popleft())
+            self._in_flight += 1
+        return ready
+
+    def _send(self, batch: _Batch, attempt: int) -> None:
+        try:
+            call = self._rpc.future(
+                self._make_request(items=batch.requests),
+                timeout=self._client.deadline_s,
+            )
+            call.add_done_callback(lambda done: self._on_done(batch, attempt, done))
+        except Exception as error:  # noqa: BLE001 - handed to the callers
+            self._fail(batch, error)
+            self._release_slot()
+
+    def _on_done(self, batch: _Batch, attempt: int, call: Any) -> None:
+        # Runs on a gRPC thread: it must not block, and must answer every
+        # caller whatever happens.
+        try:
+            error = call.exception()
+            if error is None:
+                self._deliver(batch, call.result())
+            elif (is_retryable_rpc_error(error)
+                  and attempt + 1 < self._client.max_attempts):
+                delay = self._client.backoff.delay(
+                    attempt, self._client._uniform01  # noqa: SLF001
+                )
+                timer = threading.Timer(delay, self._send, (batch, attempt + 1))
+                timer.daemon = True
+                timer.start()
+                return  # still in flight
+            elif (_code_of(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
+                  and len(batch.requests) > 1):
+                self._send_alone(batch)
+            else:
+                self._fail(batch, error)
+        except BaseException as error:  # noqa: BLE001 - never strand a caller
+            self._fail(batch, error)
+        self._release_slot()
+
+    def _deliver(self, batch: _Batch, response: Any) -> None:
+        try:
+            results = item_results(self._method, len(batch.requests), response.items)
+        except DedupRpcError as error:
+            self._fail(batch, error)
+            return
+        for index, (future, result) in enumerate(zip(batch.futures, results)):
+            if isinstance(result, DedupRpcError):
+                _settle(future, error=as_unary_error(result, index))
+            else:
+                _settle(future, result=result)
+
+    def _send_alone(self, batch: _Batch) -> None:
+        """Each item as a batch of its own, as its unary call would have gone
+        (say, several DUPLICATEs with large results overflowed the answer)."""
+        singles = []
+        for request, future in zip(batch.requests, batch.futures):
+            single = _Batch()
+            single.requests.append(request)
+            single.futures.append(future)
+            singles.append(single)
+        with self._lock:
+            self._in_flight += len(singles)
+        for single in singles:
+            self._send(single, 0)
+
+    def _fail(self, batch: _Batch, error: BaseException) -> None:
+        for future in batch.futures:
+            _settle(future, error=error)
+
+    def _release_slot(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            ready = self._take_ready_locked()
+        for batch in ready:
+            self._send(batch, 0)
+
+
+def _code_of(error: BaseException) -> Union[grpc.StatusCode, None]:
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
+def _settle(
+    future: Future, *, result: Any = None, error: Union[BaseException, None] = None
+) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
