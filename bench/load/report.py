@@ -33,17 +33,25 @@ def median_row(rounds):
     return ordered[(len(ordered) - 1) // 2]
 
 
+def split_at(config):
+    """("sync-coalesced@256") -> ("sync-coalesced", "@256"): a config and the
+    in-flight count it ran with, when not the run's default."""
+    base, at, n = config.partition("@")
+    return base, at + n
+
+
 def table_order(key):
     system, config, workload = key
     if config == "bare-grpc-half-peak":  # beside the cell it is the floor of
-        return (WORKLOADS.index("begin"), 0, 0, 2)
+        return (WORKLOADS.index("begin"), False, 0, 0, 2)
+    config, at = split_at(config)
     base = config.removesuffix("-coalesced")
     cls = (-1 if config == "bare-grpc" else
            0 if DURABLE.get(system) == base or config == "sync-half-peak" else
            1 if VOLATILE.get(system) == base else 2)
     w = (WORKLOADS + ["setnx", "echo"]).index(workload) \
         if workload in WORKLOADS + ["setnx", "echo"] else 99
-    return (w, cls, SYSTEMS.index(system) if system in SYSTEMS else 9,
+    return (w, bool(at), cls, SYSTEMS.index(system) if system in SYSTEMS else 9,
             config == "sync-half-peak", config.endswith("-coalesced"))
 
 
@@ -90,6 +98,7 @@ def main():
     p.add_argument("--seconds", default="")
     p.add_argument("--rounds", default="1")
     p.add_argument("--outstanding", default="")
+    p.add_argument("--high_outstanding", default="")
     p.add_argument("--smoke", default="0")
     p.add_argument("--dedupd", default="")
     p.add_argument("--data_dir", default="/tmp")
@@ -159,7 +168,9 @@ def main():
       f"`-coalesced` run the same unary callers through the C++ client's "
       f"`CoalescingClient` (one channel; concurrent Begins and Completes "
       f"leave as BeginBatch/CompleteBatch, two batches of each kind in "
-      f"flight), as one client process with that option sends them.")
+      f"flight), as one client process with that option sends them. "
+      f"Configs ending in `@{a.high_outstanding}` measure durable pairs again "
+      f"with {a.high_outstanding} operations in flight (same connections).")
     w("")
     w("**The load generator shares the machine's cores with the server under "
       "test**: on a small machine the figures are bounded by both. "
@@ -198,9 +209,12 @@ def main():
     w("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         key = (r["system"], r["config"], r["workload"])
-        cls = DURABLE if DURABLE.get(r["system"]) == r["config"] else (
-            VOLATILE if VOLATILE.get(r["system"]) == r["config"] else None)
-        vs = round_ratio(("dedup", cls["dedup"], r["workload"]), key) if cls else None
+        config, at = split_at(r["config"])
+        cls = DURABLE if DURABLE.get(r["system"]) == config else (
+            VOLATILE if VOLATILE.get(r["system"]) == config else None)
+        # Against dedup with as many operations in flight.
+        vs = (round_ratio(("dedup", cls["dedup"] + at, r["workload"]), key)
+              if cls else None)
         vs_dedup = f"{vs:.2f}×" if vs else ""
         ve = (round_ratio(key, echo_key)
               if r["unit"] == "calls" and r["system"] == "dedup"
@@ -240,6 +254,22 @@ def main():
          "synchronous_commit on (for reference)",
          round_ratio(("dedup", "sync-coalesced", "unique"),
                      ("postgres", "synchronous_commit=on", "unique")), None, "×"),
+    ]
+    high = f"@{a.high_outstanding}"
+    for label, config in (("unary", "sync"),
+                          ("through the CoalescingClient", "sync-coalesced")):
+        targets += [
+            (f"Durable pairs with {a.high_outstanding} in flight, {label}, ÷ "
+             f"Redis+Lua appendfsync always (for reference)",
+             round_ratio(("dedup", config + high, "unique"),
+                         ("redis", "appendfsync=always" + high, "unique")), None, "×"),
+            (f"Durable pairs with {a.high_outstanding} in flight, {label}, ÷ "
+             f"PostgreSQL synchronous_commit on (for reference)",
+             round_ratio(("dedup", config + high, "unique"),
+                         ("postgres", "synchronous_commit=on" + high, "unique")),
+             None, "×"),
+        ]
+    targets += [
         ("BeginBatch keys/s (sync) ≥ Redis pipelined SET NX EX (pipeline 16, "
          "appendfsync always)",
          round_ratio(("dedup", "sync", "beginbatch"),
@@ -294,12 +324,15 @@ def main():
         expected += [("dedup", "bare-grpc", "echo")]
         expected += [("dedup", c + "-coalesced", wl)
                      for c in ("sync", "none") for wl in ("unique", "begin")]
+        expected += [("dedup", c + high, "unique") for c in ("sync", "sync-coalesced")]
     if "redis" in systems:
         expected += [("redis", c, wl) for c in ("appendfsync=always", "persistence=off")
                      for wl in WORKLOADS + ["setnx", "echo"]]
+        expected += [("redis", "appendfsync=always" + high, "unique")]
     if "postgres" in systems:
         expected += [("postgres", c, wl) for c in ("synchronous_commit=on", "synchronous_commit=off")
                      for wl in WORKLOADS + ["echo"]]
+        expected += [("postgres", "synchronous_commit=on" + high, "unique")]
     bad = [f"missing {e}" for e in expected if e not in by]
     bad += [f"{r['system']} {r['config']} {r['workload']}: units={r['units']} "
             f"errors={r['errors']} {r['first_error']}"
