@@ -23,7 +23,8 @@ release, renew, get and forget do too, so a CoalescingClient can stand in for
 a Client anywhere, with_idempotency included.
 
 Thread-safe: share one per process. The *_future methods never block; the
-others block the calling thread. close() waits until every call made before it
+others block the calling thread. Callbacks added to those futures run on
+gRPC's threads: they must not block either. close() waits until every call made before it
 was answered.
 """
 
