@@ -11,7 +11,10 @@ durable writes already share fsyncs.
 Each call answers as the Client's would: the server's response, or a
 grpc.RpcError with the unary call's code and details (an item the server
 refused raises DedupRpcError with "key: ...", without the batch's "items[i]."
-prefix; a failed batch raises its own grpc.RpcError to each caller). Batches
+prefix; a failed batch raises a DedupRpcError with the batch's code and
+details to each caller, its own object, with the batch's error as
+__cause__). One difference: an item the server refuses with UNAVAILABLE (it
+is shutting down) is not retried, where a unary call would be. Batches
 use the Client's deadline, attempts and backoff, and are retried on
 UNAVAILABLE with the same owners; a batch refused with RESOURCE_EXHAUSTED (a
 message size limit on either side) goes again item by item. Both resend each
@@ -23,9 +26,15 @@ release, renew, get and forget do too, so a CoalescingClient can stand in for
 a Client anywhere, with_idempotency included.
 
 Thread-safe: share one per process. The *_future methods never block; the
-others block the calling thread. Callbacks added to those futures run on
-gRPC's threads: they must not block either. close() waits until every call made before it
-was answered.
+others block the calling thread. Callbacks added to those futures usually run
+on the channel's one gRPC thread (otherwise on a retry timer's thread or the
+thread of a call whose send failed at once): while one blocks, no answer
+arrives on that channel at all. So a callback must not block, nor call this
+client's blocking methods, close() or with_idempotency; chain further calls
+with the *_future methods instead.
+
+close() refuses new begin/complete calls and waits until every earlier one
+was answered; it then closes the Client only if it made it (from a target).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, Callable, Generic, TypeVar, Union
+from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 import grpc
 
@@ -84,12 +93,16 @@ class CoalescingClient:
             client, max_batch_items, max_batches_in_flight, self._outstanding,
         )
 
-    def close(self) -> None:
-        """Refuses new calls, waits until every earlier one is answered, and
-        closes the Client if this CoalescingClient made it."""
-        self._outstanding.close_and_wait()
+    def close(self, timeout_s: Optional[float] = None) -> bool:
+        """Refuses new begin/complete calls, waits until every earlier one is
+        answered (at most timeout_s; None: no limit), and closes the Client if
+        this CoalescingClient made it (else the Client, and the calls that go
+        through it, stay usable). False if calls were still outstanding at
+        the timeout."""
+        answered = self._outstanding.close_and_wait(timeout_s)
         if self._owns_client:
             self.client.close()
+        return answered
 
     def __enter__(self) -> "CoalescingClient":
         return self
@@ -203,10 +216,10 @@ class _Outstanding:
             if self._count == 0:
                 self._cond.notify_all()
 
-    def close_and_wait(self) -> None:
+    def close_and_wait(self, timeout_s: Optional[float]) -> bool:
         with self._cond:
             self._closed = True
-            self._cond.wait_for(lambda: self._count == 0)
+            return self._cond.wait_for(lambda: self._count == 0, timeout_s)
 
 
 class _Batch:
@@ -241,6 +254,10 @@ class _Lane(Generic[_Answer]):
         self._lock = threading.Lock()
         self._queue: deque[_Batch] = deque()  # guarded by _lock
         self._in_flight = 0  # guarded by _lock
+        # Batches this thread is sending now: a send that fails at once frees
+        # its slot and starts the next batch, which could fail the same way
+        # (a closed channel), so sends are looped here rather than nested.
+        self._sending = threading.local()
 
     def submit(self, request: Any) -> "Future[_Answer]":
         future: Future = Future()
@@ -258,9 +275,21 @@ class _Lane(Generic[_Answer]):
             last.futures.append(future)
             last.size += size
             ready = self._take_ready_locked()
-        for batch in ready:
-            self._send(batch, 0)
+        self._send_all([(batch, 0) for batch in ready])
         return future
+
+    def _send_all(self, batches: list[tuple[_Batch, int]]) -> None:
+        work = getattr(self._sending, "work", None)
+        if work is not None:  # an outer _send_all on this thread sends them
+            work.extend(batches)
+            return
+        work = self._sending.work = list(batches)
+        try:
+            while work:
+                batch, attempt = work.pop(0)
+                self._send(batch, attempt)
+        finally:
+            self._sending.work = None
 
     def _take_ready_locked(self) -> list[_Batch]:
         ready = []
@@ -277,12 +306,15 @@ class _Lane(Generic[_Answer]):
             )
             call.add_done_callback(lambda done: self._on_done(batch, attempt, done))
         except Exception as error:  # noqa: BLE001 - handed to the callers
-            self._fail(batch, error)
-            self._release_slot()
+            try:
+                self._fail(batch, error)
+            finally:
+                self._release_slot()
 
     def _on_done(self, batch: _Batch, attempt: int, call: Any) -> None:
         # Runs on a gRPC thread: it must not block, and must answer every
         # caller whatever happens.
+        keeps_slot = False
         try:
             error = call.exception()
             if error is None:
@@ -292,10 +324,12 @@ class _Lane(Generic[_Answer]):
                 delay = self._client.backoff.delay(
                     attempt, self._client._uniform01  # noqa: SLF001
                 )
-                timer = threading.Timer(delay, self._send, (batch, attempt + 1))
+                timer = threading.Timer(
+                    delay, self._send_all, ([(batch, attempt + 1)],)
+                )
                 timer.daemon = True
                 timer.start()
-                return  # still in flight
+                keeps_slot = True  # the retry goes out in this batch's slot
             elif (_code_of(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
                   and len(batch.requests) > 1):
                 self._send_alone(batch)
@@ -303,7 +337,9 @@ class _Lane(Generic[_Answer]):
                 self._fail(batch, error)
         except BaseException as error:  # noqa: BLE001 - never strand a caller
             self._fail(batch, error)
-        self._release_slot()
+        finally:
+            if not keeps_slot:
+                self._release_slot()
 
     def _deliver(self, batch: _Batch, response: Any) -> None:
         try:
@@ -328,19 +364,31 @@ class _Lane(Generic[_Answer]):
             singles.append(single)
         with self._lock:
             self._in_flight += len(singles)
-        for single in singles:
-            self._send(single, 0)
+        self._send_all([(single, 0) for single in singles])
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
         for future in batch.futures:
-            _settle(future, error=error)
+            _settle(future, error=_own_copy(error))
 
     def _release_slot(self) -> None:
         with self._lock:
             self._in_flight -= 1
             ready = self._take_ready_locked()
-        for batch in ready:
-            self._send(batch, 0)
+        self._send_all([(batch, 0) for batch in ready])
+
+
+def _own_copy(error: BaseException) -> BaseException:
+    """Each caller of a failed batch gets its own exception: one object
+    raised in many threads would collect all their tracebacks (and notes).
+    A gRPC error becomes a DedupRpcError with its code and details."""
+    code = _code_of(error)
+    if code is None:
+        return error
+    details = getattr(error, "details", None)
+    text = details() if callable(details) else None
+    copy = DedupRpcError(code, text if text is not None else str(error))
+    copy.__cause__ = error
+    return copy
 
 
 def _code_of(error: BaseException) -> Union[grpc.StatusCode, None]:

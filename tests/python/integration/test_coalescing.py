@@ -39,12 +39,23 @@ def rpcs(method: str) -> float:
 
 
 def run_threads(count: int, body) -> None:
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    """Runs body(i) on `count` threads; re-raises the first failure."""
+    failures: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            body(i)
+        except BaseException as error:  # noqa: BLE001 - re-raised below
+            failures.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
         assert not thread.is_alive(), "a caller hung"
+    if failures:
+        raise failures[0]
 
 
 class CoalescingIntegrationTest(unittest.TestCase):

@@ -37,8 +37,8 @@ def started_for_each(
 
 class ScriptedBatchServer(dedup_pb2_grpc.DedupServicer):
     """Records every batch; answers BeginBatch with `begin_batch` (default
-    started_for_each) and CompleteBatch with OK for each item. hold() makes
-    the next BeginBatch wait until release()."""
+    started_for_each) and CompleteBatch with OK for each item. After hold(),
+    every BeginBatch waits until release() (`holding` is set once one does)."""
 
     def __init__(self, begin_batch: BeginBatchHandler = started_for_each) -> None:
         self.begin_batch = begin_batch

@@ -27,7 +27,8 @@ class CoalescingTest(unittest.TestCase):
         client = Client(server.target, backoff_base_s=0.001, backoff_cap_s=0.002)
         self.addCleanup(client.close)
         coalescing = CoalescingClient(client, **kw)
-        self.addCleanup(coalescing.close)
+        # Bounded: a test that strands a call fails instead of hanging here.
+        self.addCleanup(coalescing.close, 10)
         return coalescing
 
     def hold_first_batch(
@@ -91,6 +92,35 @@ class CoalescingTest(unittest.TestCase):
         self.assertEqual([[item.owner for item in batch] for batch in server.begin_batches],
                          [["me"], ["me"], ["me"]])
 
+    def test_retries_give_up_after_max_attempts_and_free_the_slot(self) -> None:
+        def down(request, context):
+            context.abort(grpc.StatusCode.UNAVAILABLE, "down")
+
+        server = self.serve(down)
+        coalescing = self.coalesce(server, max_batches_in_flight=1)
+        with self.assertRaises(grpc.RpcError) as caught:
+            coalescing.begin("ns", "k1", owner="o")
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(len(server.begin_batches), coalescing.client.max_attempts)
+        # The one slot is free again: a later call is sent (and refused).
+        later = coalescing.begin_future("ns", "k2", owner="o")
+        with self.assertRaises(grpc.RpcError):
+            later.result(10)
+        self.assertEqual(len(server.begin_batches), 2 * coalescing.client.max_attempts)
+
+    def test_a_retried_batch_gives_its_slot_back(self) -> None:
+        failures = [grpc.StatusCode.UNAVAILABLE]
+
+        def flaky(request, context):
+            if failures:
+                context.abort(failures.pop(), "restarting")
+            return started_for_each(request, context)
+
+        server = self.serve(flaky)
+        coalescing = self.coalesce(server, max_batches_in_flight=1)
+        self.assertEqual(coalescing.begin("ns", "k1", owner="o").fence, 1)
+        self.assertEqual(coalescing.begin_future("ns", "k2", owner="o").result(10).fence, 2)
+
     def test_other_batch_errors_reach_every_caller_unretried(self) -> None:
         def refuse(request, context):
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "no")
@@ -98,10 +128,15 @@ class CoalescingTest(unittest.TestCase):
         server = self.serve(refuse)
         coalescing = self.coalesce(server, max_batches_in_flight=1)
         futures = [coalescing.begin_future("ns", f"k{i}", owner="o") for i in range(5)]
+        errors = []
         for future in futures:
             with self.assertRaises(grpc.RpcError) as caught:
                 future.result(10)
             self.assertEqual(caught.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+            self.assertEqual(caught.exception.details(), "no")
+            errors.append(caught.exception)
+        # Each caller its own exception object (tracebacks do not mix).
+        self.assertEqual(len({id(e) for e in errors}), 5)
         self.assertEqual(sum(server.batch_sizes()), 5)
 
     def test_a_batch_refused_as_too_large_goes_again_item_by_item(self) -> None:
@@ -118,6 +153,8 @@ class CoalescingTest(unittest.TestCase):
         first.result(10)
         self.assertEqual([f.result(10).fence for f in waiting], [1, 2, 3, 4])
         self.assertEqual(server.batch_sizes(), [1, 4, 1, 1, 1, 1])
+        # Every slot the singles took is free again.
+        self.assertEqual(coalescing.begin_future("ns", "k5", owner="o").result(10).fence, 5)
 
     def test_an_answer_with_the_wrong_item_count_fails_the_whole_batch(self) -> None:
         def one_short(request, context):
@@ -135,6 +172,20 @@ class CoalescingTest(unittest.TestCase):
                 future.result(10)
             self.assertEqual(caught.exception.code(), grpc.StatusCode.INTERNAL)
         self.assertIn("answered 2 items for 3", str(caught.exception))
+
+    def test_a_closed_channel_fails_every_queued_call_without_recursion(self) -> None:
+        server = self.serve()
+        client = Client(server.target)
+        coalescing = CoalescingClient(client, max_batch_items=1, max_batches_in_flight=1)
+        first = self.hold_first_batch(server, coalescing)
+        # More queued batches than Python's recursion limit, each of which
+        # fails the moment it is sent.
+        queued = [coalescing.begin_future("ns", f"k{i}", owner="o") for i in range(1, 1500)]
+        client.close()  # cancels the held call; every later send fails at once
+        server.release()
+        for future in [first, *queued]:
+            self.assertIsNotNone(future.exception(10))
+        self.assertTrue(coalescing.close(10))  # nothing left outstanding
 
     def test_completes_are_batched_too(self) -> None:
         server = self.serve()
@@ -157,6 +208,7 @@ class CoalescingTest(unittest.TestCase):
         self.assertTrue(closed.wait(10))
         closer.join()
         self.assertTrue(first.done())
+        self.assertTrue(coalescing.close(0))  # nothing outstanding
         with self.assertRaises(RuntimeError):
             coalescing.begin_future("ns", "k1")
 
