@@ -11,8 +11,10 @@
 // answer, the refusal of its item (same code and message as a unary call's:
 // "key: ...", without the batch's "items[i]." prefix), or the batch's RPC
 // error. A batch is retried on UNAVAILABLE
-// with the same owners, like Client::BeginBatch. Begins that must wait
-// (wait_ms > 0) cannot be batched: use Client::Begin for those.
+// with the same owners, like Client::BeginBatch; an item the server refuses
+// with UNAVAILABLE (only while it shuts down, or on a storage error) is
+// answered as such, where a unary call would have been retried. Begins that
+// must wait (wait_ms > 0) cannot be batched: use Client::Begin for those.
 //
 // A batch closes at max_batch_items or 3 MiB of requests. A batch refused
 // with RESOURCE_EXHAUSTED (a message limit on either side, e.g. several
