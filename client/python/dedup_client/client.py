@@ -177,6 +177,11 @@ class Client:
         response = self._call(self._stub.CompleteBatch, request, self.deadline_s)
         return item_results("CompleteBatch", len(items), response.items)
 
+    def retry_delay_s(self, retry: int) -> float:
+        """Seconds to wait before retry number `retry` (0 for the first):
+        full-jitter backoff with this client's settings and jitter source."""
+        return self.backoff.delay(retry, self._uniform01)
+
     def _call(
         self,
         method: Callable[..., _Response],
@@ -186,7 +191,7 @@ class Client:
         last: Optional[grpc.RpcError] = None
         for attempt in range(self.max_attempts):
             if attempt > 0:
-                self._sleep(self.backoff.delay(attempt - 1, self._uniform01))
+                self._sleep(self.retry_delay_s(attempt - 1))
             try:
                 return method(request, timeout=timeout_s)
             except grpc.RpcError as e:
@@ -197,11 +202,17 @@ class Client:
         raise last
 
 
+def rpc_code(error: BaseException) -> Optional[grpc.StatusCode]:
+    """The gRPC code of a failed call's error (anything with code()), or
+    None for other exceptions."""
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
 def is_retryable_rpc_error(error: grpc.RpcError) -> bool:
     """True only for UNAVAILABLE: nothing happened, so a retry is safe.
 
     DEADLINE_EXCEEDED is not retried: the call may have taken effect, and the
     caller's time budget is spent anyway.
     """
-    code = getattr(error, "code", None)
-    return callable(code) and code() == grpc.StatusCode.UNAVAILABLE
+    return rpc_code(error) == grpc.StatusCode.UNAVAILABLE

@@ -48,7 +48,7 @@ import grpc
 
 from dedup_client._proto import dedup_pb2
 from dedup_client.batch import MAX_BATCH_BYTES, as_unary_error, item_results
-from dedup_client.client import Client, is_retryable_rpc_error
+from dedup_client.client import Client, is_retryable_rpc_error, rpc_code
 from dedup_client.errors import DedupRpcError
 
 _Answer = TypeVar("_Answer")
@@ -81,16 +81,15 @@ class CoalescingClient:
             raise ValueError("max_batches_in_flight must be at least 1")
         self._owns_client = isinstance(client, str)
         self.client = Client(client) if isinstance(client, str) else client
-        client = self.client
         self._outstanding = _Outstanding()
-        stub = client._stub  # noqa: SLF001 - same package, same channel
+        stub = self.client._stub  # noqa: SLF001 - same package, same channel
         self._begins: _Lane[dedup_pb2.BeginResponse] = _Lane(
-            "BeginBatch", stub.BeginBatch, dedup_pb2.BeginBatchRequest, client,
-            max_batch_items, max_batches_in_flight, self._outstanding,
+            "BeginBatch", stub.BeginBatch, dedup_pb2.BeginBatchRequest,
+            self.client, max_batch_items, max_batches_in_flight, self._outstanding,
         )
         self._completes: _Lane[dedup_pb2.CompleteResponse] = _Lane(
             "CompleteBatch", stub.CompleteBatch, dedup_pb2.CompleteBatchRequest,
-            client, max_batch_items, max_batches_in_flight, self._outstanding,
+            self.client, max_batch_items, max_batches_in_flight, self._outstanding,
         )
 
     def close(self, timeout_s: Optional[float] = None) -> bool:
@@ -321,16 +320,14 @@ class _Lane(Generic[_Answer]):
                 self._deliver(batch, call.result())
             elif (is_retryable_rpc_error(error)
                   and attempt + 1 < self._client.max_attempts):
-                delay = self._client.backoff.delay(
-                    attempt, self._client._uniform01  # noqa: SLF001
-                )
                 timer = threading.Timer(
-                    delay, self._send_all, ([(batch, attempt + 1)],)
+                    self._client.retry_delay_s(attempt),
+                    self._send_all, ([(batch, attempt + 1)],),
                 )
                 timer.daemon = True
                 timer.start()
                 keeps_slot = True  # the retry goes out in this batch's slot
-            elif (_code_of(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
+            elif (rpc_code(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
                   and len(batch.requests) > 1):
                 self._send_alone(batch)
             else:
@@ -381,7 +378,7 @@ def _own_copy(error: BaseException) -> BaseException:
     """Each caller of a failed batch gets its own exception: one object
     raised in many threads would collect all their tracebacks (and notes).
     A gRPC error becomes a DedupRpcError with its code and details."""
-    code = _code_of(error)
+    code = rpc_code(error)
     if code is None:
         return error
     details = getattr(error, "details", None)
@@ -389,11 +386,6 @@ def _own_copy(error: BaseException) -> BaseException:
     copy = DedupRpcError(code, text if text is not None else str(error))
     copy.__cause__ = error
     return copy
-
-
-def _code_of(error: BaseException) -> Union[grpc.StatusCode, None]:
-    code = getattr(error, "code", None)
-    return code() if callable(code) else None
 
 
 def _settle(
