@@ -66,17 +66,25 @@ void DedupService::Observe(Method method, const Request& request,
 template void DedupService::Observe(Method, const v1::CompleteRequest&,
                                     const FencedDecision&) const;
 
+bool DedupService::NotServing(const RpcCall& call) const {
+  absl::Status serving = store_->CheckServing();
+  if (serving.ok()) return false;
+  call.Fail(serving);
+  return true;
+}
+
 grpc::ServerUnaryReactor* DedupService::Begin(
     grpc::CallbackServerContext* context, const v1::BeginRequest* request,
     v1::BeginResponse* response) {
   const RpcCall call(context, Method::kBegin, metrics_);
   if (call.Rejected(ValidateBegin(*request, limits_))) return call.reactor();
+  if (NotServing(call)) return call.reactor();
   // The request stays valid until the call finishes, so the callback reads
   // namespace and key from it instead of copying them.
   store_->Begin(request->namespace_(), request->key(), BeginParamsOf(*request),
                 EffectiveWaitMs(*context, request->wait_ms()),
                 [this, call, request, response](absl::StatusOr<BeginResult> r) {
-                  if (!r.ok()) return call.Finish(ToGrpcStatus(r.status()));
+                  if (!r.ok()) return call.Fail(r.status());
                   Observe(*request, *r);
                   FillBeginResponse(*r, response);
                   call.Finish(grpc::Status::OK, r->waited);
@@ -93,7 +101,7 @@ StoreCallback<FencedDecision> DedupService::Fenced(const RpcCall& call,
                                                    Fill fill) const {
   return
       [this, call, request, response, fill](absl::StatusOr<FencedDecision> d) {
-        if (!d.ok()) return call.Finish(ToGrpcStatus(d.status()));
+        if (!d.ok()) return call.Fail(d.status());
         Observe(call.method(), *request, *d);
         fill(*d, response);
         call.Finish(grpc::Status::OK);
@@ -105,6 +113,7 @@ grpc::ServerUnaryReactor* DedupService::Complete(
     v1::CompleteResponse* response) {
   const RpcCall call(context, Method::kComplete, metrics_);
   if (call.Rejected(ValidateComplete(*request, limits_))) return call.reactor();
+  if (NotServing(call)) return call.reactor();
   store_->Complete(request->namespace_(), request->key(),
                    CompleteParamsOf(*request),
                    Fenced(call, request, response, FillCompleteResponse));
@@ -116,6 +125,7 @@ grpc::ServerUnaryReactor* DedupService::Release(
     v1::ReleaseResponse* response) {
   const RpcCall call(context, Method::kRelease, metrics_);
   if (call.Rejected(ValidateRelease(*request, limits_))) return call.reactor();
+  if (NotServing(call)) return call.reactor();
   store_->Release(request->namespace_(), request->key(), request->fence(),
                   Fenced(call, request, response, FillReleaseResponse));
   return call.reactor();
@@ -126,6 +136,7 @@ grpc::ServerUnaryReactor* DedupService::Renew(
     v1::RenewResponse* response) {
   const RpcCall call(context, Method::kRenew, metrics_);
   if (call.Rejected(ValidateRenew(*request, limits_))) return call.reactor();
+  if (NotServing(call)) return call.reactor();
   store_->Renew(request->namespace_(), request->key(), request->fence(),
                 ResolveLease(request->lease_ms(), limits_),
                 Fenced(call, request, response, FillRenewResponse));
@@ -137,9 +148,10 @@ grpc::ServerUnaryReactor* DedupService::Get(
     v1::GetResponse* response) {
   const RpcCall call(context, Method::kGet, metrics_);
   if (call.Rejected(ValidateGet(*request, limits_))) return call.reactor();
+  if (NotServing(call)) return call.reactor();
   store_->Get(request->namespace_(), request->key(),
               [call, response](absl::StatusOr<std::optional<Record>> r) {
-                if (!r.ok()) return call.Finish(ToGrpcStatus(r.status()));
+                if (!r.ok()) return call.Fail(r.status());
                 response->set_found(r->has_value());
                 if (r->has_value()) {
                   FillRecord(**r, response->mutable_record());
@@ -154,9 +166,10 @@ grpc::ServerUnaryReactor* DedupService::Forget(
     v1::ForgetResponse* response) {
   const RpcCall call(context, Method::kForget, metrics_);
   if (call.Rejected(ValidateForget(*request, limits_))) return call.reactor();
+  if (NotServing(call)) return call.reactor();
   store_->Forget(request->namespace_(), request->key(),
                  [call, response](absl::StatusOr<bool> r) {
-                   if (!r.ok()) return call.Finish(ToGrpcStatus(r.status()));
+                   if (!r.ok()) return call.Fail(r.status());
                    response->set_existed(*r);
                    call.Finish(grpc::Status::OK);
                  });

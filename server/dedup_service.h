@@ -53,6 +53,9 @@ class DedupService final : public v1::Dedup::CallbackService {
       v1::CompleteBatchResponse* response) override;
 
  private:
+  // True (and the call finished) when the store cannot take operations now,
+  // e.g. a follower in cluster mode: UNAVAILABLE naming the leader.
+  bool NotServing(const RpcCall& call) const;
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).
   BeginParams BeginParamsOf(const v1::BeginRequest& request) const;

@@ -48,6 +48,7 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
   const RpcCall call(context, Method::kBeginBatch, metrics_);
   const int n = request->items_size();
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  if (NotServing(call)) return call.reactor();
   // Every answer slot exists before any callback runs: callbacks on
   // different shard threads then only ever touch their own item.
   for (int i = 0; i < n; ++i) response->add_items();
@@ -89,6 +90,7 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
   const RpcCall call(context, Method::kCompleteBatch, metrics_);
   const int n = request->items_size();
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  if (NotServing(call)) return call.reactor();
   for (int i = 0; i < n; ++i) response->add_items();
   auto* completion = new BatchCompletion(call, n);
   std::vector<Store::CompleteCall> calls;

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/flag_syntax.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -25,16 +26,19 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
+#include "replication/replicated_store.h"
 #include "server/admin_service.h"
 #include "server/bench_service.h"
+#include "server/cluster_config.h"
+#include "server/cluster_service.h"
 #include "server/collectors.h"
 #include "server/dedup_service.h"
 #include "server/event_log.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
+#include "storage/store.h"
 
 ABSL_DECLARE_FLAG(std::string, durability);
-#include "storage/store.h"
 
 namespace {
 
@@ -114,7 +118,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dedupd: the dedup idempotency authority (gRPC dedup.v1.Dedup).\n"
       "Exit codes: 0 clean stop, 1 error while stopping, 2 bad flags, 3 data "
-      "dir unusable or locked by another dedupd, 4 cannot listen.");
+      "dir unusable or locked by another dedupd, 4 cannot listen, 5 (cluster "
+      "mode) a damaged log entry in memory: restart the node.");
   // ParseCommandLine would exit 1 on a bad flag; we promise 2.
   if (absl::Status s = dedup::CheckFlagSyntax(argc, argv); !s.ok()) {
     Log(absl::StrCat(s.message(), " (see --help)"));
@@ -147,14 +152,35 @@ int main(int argc, char** argv) {
     return kExitBadFlags;
   }
 
+  absl::StatusOr<dedup::ClusterConfig> cluster =
+      dedup::ClusterConfigFromFlags(config->store);
+  if (!cluster.ok()) {
+    Log(std::string(cluster.status().message()));
+    return kExitBadFlags;
+  }
+
   if (!PrepareDataDir(config->store.path)) return kExitDataDir;
   config->store.observer = &metrics;
-  absl::StatusOr<std::unique_ptr<dedup::Store>> store =
-      dedup::Store::Open(config->store);
+  // Cluster mode: the same services over a replicated store.
+  dedup::ReplicatedStore* replicated = nullptr;
+  absl::StatusOr<std::unique_ptr<dedup::Store>> store;
+  if (cluster->enabled) {
+    absl::StatusOr<std::unique_ptr<dedup::ReplicatedStore>> opened =
+        dedup::ReplicatedStore::Open(cluster->store);
+    if (opened.ok()) replicated = opened->get();
+    store =
+        opened.ok()
+            ? absl::StatusOr<std::unique_ptr<dedup::Store>>(*std::move(opened))
+            : opened.status();
+  } else {
+    store = dedup::Store::Open(config->store);
+  }
   if (!store.ok()) {
     Log(std::string(store.status().message()));
     return kExitDataDir;
   }
+  const std::string durability =
+      cluster->enabled ? "raft" : absl::GetFlag(FLAGS_durability);
 
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!config->metrics_address.empty()) {
@@ -169,9 +195,8 @@ int main(int argc, char** argv) {
 
   dedup::DedupService service(store->get(), config->limits, &metrics,
                               events->get());
-  dedup::AdminService admin(
-      store->get(), &metrics,
-      {DEDUP_VERSION, DEDUP_GIT_SHA, absl::GetFlag(FLAGS_durability)});
+  dedup::AdminService admin(store->get(), &metrics,
+                            {DEDUP_VERSION, DEDUP_GIT_SHA, durability});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -180,6 +205,11 @@ int main(int argc, char** argv) {
                            &port);
   builder.RegisterService(&service);
   builder.RegisterService(&admin);
+  std::unique_ptr<dedup::ClusterService> cluster_service;
+  if (replicated != nullptr) {
+    cluster_service = std::make_unique<dedup::ClusterService>(replicated);
+    builder.RegisterService(cluster_service.get());
+  }
   dedup::BenchService bench;
   if (config->enable_bench_service) builder.RegisterService(&bench);
   builder.SetMaxReceiveMessageSize(
@@ -192,10 +222,15 @@ int main(int argc, char** argv) {
     return kExitListen;
   }
   // Tests and scripts wait for this exact line to learn the port.
-  std::fprintf(
-      stderr, "dedupd listening on %s:%d (data_dir=%s durability=%s)\n",
-      HostOf(config->address).c_str(), port, config->store.path.c_str(),
-      absl::GetFlag(FLAGS_durability).c_str());
+  std::fprintf(stderr,
+               "dedupd listening on %s:%d (data_dir=%s durability=%s%s)\n",
+               HostOf(config->address).c_str(), port,
+               config->store.path.c_str(), durability.c_str(),
+               cluster->enabled
+                   ? absl::StrCat(" node=", cluster->store.raft.id,
+                                  " raft=", cluster->store.raft.raft_address)
+                         .c_str()
+                   : "");
   std::fflush(stderr);
 
   int signal_number = 0;
@@ -203,6 +238,17 @@ int main(int argc, char** argv) {
   Log(absl::StrCat("received ", strsignal(signal_number),
                    ", draining in-flight calls"));
   server->GetHealthCheckService()->Shutdown();
+  // A leader hands over first, so the group elects no one while this node
+  // drains: clients see one redirect instead of an election's silence.
+  if (replicated != nullptr &&
+      replicated->GetClusterStatus().consensus.role == dedup::Role::kLeader) {
+    absl::Notification transferred;
+    replicated->TransferLeadership(0, [&transferred](absl::Status s) {
+      if (!s.ok()) Log(absl::StrCat("leadership transfer: ", s.message()));
+      transferred.Notify();
+    });
+    transferred.WaitForNotificationWithTimeout(absl::Seconds(3));
+  }
   // Stopping the metrics endpoint takes over a second (civetweb polls); do it
   // while the calls drain. Its collectors read the store, so it must be gone
   // before the store closes.

@@ -3,6 +3,8 @@
 #define DEDUP_SERVER_RPC_CALL_H_
 
 #include <chrono>
+#include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -10,6 +12,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "server/metrics.h"
 #include "server/proto_convert.h"
+#include "storage/store.h"
 
 namespace dedup {
 
@@ -25,7 +28,8 @@ inline absl::string_view FieldOf(const absl::Status& status) {
 class RpcCall {
  public:
   RpcCall(grpc::CallbackServerContext* context, Method method, Metrics* metrics)
-      : reactor_(context->DefaultReactor()),
+      : context_(context),
+        reactor_(context->DefaultReactor()),
         method_(method),
         metrics_(metrics),
         start_(std::chrono::steady_clock::now()) {}
@@ -39,6 +43,20 @@ class RpcCall {
     metrics_->RecordInvalid(method_, FieldOf(validation));
     Finish(ToGrpcStatus(validation));
     return true;
+  }
+
+  // Finishes with `error`, passing what its payloads say on to the client
+  // as trailing metadata: "dedup-leader" (the leader's address, on a
+  // follower's UNAVAILABLE) and "dedup-outcome: unknown" (ABORTED after
+  // leadership was lost).
+  void Fail(const absl::Status& error) const {
+    if (auto leader = error.GetPayload(kLeaderAddressPayload)) {
+      context_->AddTrailingMetadata("dedup-leader", std::string(*leader));
+    }
+    if (auto outcome = error.GetPayload(kOutcomeUnknownPayload)) {
+      context_->AddTrailingMetadata("dedup-outcome", std::string(*outcome));
+    }
+    Finish(ToGrpcStatus(error));
   }
 
   // `waited`: a Begin parked by its wait_ms, timed apart so that asked-for
@@ -57,6 +75,7 @@ class RpcCall {
   }
 
  private:
+  grpc::CallbackServerContext* const context_;
   grpc::ServerUnaryReactor* const reactor_;
   const Method method_;
   Metrics* const metrics_;

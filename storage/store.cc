@@ -9,14 +9,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
-#include "rocksdb/filter_policy.h"
-#include "rocksdb/memtablerep.h"
 #include "rocksdb/options.h"
-#include "rocksdb/slice_transform.h"
-#include "rocksdb/table.h"
-#include "rocksdb/write_buffer_manager.h"
+#include "storage/db_options.h"
 #include "storage/fence_allocator.h"
 #include "storage/shard.h"
 #include "storage/storage_key.h"
@@ -25,22 +20,6 @@
 
 namespace dedup {
 namespace {
-
-// Every storage key starts with its 2-byte slot (metadata with 0xFFFF), the
-// unit the memtable hashes on.
-constexpr size_t kSlotPrefixBytes = 2;
-constexpr size_t kMemtableBuckets = 1 << 16;  // >= the 16,384 slots
-
-// Full scans must say so: with a prefix extractor, iterators otherwise stay
-// within one prefix. They read every block once, so they read ahead and
-// leave the block cache to the blocks that point lookups keep hot.
-rocksdb::ReadOptions TotalOrderScan() {
-  rocksdb::ReadOptions options;
-  options.total_order_seek = true;
-  options.fill_cache = false;
-  options.readahead_size = 2 << 20;
-  return options;
-}
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -316,56 +295,6 @@ class RocksStore : public Store {
   std::atomic<bool> closed_{false};
 };
 
-rocksdb::Options DbOptions(const StoreOptions& options,
-                           const TtlCompactionFilter* filter) {
-  rocksdb::Options db;
-  db.create_if_missing = true;
-  db.compaction_filter = filter;
-  db.periodic_compaction_seconds = options.periodic_compaction_s;
-  db.max_background_jobs = 2;
-  db.bytes_per_sync = 1 << 20;
-  db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  db.keep_log_file_num = 4;
-  // kSync: a write only appends to RocksDB's WAL buffer, in memory; the
-  // WalSyncer writes and fsyncs it for everything written meanwhile.
-  db.manual_wal_flush = options.durability == Durability::kSync;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(options.memory_budget_bytes);
-  // Memtables are charged to the block cache, so one budget bounds both.
-  const size_t memtable_budget = options.memory_budget_bytes / 2;
-  db.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(
-      memtable_budget, table.block_cache);
-  db.write_buffer_size = std::min<size_t>(memtable_budget / 2, 64 << 20);
-  // Point lookups and inserts are the whole workload, so the memtable is a
-  // hash of small per-slot skiplists instead of one big skiplist, whose
-  // cache-missing search was the top of a Begin's CPU profile (-20% server
-  // CPU per key under BeginBatch). The price: flushes and full scans sort the
-  // memtable once, and writes to it are not concurrent.
-  db.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kSlotPrefixBytes));
-  db.memtable_factory.reset(
-      rocksdb::NewHashSkipListRepFactory(kMemtableBuckets));
-  db.allow_concurrent_memtable_write = false;
-  // Most Begins are for new keys: a memtable bloom filter answers "absent"
-  // without searching the memtable at all.
-  db.memtable_whole_key_filtering = true;
-  db.memtable_prefix_bloom_size_ratio = 0.1;
-  // Index and filter blocks live in the bounded cache, so memory does not
-  // grow with the number of records. They are partitioned into small blocks:
-  // a whole-file filter of a large table (megabytes) is bigger than a cache
-  // shard, so it never stayed cached and every lookup read and checksummed
-  // it again (new-key Begins fell from 127k/s to 5k/s past ~2.5M records).
-  table.cache_index_and_filter_blocks = true;
-  table.cache_index_and_filter_blocks_with_high_priority = true;
-  table.pin_top_level_index_and_filter = true;
-  table.pin_l0_filter_and_index_blocks_in_cache = true;
-  table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
-  table.partition_filters = true;
-  table.metadata_block_size = 4096;
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  db.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  return db;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(StoreOptions options) {
@@ -375,7 +304,14 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(StoreOptions options) {
   }
   auto filter = std::make_unique<TtlCompactionFilter>(
       options.clock, options.compaction_grace_ms);
-  rocksdb::Options db_options = DbOptions(options, filter.get());
+  RecordDbTuning tuning;
+  tuning.memory_budget_bytes = options.memory_budget_bytes;
+  tuning.periodic_compaction_s = options.periodic_compaction_s;
+  tuning.compaction_filter = filter.get();
+  // kSync: a write only appends to RocksDB's WAL buffer, in memory; the
+  // WalSyncer writes and fsyncs it for everything written meanwhile.
+  tuning.manual_wal_flush = options.durability == Durability::kSync;
+  rocksdb::Options db_options = RecordDbOptions(tuning);
   auto store =
       std::make_unique<RocksStore>(std::move(options), std::move(filter));
   if (absl::Status s = store->Init(std::move(db_options)); !s.ok()) return s;

@@ -26,6 +26,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "storage/authority.h"
 #include "storage/clock.h"
 
@@ -106,6 +107,17 @@ struct StoreStats {
   uint64_t memtable_bytes = 0;
 };
 
+// Error payloads (absl::Status::GetPayload) of a replicated store:
+// - an UNAVAILABLE answered because this node is not the leader carries the
+//   leader's client address (host:port) under kLeaderAddressPayload, when
+//   one is known;
+// - an ABORTED whose operation may or may not have been applied (leadership
+//   was lost after it was proposed) carries kOutcomeUnknownPayload ("unknown").
+inline constexpr absl::string_view kLeaderAddressPayload =
+    "type.dedup/leader-address";
+inline constexpr absl::string_view kOutcomeUnknownPayload =
+    "type.dedup/outcome-unknown";
+
 template <typename T>
 using StoreCallback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
 
@@ -159,6 +171,14 @@ class Store {
   // true when a live record was removed.
   virtual void Forget(std::string ns, std::string key,
                       StoreCallback<bool> done) = 0;
+
+  // Fails fast when this store cannot take operations now: a replica that
+  // is not the leader answers UNAVAILABLE with the leader's address (see
+  // kLeaderAddressPayload). Operations submitted anyway are refused the
+  // same way. Any thread.
+  [[nodiscard]] virtual absl::Status CheckServing() const {
+    return absl::OkStatus();
+  }
 
   // Answers every parked Begin now with its current decision, and from then
   // on answers Begins without parking them. For shutdown: in-flight RPCs

@@ -1,0 +1,534 @@
+#include "replication/raft_consensus.h"
+
+#include <uv.h>
+
+// libraft 0.15's headers declare C functions without extern "C".
+extern "C" {
+#include <raft.h>
+#include <raft/uv.h>
+}
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace dedup {
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kUnavailable:
+      return "unavailable";
+    case Role::kFollower:
+      return "follower";
+    case Role::kCandidate:
+      return "candidate";
+    case Role::kLeader:
+      return "leader";
+  }
+  return "unknown";
+}
+
+const char* MemberRoleName(MemberRole role) {
+  switch (role) {
+    case MemberRole::kVoter:
+      return "voter";
+    case MemberRole::kStandby:
+      return "standby";
+    case MemberRole::kSpare:
+      return "spare";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr uint64_t kTickMs = 10;
+// Exit code of a node that met a damaged log entry (see FsmApply).
+constexpr int kExitDamagedEntry = 5;
+
+int ToRaftRole(MemberRole role) {
+  switch (role) {
+    case MemberRole::kVoter:
+      return RAFT_VOTER;
+    case MemberRole::kStandby:
+      return RAFT_STANDBY;
+    case MemberRole::kSpare:
+      return RAFT_SPARE;
+  }
+  return RAFT_SPARE;
+}
+
+MemberRole FromRaftRole(int role) {
+  switch (role) {
+    case RAFT_VOTER:
+      return MemberRole::kVoter;
+    case RAFT_STANDBY:
+      return MemberRole::kStandby;
+    default:
+      return MemberRole::kSpare;
+  }
+}
+
+Role FromRaftState(int state) {
+  switch (state) {
+    case RAFT_FOLLOWER:
+      return Role::kFollower;
+    case RAFT_CANDIDATE:
+      return Role::kCandidate;
+    case RAFT_LEADER:
+      return Role::kLeader;
+    default:
+      return Role::kUnavailable;
+  }
+}
+
+absl::Status RaftError(int rv, absl::string_view what, struct raft* r) {
+  const std::string message =
+      absl::StrCat(what, ": ", raft_strerror(rv),
+                   r != nullptr ? absl::StrCat(" (", raft_errmsg(r), ")") : "");
+  if (rv == RAFT_NOTLEADER) return absl::FailedPreconditionError(message);
+  if (rv == RAFT_LEADERSHIPLOST || rv == RAFT_SHUTDOWN) {
+    return absl::AbortedError(message);
+  }
+  if (rv == RAFT_BADID || rv == RAFT_DUPLICATEID ||
+      rv == RAFT_DUPLICATEADDRESS || rv == RAFT_BADROLE ||
+      rv == RAFT_NOTFOUND) {
+    return absl::InvalidArgumentError(message);
+  }
+  if (rv == RAFT_CANTCHANGE) return absl::FailedPreconditionError(message);
+  return absl::UnavailableError(message);
+}
+
+using Done = absl::AnyInvocable<void(absl::Status) &&>;
+
+class RaftConsensus : public Consensus {
+ public:
+  RaftConsensus(const RaftOptions& options, StateMachine* machine)
+      : options_(options), machine_(machine) {}
+
+  ~RaftConsensus() override { Stop(); }
+
+  absl::Status Start() {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.dir, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot create raft dir ", options_.dir, ": ", ec.message()));
+    }
+    if (int rv = uv_loop_init(&loop_); rv != 0) {
+      return absl::InternalError(
+          absl::StrCat("uv_loop_init: ", uv_strerror(rv)));
+    }
+    if (int rv = raft_uv_tcp_init(&transport_, &loop_); rv != 0) {
+      return RaftError(rv, "raft transport", nullptr);
+    }
+    if (int rv = raft_uv_init(&io_, &loop_, options_.dir.c_str(), &transport_);
+        rv != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("raft log in ", options_.dir, ": ", io_.errmsg));
+    }
+    // Version 2: Debian's raft_uv has no async_work, which asynchronous
+    // snapshots (version 3) need. Snapshot() is cheap instead (a WAL fsync).
+    fsm_.version = 2;
+    fsm_.data = this;
+    fsm_.apply = &RaftConsensus::FsmApply;
+    fsm_.snapshot = &RaftConsensus::FsmSnapshot;
+    fsm_.restore = &RaftConsensus::FsmRestore;
+    fsm_.snapshot_finalize = &RaftConsensus::FsmSnapshotFinalize;
+    if (int rv = raft_init(&raft_, &io_, &fsm_, options_.id,
+                           options_.raft_address.c_str());
+        rv != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("raft init: ", raft_errmsg(&raft_)));
+    }
+    raft_.data = this;
+    raft_set_election_timeout(&raft_, options_.election_timeout_ms);
+    raft_set_heartbeat_timeout(&raft_, options_.heartbeat_timeout_ms);
+    raft_set_snapshot_threshold(&raft_, options_.snapshot_threshold);
+    raft_set_snapshot_trailing(&raft_, options_.snapshot_trailing);
+    // A node cut off from the others must not disrupt the group with
+    // elections it cannot win when it comes back.
+    raft_set_pre_vote(&raft_, true);
+    raft_uv_set_connect_retry_delay(&io_, 100);
+    if (!options_.bootstrap.empty()) {
+      struct raft_configuration configuration;
+      raft_configuration_init(&configuration);
+      int rv = 0;
+      for (const Member& member : options_.bootstrap) {
+        rv = raft_configuration_add(&configuration, member.id,
+                                    member.raft_address.c_str(),
+                                    ToRaftRole(member.role));
+        if (rv != 0) break;
+      }
+      if (rv == 0) rv = raft_bootstrap(&raft_, &configuration);
+      raft_configuration_close(&configuration);
+      // Not pristine: the group was founded before; its log says who is in.
+      if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) {
+        return RaftError(rv, "raft bootstrap", &raft_);
+      }
+    }
+    if (int rv = raft_start(&raft_); rv != 0) {
+      return RaftError(rv, "raft start", &raft_);
+    }
+    uv_async_init(&loop_, &async_, &RaftConsensus::OnAsync);
+    async_.data = this;
+    uv_timer_init(&loop_, &timer_);
+    timer_.data = this;
+    uv_timer_start(&timer_, &RaftConsensus::OnTimer, kTickMs, kTickMs);
+    RefreshStatus();
+    thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Propose(std::string entry, Done done) override {
+    struct raft_buffer buf;
+    buf.len = entry.size();
+    buf.base = raft_malloc(buf.len);
+    if (buf.base == nullptr) return absl::ResourceExhaustedError("raft_malloc");
+    std::memcpy(buf.base, entry.data(), buf.len);
+    auto* request = new ApplyRequest{{}, std::move(done)};
+    request->req.data = request;
+    const int rv =
+        raft_apply(&raft_, &request->req, &buf, 1, &RaftConsensus::OnApplied);
+    if (rv != 0) {
+      raft_free(buf.base);
+      delete request;
+      return RaftError(rv, "propose", &raft_);
+    }
+    return absl::OkStatus();
+  }
+
+  void Post(absl::AnyInvocable<void() &&> fn) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      posted_.push_back(std::move(fn));
+    }
+    uv_async_send(&async_);
+  }
+
+  ConsensusStatus Status() const override {
+    absl::MutexLock lock(&status_mu_);
+    return status_;
+  }
+
+  absl::Status AddMember(uint64_t id, const std::string& raft_address,
+                         Done done) override {
+    auto* change = new ChangeRequest{{}, this, id, std::move(done)};
+    change->req.data = change;
+    // Added as a spare first, then promoted: libraft makes the promotion
+    // wait until the newcomer has caught up with the log.
+    const int rv = raft_add(&raft_, &change->req, id, raft_address.c_str(),
+                            &RaftConsensus::OnAdded);
+    if (rv != 0) {
+      delete change;
+      return RaftError(rv, "add member", &raft_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RemoveMember(uint64_t id, Done done) override {
+    auto* change = new ChangeRequest{{}, this, id, std::move(done)};
+    change->req.data = change;
+    const int rv =
+        raft_remove(&raft_, &change->req, id, &RaftConsensus::OnChanged);
+    if (rv != 0) {
+      delete change;
+      return RaftError(rv, "remove member", &raft_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status TransferLeadership(uint64_t id, Done done) override {
+    auto* transfer = new TransferRequest{{}, this, std::move(done)};
+    transfer->req.data = transfer;
+    const int rv = raft_transfer(&raft_, &transfer->req, id,
+                                 &RaftConsensus::OnTransferred);
+    if (rv != 0) {
+      delete transfer;
+      return RaftError(rv, "transfer leadership", &raft_);
+    }
+    return absl::OkStatus();
+  }
+
+  void Stop() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    // A failed Start leaves libraft's memory to the exiting process.
+    if (!thread_.joinable()) return;
+    uv_async_send(&async_);
+    thread_.join();
+    uv_loop_close(&loop_);
+  }
+
+ private:
+  struct ApplyRequest {
+    struct raft_apply req;
+    Done done;
+  };
+  struct ChangeRequest {
+    struct raft_change req;
+    RaftConsensus* self;
+    uint64_t id;
+    Done done;
+  };
+  struct TransferRequest {
+    struct raft_transfer req;
+    RaftConsensus* self;
+    Done done;
+  };
+
+  static RaftConsensus* Of(struct raft_fsm* fsm) {
+    return static_cast<RaftConsensus*>(fsm->data);
+  }
+
+  static int FsmApply(struct raft_fsm* fsm, const struct raft_buffer* buf,
+                      void** result) {
+    RaftConsensus* self = Of(fsm);
+    *result = nullptr;
+    // libraft 0.15 does not pass the index: it applies entries strictly in
+    // order and sets last_applied only after this returns.
+    const uint64_t index = raft_last_applied(&self->raft_) + 1;
+    absl::Status s = self->machine_->Apply(
+        index,
+        absl::string_view(static_cast<const char*>(buf->base), buf->len));
+    if (absl::IsDataLoss(s)) {
+      // The entry's bytes are damaged in memory (the log on disk is
+      // checksummed by libraft): applying anything more would diverge, and
+      // waiting would stall. Stop; a restart reloads the log from disk.
+      std::string head;
+      for (size_t i = 0; i < buf->len && i < 24; ++i) {
+        absl::StrAppend(
+            &head, static_cast<int>(static_cast<unsigned char*>(buf->base)[i]),
+            " ");
+      }
+      std::fprintf(stderr,
+                   "dedupd: FATAL: log entry %llu (%zu bytes: %s...) cannot be "
+                   "applied: %s; stopping (restart the node)\n",
+                   static_cast<unsigned long long>(index), buf->len,
+                   head.c_str(), std::string(s.message()).c_str());
+      std::fflush(stderr);
+      _exit(kExitDamagedEntry);
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "dedupd: cannot apply log entry %llu: %s\n",
+                   static_cast<unsigned long long>(index),
+                   std::string(s.message()).c_str());
+      return RAFT_IOERR;
+    }
+    return 0;
+  }
+
+  static int FsmSnapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[],
+                         unsigned* n_bufs) {
+    absl::StatusOr<std::string> descriptor = Of(fsm)->machine_->Snapshot();
+    if (!descriptor.ok()) {
+      std::fprintf(stderr, "dedupd: snapshot not taken: %s\n",
+                   std::string(descriptor.status().message()).c_str());
+      return RAFT_BUSY;  // libraft tries again later
+    }
+    auto* array = static_cast<struct raft_buffer*>(
+        raft_malloc(sizeof(struct raft_buffer)));
+    void* data = raft_malloc(descriptor->size());
+    if (array == nullptr || data == nullptr) {
+      raft_free(array);
+      raft_free(data);
+      return RAFT_NOMEM;
+    }
+    std::memcpy(data, descriptor->data(), descriptor->size());
+    array[0].base = data;
+    array[0].len = descriptor->size();
+    *bufs = array;
+    *n_bufs = 1;
+    return 0;
+  }
+
+  static int FsmSnapshotFinalize(struct raft_fsm*, struct raft_buffer* bufs[],
+                                 unsigned* n_bufs) {
+    if (*bufs != nullptr) {
+      for (unsigned i = 0; i < *n_bufs; ++i) raft_free((*bufs)[i].base);
+      raft_free(*bufs);
+    }
+    *bufs = nullptr;
+    *n_bufs = 0;
+    return 0;
+  }
+
+  static int FsmRestore(struct raft_fsm* fsm, struct raft_buffer* buf) {
+    absl::Status s = Of(fsm)->machine_->Restore(
+        absl::string_view(static_cast<const char*>(buf->base), buf->len));
+    if (!s.ok()) {
+      std::fprintf(stderr, "dedupd: cannot restore snapshot: %s\n",
+                   std::string(s.message()).c_str());
+      return RAFT_IOERR;
+    }
+    // On success the buffer is ours to free.
+    raft_free(buf->base);
+    return 0;
+  }
+
+  static void OnApplied(struct raft_apply* req, int status, void*) {
+    auto* request = static_cast<ApplyRequest*>(req->data);
+    std::move(request->done)(
+        status == 0 ? absl::OkStatus()
+                    : RaftError(status, "entry not applied", nullptr));
+    delete request;
+  }
+
+  static void OnAdded(struct raft_change* req, int status) {
+    auto* change = static_cast<ChangeRequest*>(req->data);
+    RaftConsensus* self = change->self;
+    if (status != 0) {
+      std::move(change->done)(RaftError(status, "add member", nullptr));
+      delete change;
+      return;
+    }
+    const int rv = raft_assign(&self->raft_, &change->req, change->id,
+                               RAFT_VOTER, &RaftConsensus::OnChanged);
+    if (rv != 0) {
+      std::move(change->done)(RaftError(rv, "promote member", &self->raft_));
+      delete change;
+    }
+  }
+
+  static void OnChanged(struct raft_change* req, int status) {
+    auto* change = static_cast<ChangeRequest*>(req->data);
+    std::move(change->done)(
+        status == 0 ? absl::OkStatus()
+                    : RaftError(status, "membership change", nullptr));
+    delete change;
+  }
+
+  static void OnTransferred(struct raft_transfer* req) {
+    auto* transfer = static_cast<TransferRequest*>(req->data);
+    RaftConsensus* self = transfer->self;
+    raft_id leader = 0;
+    const char* address = nullptr;
+    raft_leader(&self->raft_, &leader, &address);
+    std::move(transfer->done)(
+        leader != 0 && leader != self->options_.id
+            ? absl::OkStatus()
+            : absl::DeadlineExceededError(
+                  "leadership was not transferred within the election "
+                  "timeout"));
+    delete transfer;
+  }
+
+  static void OnAsync(uv_async_t* handle) {
+    auto* self = static_cast<RaftConsensus*>(handle->data);
+    std::vector<absl::AnyInvocable<void() &&>> posted;
+    bool stopping;
+    {
+      absl::MutexLock lock(&self->mu_);
+      posted.swap(self->posted_);
+      stopping = self->stopping_;
+    }
+    for (auto& fn : posted) std::move(fn)();
+    if (stopping && !self->closing_) {
+      self->closing_ = true;
+      uv_timer_stop(&self->timer_);
+      raft_close(&self->raft_, &RaftConsensus::OnRaftClosed);
+    } else {
+      self->RefreshStatus();
+    }
+  }
+
+  static void OnRaftClosed(struct raft* r) {
+    auto* self = static_cast<RaftConsensus*>(r->data);
+    raft_uv_close(&self->io_);
+    raft_uv_tcp_close(&self->transport_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
+    self->RefreshStatus();
+  }
+
+  static void OnTimer(uv_timer_t* handle) {
+    static_cast<RaftConsensus*>(handle->data)->RefreshStatus();
+  }
+
+  // Consensus thread (or the starting thread before the loop runs).
+  void RefreshStatus() {
+    ConsensusStatus status;
+    status.id = options_.id;
+    status.role =
+        closing_ ? Role::kUnavailable : FromRaftState(raft_state(&raft_));
+    status.term = raft_.current_term;
+    if (!closing_) {
+      raft_id leader = 0;
+      const char* address = nullptr;
+      raft_leader(&raft_, &leader, &address);
+      status.leader_id = leader;
+    }
+    status.commit_index = raft_.commit_index;
+    status.applied_index = raft_last_applied(&raft_);
+    status.last_index = raft_last_index(&raft_);
+    const bool leader = status.role == Role::kLeader;
+    for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+      const struct raft_server& server = raft_.configuration.servers[i];
+      Member member;
+      member.id = server.id;
+      member.raft_address = server.address != nullptr ? server.address : "";
+      member.role = FromRaftRole(server.role);
+      if (leader && raft_.leader_state.progress != nullptr) {
+        member.match_index = raft_.leader_state.progress[i].match_index;
+      }
+      status.members.push_back(std::move(member));
+    }
+    if (status.leader_id != 0 && status.leader_id != last_leader_id_) {
+      ++leader_changes_;
+    }
+    last_leader_id_ = status.leader_id;
+    status.leader_changes = leader_changes_;
+    {
+      absl::MutexLock lock(&status_mu_);
+      status_ = status;
+    }
+    machine_->Tick(status);
+  }
+
+  const RaftOptions options_;
+  StateMachine* const machine_;
+
+  uv_loop_t loop_;
+  uv_async_t async_;
+  uv_timer_t timer_;
+  struct raft_uv_transport transport_ {};
+  struct raft_io io_ {};
+  struct raft_fsm fsm_ {};
+  struct raft raft_ {};
+  bool closing_ = false;  // consensus thread
+  uint64_t last_leader_id_ = 0;
+  uint64_t leader_changes_ = 0;
+  std::thread thread_;
+
+  absl::Mutex mu_;
+  std::vector<absl::AnyInvocable<void() &&>> posted_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  mutable absl::Mutex status_mu_;
+  ConsensusStatus status_ ABSL_GUARDED_BY(status_mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Consensus>> StartRaft(const RaftOptions& options,
+                                                     StateMachine* machine) {
+  if (options.id == 0)
+    return absl::InvalidArgumentError("node id: must be > 0");
+  auto consensus = std::make_unique<RaftConsensus>(options, machine);
+  if (absl::Status s = consensus->Start(); !s.ok()) return s;
+  return consensus;
+}
+
+}  // namespace dedup

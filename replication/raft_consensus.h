@@ -1,0 +1,47 @@
+// Consensus on Canonical's libraft 0.15 with its libuv I/O: the log and
+// snapshots in `dir` (raft_uv), peers over TCP (raft_uv_tcp).
+//
+// libraft is not thread-safe: every call into it runs on the thread of its
+// libuv loop, which this class owns. Other threads reach it only through
+// Post (a queue plus uv_async_send, the one thread-safe libuv call).
+#ifndef DEDUP_REPLICATION_RAFT_CONSENSUS_H_
+#define DEDUP_REPLICATION_RAFT_CONSENSUS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "replication/consensus.h"
+
+namespace dedup {
+
+struct RaftOptions {
+  uint64_t id = 0;  // > 0, unique in the group
+  // host:port this node listens on for its peers and is known by. The host
+  // must be an IPv4 literal (libraft 0.15 resolves no names).
+  std::string raft_address;
+  std::string dir;  // created if missing
+  // The group's voters at its very first start (this node included). Every
+  // founding member is started with the same list; once a node has a log the
+  // list is ignored. Empty: this node joins an existing group (the leader
+  // adds it) and waits for it to send the log.
+  std::vector<Member> bootstrap;
+  unsigned election_timeout_ms = 500;  // randomized in [1x, 2x)
+  unsigned heartbeat_timeout_ms = 100;
+  // Entries between snapshots, and entries kept behind a snapshot so that
+  // a briefly lagging follower catches up from the log, not a snapshot.
+  unsigned snapshot_threshold = 4096;
+  unsigned snapshot_trailing = 4096;
+};
+
+// Starts the engine and its thread. `machine` is not owned and must outlive
+// the returned object (Stop it first). StateMachine::Restore and Apply may
+// run on the calling thread before this returns (a restart replays the log).
+[[nodiscard]] absl::StatusOr<std::unique_ptr<Consensus>> StartRaft(
+    const RaftOptions& options, StateMachine* machine);
+
+}  // namespace dedup
+
+#endif  // DEDUP_REPLICATION_RAFT_CONSENSUS_H_

@@ -1,0 +1,95 @@
+// The Store of a node in a replicated group (cluster mode).
+//
+// Operations from any thread are queued; on the consensus thread the leader
+// takes everything queued (up to a size limit) into one log entry stamped
+// with its clock, and proposes it. Once a majority has stored the entry,
+// every replica applies it in log order through ReplicatedState, and the
+// leader answers the entry's callers from that apply. Reads (Get, and the
+// DUPLICATE answers of Begin) go through the log too, so every answer is
+// linearizable: a deposed leader can never answer from a stale state.
+//
+// Errors, beyond the Store contract:
+// - UNAVAILABLE with kLeaderAddressPayload: this node is not the leader
+//   (nothing happened; ask the leader).
+// - ABORTED with kOutcomeUnknownPayload: leadership was lost after the
+//   operation was proposed; it may or may not take effect. Retrying is safe
+//   for a Begin with the same owner (re-entrant) and a Complete with the
+//   same fence and result (idempotent).
+//
+// Begins with wait_ms park on the leader and are proposed again when their
+// key is settled or their wait or observed lease runs out; when the node
+// stops being the leader they are answered at once with their last
+// decision (IN_USE with retry_after_ms).
+//
+// Thread safety: every public method may be called from any thread.
+// Callbacks run on the consensus thread and must be quick.
+#ifndef DEDUP_REPLICATION_REPLICATED_STORE_H_
+#define DEDUP_REPLICATION_REPLICATED_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "replication/consensus.h"
+#include "replication/raft_consensus.h"
+#include "storage/clock.h"
+#include "storage/replicated_state.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+// A member of the group as clients and peers know it.
+struct ClusterNode {
+  uint64_t id = 0;
+  std::string raft_address;    // IPv4 literal host:port
+  std::string client_address;  // host:port of its gRPC service
+};
+
+struct ReplicatedStoreOptions {
+  ReplicatedStateOptions state;
+  RaftOptions raft;
+  // Client addresses of the members, for leader hints.
+  std::vector<ClusterNode> nodes;
+  // The leader's clock, stamped on each entry. Not owned; null: RealClock.
+  const Clock* clock = nullptr;
+  // Limits of one log entry.
+  size_t max_entry_ops = 4096;
+  size_t max_entry_bytes = 4 << 20;
+  // Entries proposed and not yet applied; more wait in the queue, where
+  // they gather into bigger entries.
+  int max_inflight_entries = 4;
+  // Queued operations beyond which new ones get RESOURCE_EXHAUSTED.
+  size_t max_queued = 100'000;
+};
+
+struct ClusterStatus {
+  ConsensusStatus consensus;
+  std::vector<ClusterNode> nodes;  // as configured
+  uint64_t state_applied_index = 0;
+  int64_t replicated_now_ms = 0;
+  uint64_t last_fence = 0;
+};
+
+class ReplicatedStore : public Store {
+ public:
+  // Opens the state, then starts consensus (which may replay the log).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ReplicatedStore>> Open(
+      ReplicatedStoreOptions options);
+
+  [[nodiscard]] virtual ClusterStatus GetClusterStatus() const = 0;
+  [[nodiscard]] virtual absl::StatusOr<StateDigest> Digest() = 0;
+
+  // Membership and leadership, on the leader (FAILED_PRECONDITION
+  // elsewhere). `done` runs on the consensus thread.
+  using Done = absl::AnyInvocable<void(absl::Status) &&>;
+  virtual void AddMember(ClusterNode node, Done done) = 0;
+  virtual void RemoveMember(uint64_t id, Done done) = 0;
+  virtual void TransferLeadership(uint64_t id, Done done) = 0;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_REPLICATION_REPLICATED_STORE_H_

@@ -1,0 +1,164 @@
+#include "server/cluster_config.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+ABSL_FLAG(uint64_t, node_id, 0,
+          "cluster mode: this node's id (> 0) in its replicated group; 0 (the "
+          "default) runs a single node");
+ABSL_FLAG(std::vector<std::string>, peers, {},
+          "cluster mode: the group's founding members including this node, "
+          "comma-separated ID=RAFT_HOST:PORT=CLIENT_HOST:PORT items (the "
+          "client address is what followers name as the leader's)");
+ABSL_FLAG(bool, join, false,
+          "cluster mode: join an existing group (added with `dedupctl "
+          "cluster add`) instead of founding one with --peers");
+ABSL_FLAG(std::string, raft_address, "",
+          "cluster mode: host:port this node serves Raft on (default: its "
+          "--peers entry); peers belong on a private network (no TLS)");
+ABSL_FLAG(uint32_t, election_timeout_ms, 500,
+          "cluster mode: Raft election timeout (randomized up to 2x)");
+ABSL_FLAG(uint32_t, heartbeat_timeout_ms, 100,
+          "cluster mode: Raft heartbeat interval");
+ABSL_FLAG(uint32_t, snapshot_threshold, 4096,
+          "cluster mode: log entries between snapshots");
+ABSL_FLAG(uint32_t, snapshot_trailing, 4096,
+          "cluster mode: log entries kept behind a snapshot for lagging "
+          "followers");
+
+namespace dedup {
+
+absl::StatusOr<std::string> ResolveIpv4(absl::string_view host_port) {
+  const size_t colon = host_port.rfind(':');
+  uint32_t port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(host_port.substr(colon + 1), &port) || port == 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", host_port, "' is not HOST:PORT"));
+  }
+  const std::string host(host_port.substr(0, colon));
+  struct addrinfo hints {};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo* found = nullptr;
+  if (int rv = getaddrinfo(host.c_str(), nullptr, &hints, &found); rv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot resolve '", host, "' to an IPv4 address: ", gai_strerror(rv)));
+  }
+  char text[INET_ADDRSTRLEN] = {};
+  const auto* address = reinterpret_cast<sockaddr_in*>(found->ai_addr);
+  inet_ntop(AF_INET, &address->sin_addr, text, sizeof(text));
+  freeaddrinfo(found);
+  return absl::StrCat(text, ":", port);
+}
+
+absl::StatusOr<ClusterNode> ParsePeer(absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, '=');
+  ClusterNode node;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &node.id) ||
+      node.id == 0 || parts[1].empty() || parts[2].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not ID=RAFT_HOST:PORT=CLIENT_HOST:PORT (id > 0)"));
+  }
+  absl::StatusOr<std::string> raft = ResolveIpv4(parts[1]);
+  if (!raft.ok()) return raft.status();
+  node.raft_address = *raft;
+  node.client_address = std::string(parts[2]);
+  return node;
+}
+
+absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
+    const StoreOptions& single) {
+  ClusterConfig config;
+  const uint64_t id = absl::GetFlag(FLAGS_node_id);
+  const std::vector<std::string> peers = absl::GetFlag(FLAGS_peers);
+  if (id == 0) {
+    if (!peers.empty() || absl::GetFlag(FLAGS_join)) {
+      return absl::InvalidArgumentError(
+          "--node_id: must be set (> 0) with --peers or --join");
+    }
+    return config;
+  }
+  config.enabled = true;
+  ReplicatedStoreOptions& store = config.store;
+  for (const std::string& peer : peers) {
+    absl::StatusOr<ClusterNode> node = ParsePeer(peer);
+    if (!node.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peers: ", node.status().message()));
+    }
+    for (const ClusterNode& seen : store.nodes) {
+      if (seen.id == node->id) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--peers: node id ", node->id, " appears twice"));
+      }
+    }
+    store.nodes.push_back(*std::move(node));
+  }
+  const ClusterNode* self = nullptr;
+  for (const ClusterNode& node : store.nodes) {
+    if (node.id == id) self = &node;
+  }
+  std::string raft_address = absl::GetFlag(FLAGS_raft_address);
+  if (!raft_address.empty()) {
+    absl::StatusOr<std::string> resolved = ResolveIpv4(raft_address);
+    if (!resolved.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--raft_address: ", resolved.status().message()));
+    }
+    raft_address = *resolved;
+  } else if (self != nullptr) {
+    raft_address = self->raft_address;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--raft_address: must be set when --peers has no entry for node ", id));
+  }
+  const bool join = absl::GetFlag(FLAGS_join);
+  if (!join) {
+    if (self == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peers: must list this node (id ", id,
+                       ") to found a group; use --join to be added to one"));
+    }
+    for (const ClusterNode& node : store.nodes) {
+      Member member;
+      member.id = node.id;
+      member.raft_address = node.raft_address;
+      store.raft.bootstrap.push_back(member);
+    }
+  }
+  store.raft.id = id;
+  store.raft.raft_address = raft_address;
+  const std::filesystem::path data(single.path);
+  store.raft.dir = (data / "raft").string();
+  store.raft.election_timeout_ms = absl::GetFlag(FLAGS_election_timeout_ms);
+  store.raft.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
+  if (store.raft.heartbeat_timeout_ms == 0 ||
+      store.raft.heartbeat_timeout_ms * 2 > store.raft.election_timeout_ms) {
+    return absl::InvalidArgumentError(
+        "--heartbeat_timeout_ms: must be > 0 and at most half of "
+        "--election_timeout_ms");
+  }
+  store.raft.snapshot_threshold = absl::GetFlag(FLAGS_snapshot_threshold);
+  store.raft.snapshot_trailing = absl::GetFlag(FLAGS_snapshot_trailing);
+  if (store.raft.snapshot_threshold < 16) {
+    return absl::InvalidArgumentError("--snapshot_threshold: must be >= 16");
+  }
+  store.state.path = (data / "state").string();
+  store.state.memory_budget_bytes = single.memory_budget_bytes;
+  store.state.compaction_grace_ms = single.compaction_grace_ms;
+  store.state.periodic_compaction_s = single.periodic_compaction_s;
+  store.clock = single.clock;
+  return config;
+}
+
+}  // namespace dedup

@@ -1,0 +1,44 @@
+// dedup.v1.Cluster: status, digest, membership and leadership of the
+// replicated group (cluster mode only).
+#ifndef DEDUP_SERVER_CLUSTER_SERVICE_H_
+#define DEDUP_SERVER_CLUSTER_SERVICE_H_
+
+#include "dedup/v1/cluster.grpc.pb.h"
+#include "replication/replicated_store.h"
+
+namespace dedup {
+
+// Thread-safe. Does not own `store`, which must outlive every call. Slow
+// work (a digest scan, membership changes) never runs on gRPC's callback
+// threads: digests run on a thread of their own, membership changes finish
+// from the consensus thread.
+class ClusterService final : public v1::Cluster::CallbackService {
+ public:
+  explicit ClusterService(ReplicatedStore* store) : store_(store) {}
+
+  grpc::ServerUnaryReactor* Status(
+      grpc::CallbackServerContext* context,
+      const v1::ClusterStatusRequest* request,
+      v1::ClusterStatusResponse* response) override;
+  grpc::ServerUnaryReactor* Digest(grpc::CallbackServerContext* context,
+                                   const v1::DigestRequest* request,
+                                   v1::DigestResponse* response) override;
+  grpc::ServerUnaryReactor* AddNode(grpc::CallbackServerContext* context,
+                                    const v1::AddNodeRequest* request,
+                                    v1::AddNodeResponse* response) override;
+  grpc::ServerUnaryReactor* RemoveNode(
+      grpc::CallbackServerContext* context,
+      const v1::RemoveNodeRequest* request,
+      v1::RemoveNodeResponse* response) override;
+  grpc::ServerUnaryReactor* TransferLeadership(
+      grpc::CallbackServerContext* context,
+      const v1::TransferLeadershipRequest* request,
+      v1::TransferLeadershipResponse* response) override;
+
+ private:
+  ReplicatedStore* const store_;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_CLUSTER_SERVICE_H_

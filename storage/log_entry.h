@@ -1,0 +1,62 @@
+// The unit of replication: a batch of operations decided together at one
+// replicated time, and its wire encoding in the Raft log.
+//
+// Every replica decodes the same bytes and applies them with the same
+// `now_ms`, so decisions (and so the stored bytes) are identical everywhere.
+// The encoding is private to dedup but versioned: a replica refuses an entry
+// of a version it does not know instead of guessing (DataLossError).
+#ifndef DEDUP_STORAGE_LOG_ENTRY_H_
+#define DEDUP_STORAGE_LOG_ENTRY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "storage/authority.h"
+
+namespace dedup {
+
+enum class OpType : uint8_t {
+  kBegin = 1,
+  kComplete = 2,
+  kRelease = 3,
+  kRenew = 4,
+  kGet = 5,
+  kForget = 6,
+};
+
+// One operation on one record. Only the fields of its type are encoded.
+struct LogOp {
+  OpType type = OpType::kGet;
+  std::string skey;         // storage key (storage_key.h)
+  BeginParams begin;        // kBegin
+  CompleteParams complete;  // kComplete
+  uint64_t fence = 0;       // kRelease, kRenew
+  int64_t lease_ms = 0;     // kRenew
+};
+
+struct LogEntry {
+  // Who proposed it: the leader's node id and a random id of its process,
+  // plus a sequence number of that process. Only the proposer uses them (to
+  // find the callers waiting for this entry's answers); a restarted node has
+  // a new incarnation, so an old entry is never taken for a new one.
+  uint64_t proposer = 0;
+  uint64_t incarnation = 0;
+  uint64_t sequence = 0;
+  // The proposing leader's clock reading, Unix ms. Replicas decide with
+  // max(this, the replicated time so far), so time never goes backwards.
+  int64_t now_ms = 0;
+  std::vector<LogOp> ops;
+};
+
+[[nodiscard]] std::string EncodeLogEntry(const LogEntry& entry);
+
+// Fails with DataLossError on a checksum mismatch, truncated or trailing
+// bytes, an unknown version or an unknown operation type.
+[[nodiscard]] absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes);
+
+}  // namespace dedup
+
+#endif  // DEDUP_STORAGE_LOG_ENTRY_H_

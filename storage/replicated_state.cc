@@ -1,0 +1,414 @@
+#include "storage/replicated_state.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "rocksdb/db.h"
+#include "rocksdb/utilities/checkpoint.h"
+#include "rocksdb/write_batch.h"
+#include "storage/db_options.h"
+#include "storage/storage_key.h"
+#include "storage/ttl_compaction_filter.h"
+
+namespace dedup {
+namespace {
+
+// Replicated metadata, above every record key (storage_key.h).
+std::string MetaKey(absl::string_view name) {
+  return absl::StrCat(kMetaPrefix, "replicated.", name);
+}
+const std::string& AppliedIndexKey() {
+  static const std::string* const key = new std::string(MetaKey("applied"));
+  return *key;
+}
+const std::string& NowKey() {
+  static const std::string* const key = new std::string(MetaKey("now_ms"));
+  return *key;
+}
+const std::string& FenceKey() {
+  static const std::string* const key = new std::string(MetaKey("fence"));
+  return *key;
+}
+constexpr int kMetaKeys = 3;
+
+std::string EncodeU64(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
+  return out;
+}
+
+absl::StatusOr<uint64_t> DecodeU64(absl::string_view s,
+                                   absl::string_view what) {
+  if (s.size() != 8) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": ", s.size(), " bytes, expected 8"));
+  }
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(s[i]);
+  return v;
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
+}
+
+// Reads a u64 metadata value; 0 when absent.
+absl::StatusOr<uint64_t> ReadMeta(rocksdb::DB* db,
+                                  const rocksdb::ReadOptions& options,
+                                  const std::string& key) {
+  std::string value;
+  rocksdb::Status s = db->Get(options, key, &value);
+  if (s.IsNotFound()) return 0;
+  if (!s.ok()) return FromRocks(s, key);
+  return DecodeU64(value, key);
+}
+
+class AppliedClock : public Clock {
+ public:
+  int64_t NowMillis() const override { return now_ms.load(); }
+  std::atomic<int64_t> now_ms{0};
+};
+
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+void FnvMix(uint64_t& h, absl::string_view bytes) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= kFnvPrime;
+  }
+}
+void FnvMixSized(uint64_t& h, absl::string_view bytes) {
+  FnvMix(h, EncodeU64(bytes.size()));
+  FnvMix(h, bytes);
+}
+
+// The writes of one entry: reads see the entry's own earlier writes.
+class EntryBatch {
+ public:
+  explicit EntryBatch(rocksdb::DB* db) : db_(db) {}
+
+  absl::StatusOr<std::optional<Record>> Read(const std::string& skey) {
+    std::string value;
+    if (auto it = latest_.find(skey); it != latest_.end()) {
+      if (!it->second.has_value()) return std::optional<Record>();
+      value = *it->second;
+    } else {
+      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), skey, &value);
+      if (s.IsNotFound()) return std::optional<Record>();
+      if (!s.ok()) return FromRocks(s, "storage read");
+    }
+    absl::StatusOr<Record> record = DecodeRecord(value);
+    if (!record.ok()) return record.status();
+    return std::optional<Record>(*std::move(record));
+  }
+
+  void Apply(const std::string& skey, WriteKind kind, const Record& record) {
+    switch (kind) {
+      case WriteKind::kNone:
+        return;
+      case WriteKind::kPut: {
+        std::string value = EncodeRecord(record);
+        batch_.Put(skey, value);
+        latest_.insert_or_assign(skey, std::move(value));
+        return;
+      }
+      case WriteKind::kDelete:
+        batch_.Delete(skey);
+        latest_.insert_or_assign(skey, std::nullopt);
+        return;
+    }
+  }
+
+  rocksdb::WriteBatch& batch() { return batch_; }
+
+ private:
+  rocksdb::DB* const db_;
+  rocksdb::WriteBatch batch_;
+  absl::flat_hash_map<std::string, std::optional<std::string>> latest_;
+};
+
+class RocksReplicatedState : public ReplicatedState {
+ public:
+  explicit RocksReplicatedState(ReplicatedStateOptions options)
+      : options_(std::move(options)),
+        filter_(&clock_, options_.compaction_grace_ms) {}
+
+  ~RocksReplicatedState() override { (void)Close(); }
+
+  absl::Status Init() {
+    RecordDbTuning tuning;
+    tuning.memory_budget_bytes = options_.memory_budget_bytes;
+    tuning.periodic_compaction_s = options_.periodic_compaction_s;
+    tuning.compaction_filter = &filter_;
+    // Until the replicated clock is read below, the filter sees time 0 and
+    // drops nothing.
+    rocksdb::Options db_options = RecordDbOptions(tuning);
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(db_options, options_.path, &db);
+    if (!s.ok()) {
+      if (s.ToString().find("lock") != std::string::npos) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "data dir ", options_.path,
+            " is locked by another process (is another dedupd running on "
+            "it?): ",
+            s.ToString()));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot open data dir ", options_.path, ": ", s.ToString()));
+    }
+    db_.reset(db);
+    const rocksdb::ReadOptions read;
+    absl::StatusOr<uint64_t> applied = ReadMeta(db, read, AppliedIndexKey());
+    absl::StatusOr<uint64_t> now = ReadMeta(db, read, NowKey());
+    absl::StatusOr<uint64_t> fence = ReadMeta(db, read, FenceKey());
+    for (const auto* v : {&applied, &now, &fence}) {
+      if (!v->ok()) return v->status();
+    }
+    applied_.store(*applied);
+    clock_.now_ms.store(static_cast<int64_t>(*now));
+    fence_.store(*fence);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<AppliedEntry> Apply(uint64_t index,
+                                     const LogEntry& entry) override {
+    if (closed_) return absl::UnavailableError("state is closed");
+    AppliedEntry out;
+    const int64_t prior_now = clock_.now_ms.load();
+    out.now_ms = std::max(entry.now_ms, prior_now);
+    if (index <= applied_.load()) {
+      out.skipped = true;
+      return out;
+    }
+    const int64_t now = out.now_ms;
+    uint64_t fence = fence_.load();
+    const uint64_t first_fence = fence;
+    EntryBatch batch(db_.get());
+    out.answers.reserve(entry.ops.size());
+    for (const LogOp& op : entry.ops) {
+      absl::StatusOr<std::optional<Record>> stored = batch.Read(op.skey);
+      if (!stored.ok()) {
+        // A record that does not decode is refused alone, and kept as it is.
+        if (absl::IsDataLoss(stored.status())) {
+          out.answers.emplace_back(stored.status());
+          continue;
+        }
+        return stored.status();
+      }
+      switch (op.type) {
+        case OpType::kBegin: {
+          BeginDecision d =
+              DecideBegin(*stored, op.begin, now, [&fence] { return ++fence; });
+          batch.Apply(op.skey, d.write, d.record);
+          out.answers.emplace_back(std::move(d));
+          break;
+        }
+        case OpType::kComplete:
+        case OpType::kRelease:
+        case OpType::kRenew: {
+          FencedDecision d;
+          if (op.type == OpType::kComplete) {
+            d = DecideComplete(*stored, op.complete, now);
+          } else if (op.type == OpType::kRelease) {
+            d = DecideRelease(*stored, op.fence, now);
+          } else {
+            d = DecideRenew(*stored, op.fence, op.lease_ms, now);
+          }
+          batch.Apply(op.skey, d.write, d.record);
+          if (d.write != WriteKind::kNone && op.type != OpType::kRenew) {
+            out.settled_keys.push_back(op.skey);
+          }
+          out.answers.emplace_back(std::move(d));
+          break;
+        }
+        case OpType::kGet:
+          out.answers.emplace_back(LiveRecord(*stored, now));
+          break;
+        case OpType::kForget: {
+          const bool existed = LiveRecord(*stored, now).has_value();
+          // Delete even an expired leftover so Forget always frees space.
+          if (stored->has_value()) {
+            batch.Apply(op.skey, WriteKind::kDelete, Record());
+            out.settled_keys.push_back(op.skey);
+          }
+          out.answers.emplace_back(existed);
+          break;
+        }
+      }
+    }
+    rocksdb::WriteBatch& wb = batch.batch();
+    wb.Put(AppliedIndexKey(), EncodeU64(index));
+    if (now != prior_now) wb.Put(NowKey(), EncodeU64(now));
+    if (fence != first_fence) wb.Put(FenceKey(), EncodeU64(fence));
+    // Unsynced: the Raft log is what makes an entry durable (see header).
+    const rocksdb::WriteOptions write;
+    if (absl::Status s = FromRocks(db_->Write(write, &wb), "storage write");
+        !s.ok()) {
+      return s;
+    }
+    fence_.store(fence);
+    clock_.now_ms.store(now);
+    applied_.store(index);
+    return out;
+  }
+
+  uint64_t applied_index() const override { return applied_.load(); }
+  int64_t now_ms() const override { return clock_.now_ms.load(); }
+  const Clock* clock() const override { return &clock_; }
+  uint64_t last_fence() const override { return fence_.load(); }
+
+  absl::StatusOr<uint64_t> SyncWal() override {
+    if (closed_) return absl::UnavailableError("state is closed");
+    const uint64_t covered = applied_.load();
+    if (absl::Status s = FromRocks(db_->SyncWAL(), "sync WAL"); !s.ok()) {
+      return s;
+    }
+    return covered;
+  }
+
+  absl::StatusOr<uint64_t> Checkpoint(const std::string& dir) override {
+    if (closed_) return absl::UnavailableError("state is closed");
+    rocksdb::Checkpoint* raw = nullptr;
+    if (absl::Status s = FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw),
+                                   "checkpoint");
+        !s.ok()) {
+      return s;
+    }
+    std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+    const uint64_t covered = applied_.load();
+    // log_size_for_flush 0: memtables are flushed into the copy, which
+    // then needs no WAL.
+    if (absl::Status s =
+            FromRocks(checkpoint->CreateCheckpoint(dir, 0), "checkpoint");
+        !s.ok()) {
+      return s;
+    }
+    return covered;
+  }
+
+  absl::StatusOr<StateDigest> ComputeDigest() override {
+    if (closed_) return absl::UnavailableError("state is closed");
+    const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+    rocksdb::ReadOptions read = TotalOrderScan();
+    read.snapshot = snapshot;
+    StateDigest digest;
+    absl::Status status = [&]() -> absl::Status {
+      absl::StatusOr<uint64_t> applied =
+          ReadMeta(db_.get(), read, AppliedIndexKey());
+      absl::StatusOr<uint64_t> now = ReadMeta(db_.get(), read, NowKey());
+      if (!applied.ok()) return applied.status();
+      if (!now.ok()) return now.status();
+      digest.applied_index = *applied;
+      digest.now_ms = static_cast<int64_t>(*now);
+      uint64_t h = kFnvOffset;
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        const absl::string_view key(it->key().data(), it->key().size());
+        const absl::string_view value(it->value().data(), it->value().size());
+        if (IsRecordKey(key)) {
+          std::optional<int64_t> expire_at = PeekExpireAt(value);
+          if (expire_at.has_value() && digest.now_ms >= *expire_at) continue;
+          ++digest.live_records;
+        }
+        FnvMixSized(h, key);
+        FnvMixSized(h, value);
+      }
+      digest.hash = h;
+      return FromRocks(it->status(), "digest scan");
+    }();
+    db_->ReleaseSnapshot(snapshot);
+    if (!status.ok()) return status;
+    return digest;
+  }
+
+  StoreStats Stats() override {
+    StoreStats stats;
+    if (closed_) return stats;
+    auto property = [this](const char* name) -> uint64_t {
+      uint64_t value = 0;
+      return db_->GetIntProperty(name, &value) ? value : 0;
+    };
+    const uint64_t keys = property("rocksdb.estimate-num-keys");
+    stats.estimated_records = keys > kMetaKeys ? keys - kMetaKeys : 0;
+    stats.live_sst_bytes = property("rocksdb.live-sst-files-size");
+    stats.pending_compaction_bytes =
+        property("rocksdb.estimate-pending-compaction-bytes");
+    stats.block_cache_usage_bytes = property("rocksdb.block-cache-usage");
+    stats.memtable_bytes = property("rocksdb.cur-size-all-mem-tables");
+    stats.expired_dropped = filter_.dropped();
+    // Lease figures are not tracked in cluster mode yet: say they undercount.
+    stats.inflight_tracking_saturated = true;
+    return stats;
+  }
+
+  absl::Status CompactAll() override {
+    if (closed_) return absl::UnavailableError("state is closed");
+    rocksdb::CompactRangeOptions options;
+    options.bottommost_level_compaction =
+        rocksdb::BottommostLevelCompaction::kForce;
+    return FromRocks(db_->CompactRange(options, nullptr, nullptr), "compact");
+  }
+
+  absl::StatusOr<uint64_t> CountStoredRecords() override {
+    if (closed_) return absl::UnavailableError("state is closed");
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
+    uint64_t count = 0;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (!IsRecordKey(absl::string_view(it->key().data(), it->key().size()))) {
+        break;  // metadata sorts after every record
+      }
+      ++count;
+    }
+    if (absl::Status s = FromRocks(it->status(), "scan"); !s.ok()) return s;
+    return count;
+  }
+
+  absl::Status Close() override {
+    if (closed_) return absl::OkStatus();
+    closed_ = true;
+    if (db_ == nullptr) return absl::OkStatus();
+    // A clean stop leaves nothing for the log to replay.
+    absl::Status status = FromRocks(db_->SyncWAL(), "sync WAL");
+    absl::Status close = FromRocks(db_->Close(), "close");
+    db_.reset();
+    return status.ok() ? close : status;
+  }
+
+ private:
+  const ReplicatedStateOptions options_;
+  AppliedClock clock_;
+  TtlCompactionFilter filter_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::atomic<uint64_t> applied_{0};
+  std::atomic<uint64_t> fence_{0};
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ReplicatedState>> ReplicatedState::Open(
+    ReplicatedStateOptions options) {
+  auto state = std::make_unique<RocksReplicatedState>(std::move(options));
+  if (absl::Status s = state->Init(); !s.ok()) return s;
+  return state;
+}
+
+absl::StatusOr<uint64_t> ReplicatedState::AppliedIndexOf(
+    const std::string& dir) {
+  rocksdb::Options options = RecordDbOptions(RecordDbTuning());
+  options.create_if_missing = false;
+  rocksdb::DB* raw = nullptr;
+  if (absl::Status s = FromRocks(
+          rocksdb::DB::OpenForReadOnly(options, dir, &raw), "open checkpoint");
+      !s.ok()) {
+    return s;
+  }
+  std::unique_ptr<rocksdb::DB> db(raw);
+  return ReadMeta(db.get(), rocksdb::ReadOptions(), AppliedIndexKey());
+}
+
+}  // namespace dedup

@@ -1,0 +1,185 @@
+#include "storage/replicated_state.h"
+
+#include <filesystem>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "storage/storage_key.h"
+#include "tests/testing/server_process.h"
+
+namespace dedup {
+namespace {
+
+using ::dedup::testing::MakeTempDir;
+
+LogOp BeginOp(const std::string& key, const std::string& owner,
+              int64_t lease_ms = 10'000) {
+  LogOp op;
+  op.type = OpType::kBegin;
+  op.skey = EncodeStorageKey("ns", key);
+  op.begin.owner = owner;
+  op.begin.args_hash = "h";
+  op.begin.lease_ms = lease_ms;
+  op.begin.ttl_s = 3600;
+  return op;
+}
+
+LogOp CompleteOp(const std::string& key, uint64_t fence,
+                 const std::string& result) {
+  LogOp op;
+  op.type = OpType::kComplete;
+  op.skey = EncodeStorageKey("ns", key);
+  op.complete.fence = fence;
+  op.complete.outcome = Outcome::kSuccess;
+  op.complete.result = result;
+  return op;
+}
+
+LogOp GetOp(const std::string& key) {
+  LogOp op;
+  op.type = OpType::kGet;
+  op.skey = EncodeStorageKey("ns", key);
+  return op;
+}
+
+LogEntry Entry(int64_t now_ms, std::vector<LogOp> ops) {
+  LogEntry entry;
+  entry.now_ms = now_ms;
+  entry.ops = std::move(ops);
+  return entry;
+}
+
+class ReplicatedStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::string> dir = MakeTempDir("dedup-replicated");
+    ASSERT_TRUE(dir.ok());
+    dir_ = *dir;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<ReplicatedState> Open(const std::string& name) {
+    ReplicatedStateOptions options;
+    options.path = dir_ + "/" + name;
+    options.memory_budget_bytes = 16 << 20;
+    absl::StatusOr<std::unique_ptr<ReplicatedState>> state =
+        ReplicatedState::Open(options);
+    EXPECT_TRUE(state.ok()) << state.status();
+    return state.ok() ? *std::move(state) : nullptr;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ReplicatedStateTest, DecidesWithTheEntrysTimeAndCountsFences) {
+  auto state = Open("a");
+  ASSERT_NE(state, nullptr);
+  absl::StatusOr<AppliedEntry> a = state->Apply(
+      2, Entry(1000, {BeginOp("k", "o1"), BeginOp("k", "o2"), GetOp("k")}));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->answers.size(), 3u);
+  const auto& first = std::get<BeginDecision>(a->answers[0]);
+  EXPECT_EQ(first.status, BeginStatus::kStarted);
+  EXPECT_EQ(first.record.fence, 1u);
+  EXPECT_EQ(first.record.created_at_ms, 1000);
+  // The second Begin sees the first one's write within the same entry.
+  EXPECT_EQ(std::get<BeginDecision>(a->answers[1]).status, BeginStatus::kInUse);
+  EXPECT_TRUE(std::get<std::optional<Record>>(a->answers[2]).has_value());
+  EXPECT_EQ(state->applied_index(), 2u);
+  EXPECT_EQ(state->now_ms(), 1000);
+  EXPECT_EQ(state->last_fence(), 1u);
+
+  absl::StatusOr<AppliedEntry> b =
+      state->Apply(3, Entry(2000, {CompleteOp("k", 1, "r")}));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(std::get<FencedDecision>(b->answers[0]).status, FencedStatus::kOk);
+  ASSERT_EQ(b->settled_keys.size(), 1u);
+}
+
+TEST_F(ReplicatedStateTest, ReplicatedTimeNeverGoesBackwards) {
+  auto state = Open("a");
+  ASSERT_NE(state, nullptr);
+  ASSERT_TRUE(state->Apply(2, Entry(10'000, {BeginOp("k", "o", 500)})).ok());
+  // A new leader whose clock is behind: the lease (until 10,500) is still
+  // live at replicated time 10,000, so another owner is IN_USE, not a
+  // takeover.
+  absl::StatusOr<AppliedEntry> late =
+      state->Apply(3, Entry(1, {BeginOp("k", "other")}));
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(late->now_ms, 10'000);
+  EXPECT_EQ(std::get<BeginDecision>(late->answers[0]).status,
+            BeginStatus::kInUse);
+  EXPECT_EQ(state->now_ms(), 10'000);
+}
+
+TEST_F(ReplicatedStateTest, SkipsEntriesAtOrBelowTheAppliedIndex) {
+  auto state = Open("a");
+  ASSERT_NE(state, nullptr);
+  ASSERT_TRUE(state->Apply(5, Entry(1000, {BeginOp("k", "o")})).ok());
+  absl::StatusOr<AppliedEntry> again =
+      state->Apply(5, Entry(1000, {BeginOp("k2", "o")}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->skipped);
+  EXPECT_TRUE(again->answers.empty());
+  EXPECT_EQ(state->last_fence(), 1u);
+}
+
+TEST_F(ReplicatedStateTest, MetadataAndRecordsSurviveAReopen) {
+  {
+    auto state = Open("a");
+    ASSERT_NE(state, nullptr);
+    ASSERT_TRUE(state->Apply(7, Entry(5000, {BeginOp("k", "o")})).ok());
+    ASSERT_TRUE(state->SyncWal().ok());
+    ASSERT_TRUE(state->Close().ok());
+  }
+  auto state = Open("a");
+  ASSERT_NE(state, nullptr);
+  EXPECT_EQ(state->applied_index(), 7u);
+  EXPECT_EQ(state->now_ms(), 5000);
+  EXPECT_EQ(state->last_fence(), 1u);
+  // Fences keep rising from the replicated counter.
+  absl::StatusOr<AppliedEntry> next =
+      state->Apply(8, Entry(5001, {BeginOp("k2", "o")}));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(std::get<BeginDecision>(next->answers[0]).record.fence, 2u);
+}
+
+TEST_F(ReplicatedStateTest, ReplicasThatApplyTheSameEntriesHaveOneDigest) {
+  auto a = Open("a");
+  auto b = Open("b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (uint64_t i = 2; i < 50; ++i) {
+    const LogEntry entry =
+        Entry(1000 + static_cast<int64_t>(i),
+              {BeginOp("k" + std::to_string(i % 7), "o" + std::to_string(i)),
+               CompleteOp("k" + std::to_string(i % 5), i / 3, "r")});
+    ASSERT_TRUE(a->Apply(i, entry).ok());
+    ASSERT_TRUE(b->Apply(i, entry).ok());
+  }
+  absl::StatusOr<StateDigest> da = a->ComputeDigest();
+  absl::StatusOr<StateDigest> db = b->ComputeDigest();
+  ASSERT_TRUE(da.ok() && db.ok());
+  EXPECT_EQ(da->applied_index, 49u);
+  EXPECT_EQ(da->hash, db->hash);
+  EXPECT_EQ(da->live_records, db->live_records);
+  // One more entry on one replica only: the digests differ.
+  ASSERT_TRUE(a->Apply(50, Entry(2000, {BeginOp("new", "o")})).ok());
+  EXPECT_NE(a->ComputeDigest()->hash, db->hash);
+}
+
+TEST_F(ReplicatedStateTest, CheckpointHoldsTheStateAtItsIndex) {
+  auto state = Open("a");
+  ASSERT_NE(state, nullptr);
+  ASSERT_TRUE(state->Apply(9, Entry(1000, {BeginOp("k", "o")})).ok());
+  absl::StatusOr<uint64_t> index = state->Checkpoint(dir_ + "/copy");
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(*index, 9u);
+  absl::StatusOr<uint64_t> read =
+      ReplicatedState::AppliedIndexOf(dir_ + "/copy");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, 9u);
+}
+
+}  // namespace
+}  // namespace dedup
