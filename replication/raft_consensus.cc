@@ -416,6 +416,8 @@ class RaftConsensus : public Consensus {
     raft_id leader = 0;
     const char* address = nullptr;
     raft_leader(&self->raft_, &leader, &address);
+    // Callers read the new leader from Status() next.
+    self->RefreshStatus();
     std::move(transfer->done)(
         leader != 0 && leader != self->options_.id
             ? absl::OkStatus()

@@ -1,8 +1,12 @@
 #include "replication/replicated_store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <utility>
@@ -13,10 +17,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/state_dir_swap.h"
 #include "storage/storage_key.h"
 
 namespace dedup {
 namespace {
+
+// Exit code of a node whose state could not be replaced by a snapshot it
+// fetched (the data dir's own error code: a restart recovers it).
+constexpr int kExitSnapshotInstall = 3;
 
 // One queued operation and whoever waits for its answer (one callback set).
 struct PendingOp {
@@ -183,6 +192,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     // The consensus thread is gone: what it left unanswered is answered
     // here. A proposed entry may still commit elsewhere.
     for (auto& [sequence, ops] : proposed_) {
+      CountUnknown(ops.size());
       for (PendingOp& p : ops) {
         std::move(p).Fail(UnknownOutcome("the node stopped"));
       }
@@ -214,11 +224,38 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     status.state_applied_index = state_->applied_index();
     status.replicated_now_ms = state_->now_ms();
     status.last_fence = state_->last_fence();
+    absl::MutexLock lock(&counters_mu_);
+    status.counters = counters_;
     return status;
   }
 
   absl::StatusOr<StateDigest> Digest() override {
     return state_->ComputeDigest();
+  }
+
+  absl::StatusOr<OutgoingCheckpoint> CreateOutgoingCheckpoint() override {
+    if (closed_.load()) return absl::UnavailableError("store is closed");
+    std::error_code ec;
+    std::filesystem::create_directories(OutgoingRoot(), ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot create ", OutgoingRoot(), ": ", ec.message()));
+    }
+    OutgoingCheckpoint out;
+    out.dir =
+        absl::StrCat(OutgoingRoot(), "/", outgoing_sequence_.fetch_add(1));
+    std::filesystem::remove_all(out.dir, ec);
+    absl::StatusOr<uint64_t> applied = state_->Checkpoint(out.dir);
+    if (!applied.ok()) {
+      std::filesystem::remove_all(out.dir, ec);
+      return applied.status();
+    }
+    out.applied_index = *applied;
+    {
+      absl::MutexLock lock(&counters_mu_);
+      ++counters_.snapshots_sent;
+    }
+    return out;
   }
 
   void AddMember(ClusterNode node, Done done) override {
@@ -351,6 +388,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       absl::MutexLock lock(&mu_);
       ++inflight_entries_;
     }
+    {
+      absl::MutexLock lock(&counters_mu_);
+      ++counters_.entries_proposed;
+      counters_.operations_proposed += ops.size();
+    }
     proposed_.emplace(sequence, std::move(ops));
   }
 
@@ -365,6 +407,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       const absl::Status error =
           status.ok() ? absl::InternalError("entry applied without answers")
                       : UnknownOutcome(status.message());
+      if (!status.ok()) CountUnknown(it->second.size());
       for (PendingOp& p : it->second) std::move(p).Fail(error);
       proposed_.erase(it);
     }
@@ -509,6 +552,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   absl::StatusOr<std::string> Snapshot() override {
     absl::StatusOr<uint64_t> durable = state_->SyncWal();
     if (!durable.ok()) return durable.status();
+    {
+      absl::MutexLock lock(&counters_mu_);
+      ++counters_.snapshots_taken;
+    }
     return absl::StrCat("dedup-snapshot/1 ", *durable, " ", options_.raft.id);
   }
 
@@ -521,14 +568,97 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         !absl::SimpleAtoi(parts[2], &source)) {
       return absl::DataLossError("snapshot descriptor is malformed");
     }
+    // This node's own snapshot at a restart, or one it already has.
     if (state_->applied_index() >= index) return absl::OkStatus();
-    return absl::UnimplementedError(
-        absl::StrCat("this node's state is at index ", state_->applied_index(),
-                     " and needs the snapshot at index ", index, " from node ",
-                     source, ": snapshot transfer is not implemented yet"));
+    if (!options_.fetch_checkpoint) {
+      return absl::UnimplementedError(absl::StrCat(
+          "this node's state is at index ", state_->applied_index(),
+          " and needs the snapshot at index ", index, " from node ", source,
+          ", but it has no way to fetch one"));
+    }
+    // The consensus thread blocks for the transfer: a follower installing a
+    // snapshot has nothing else to do, and must not apply entries meanwhile.
+    absl::Status last = absl::UnavailableError("no member to fetch from");
+    for (const std::string& address : SnapshotSources(source)) {
+      const std::string incoming = state_->IncomingDir();
+      std::error_code ec;
+      std::filesystem::remove_all(incoming, ec);
+      absl::StatusOr<uint64_t> fetched =
+          options_.fetch_checkpoint(address, index, incoming);
+      if (!fetched.ok()) {
+        last = fetched.status();
+        std::fprintf(stderr, "dedupd: snapshot %llu from %s: %s\n",
+                     static_cast<unsigned long long>(index), address.c_str(),
+                     std::string(last.message()).c_str());
+        std::filesystem::remove_all(incoming, ec);
+        continue;
+      }
+      if (absl::Status s = state_->ReplaceWith(incoming); !s.ok()) {
+        // The old state is closed and maybe moved: nothing can be applied.
+        std::fprintf(stderr,
+                     "dedupd: FATAL: installing the snapshot at index %llu "
+                     "failed: %s; stopping (a restart recovers the data dir)\n",
+                     static_cast<unsigned long long>(index),
+                     std::string(s.message()).c_str());
+        std::fflush(stderr);
+        _exit(kExitSnapshotInstall);
+      }
+      std::fprintf(stderr,
+                   "dedupd: installed a snapshot from %s at index %llu "
+                   "(needed %llu)\n",
+                   address.c_str(), static_cast<unsigned long long>(*fetched),
+                   static_cast<unsigned long long>(index));
+      absl::MutexLock lock(&counters_mu_);
+      ++counters_.snapshots_installed;
+      return absl::OkStatus();
+    }
+    return last;
   }
 
+  // Client addresses to fetch a snapshot from: its taker first, then every
+  // other member this node knows.
+  std::vector<std::string> SnapshotSources(uint64_t taker) const {
+    std::vector<std::string> out;
+    if (auto it = client_address_.find(taker); it != client_address_.end()) {
+      out.push_back(it->second);
+    }
+    for (const ClusterNode& node : options_.nodes) {
+      if (node.id != taker && node.id != options_.raft.id) {
+        out.push_back(node.client_address);
+      }
+    }
+    return out;
+  }
+
+  // Times each spell without a known leader.
+  void ObserveLeaderless(uint64_t leader_id) {
+    const int64_t now = options_.clock->NowMillis();
+    if (leader_id == 0) {
+      if (leaderless_since_ms_ == 0) leaderless_since_ms_ = now;
+      return;
+    }
+    if (leaderless_since_ms_ == 0) return;
+    const double seconds = (now - leaderless_since_ms_) / 1000.0;
+    leaderless_since_ms_ = 0;
+    size_t bucket = 0;
+    while (bucket < std::size(kLeaderlessBucketsS) &&
+           seconds > kLeaderlessBucketsS[bucket]) {
+      ++bucket;
+    }
+    absl::MutexLock lock(&counters_mu_);
+    ++counters_.leaderless_buckets[bucket];
+    counters_.leaderless_sum_s += seconds;
+  }
+
+  void CountUnknown(size_t n) {
+    absl::MutexLock lock(&counters_mu_);
+    counters_.unknown_outcomes += n;
+  }
+
+  std::string OutgoingRoot() const { return options_.state.path + ".outgoing"; }
+
   void Tick(const ConsensusStatus& status) override {
+    ObserveLeaderless(status.leader_id);
     const bool leader = status.role == Role::kLeader;
     leader_id_.store(status.leader_id);
     const bool was_leader = is_leader_.exchange(leader);
@@ -559,6 +689,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   // Consensus thread only (and Close, once that thread is gone).
   uint64_t sequence_ = 0;
   std::map<uint64_t, std::vector<PendingOp>> proposed_;
+  int64_t leaderless_since_ms_ = 0;
+
+  std::atomic<uint64_t> outgoing_sequence_{0};
+  mutable absl::Mutex counters_mu_;
+  ReplicationCounters counters_ ABSL_GUARDED_BY(counters_mu_);
   absl::flat_hash_map<std::string, std::vector<Waiter>> waiters_;
 };
 
@@ -567,6 +702,9 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Open(
     ReplicatedStoreOptions options) {
   if (options.clock == nullptr) options.clock = RealClock();
+  // Checkpoints being sent when the process stopped.
+  std::error_code ec;
+  std::filesystem::remove_all(options.state.path + ".outgoing", ec);
   absl::StatusOr<std::unique_ptr<ReplicatedState>> state =
       ReplicatedState::Open(options.state);
   if (!state.ok()) return state.status();

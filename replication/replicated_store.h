@@ -27,6 +27,8 @@
 #define DEDUP_REPLICATION_REPLICATED_STORE_H_
 
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +50,13 @@ struct ClusterNode {
   std::string client_address;  // host:port of its gRPC service
 };
 
+// Copies a checkpoint covering at least `min_applied_index` from the node
+// serving clients at `address` into `dir` (which it creates), every file
+// durable; returns the copy's applied index. Blocks until done.
+using FetchCheckpointFn = std::function<absl::StatusOr<uint64_t>(
+    const std::string& address, uint64_t min_applied_index,
+    const std::string& dir)>;
+
 struct ReplicatedStoreOptions {
   ReplicatedStateOptions state;
   RaftOptions raft;
@@ -63,6 +72,37 @@ struct ReplicatedStoreOptions {
   int max_inflight_entries = 4;
   // Queued operations beyond which new ones get RESOURCE_EXHAUSTED.
   size_t max_queued = 100'000;
+  // How a node that must install a snapshot gets the state (from the node
+  // that took it, else from any other member). Null: such a node stops
+  // with an error.
+  FetchCheckpointFn fetch_checkpoint;
+};
+
+// Upper bounds (seconds) of the buckets of ReplicationCounters'
+// leaderless_buckets.
+inline constexpr double kLeaderlessBucketsS[] = {0.1, 0.25, 0.5, 1,
+                                                 2,   5,    10,  30};
+
+// Counts since this node started.
+struct ReplicationCounters {
+  // Spells without a known leader, observed when one is known again:
+  // non-cumulative counts per kLeaderlessBucketsS bucket plus one for
+  // larger values, and their sum.
+  std::vector<uint64_t> leaderless_buckets =
+      std::vector<uint64_t>(std::size(kLeaderlessBucketsS) + 1, 0);
+  double leaderless_sum_s = 0;
+  uint64_t entries_proposed = 0;
+  uint64_t operations_proposed = 0;
+  uint64_t unknown_outcomes = 0;
+  uint64_t snapshots_taken = 0;
+  uint64_t snapshots_installed = 0;
+  uint64_t snapshots_sent = 0;
+};
+
+// A checkpoint made for another node, in a directory of its own.
+struct OutgoingCheckpoint {
+  std::string dir;
+  uint64_t applied_index = 0;
 };
 
 struct ClusterStatus {
@@ -71,6 +111,7 @@ struct ClusterStatus {
   uint64_t state_applied_index = 0;
   int64_t replicated_now_ms = 0;
   uint64_t last_fence = 0;
+  ReplicationCounters counters;
 };
 
 class ReplicatedStore : public Store {
@@ -81,6 +122,12 @@ class ReplicatedStore : public Store {
 
   [[nodiscard]] virtual ClusterStatus GetClusterStatus() const = 0;
   [[nodiscard]] virtual absl::StatusOr<StateDigest> Digest() = 0;
+
+  // Any thread (it blocks for a RocksDB flush: not on gRPC's callback
+  // threads). A checkpoint of the state for a node installing a snapshot;
+  // the caller removes `dir` when done with it.
+  [[nodiscard]] virtual absl::StatusOr<OutgoingCheckpoint>
+  CreateOutgoingCheckpoint() = 0;
 
   // Membership and leadership, on the leader (FAILED_PRECONDITION
   // elsewhere). `done` runs on the consensus thread.

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/checkpoint_fetch.h"
 
 ABSL_FLAG(uint64_t, node_id, 0,
           "cluster mode: this node's id (> 0) in its replicated group; 0 (the "
@@ -35,6 +36,13 @@ ABSL_FLAG(uint32_t, snapshot_trailing, 4096,
           "followers");
 
 namespace dedup {
+namespace {
+
+// A whole state over the network: generous, as the follower does nothing
+// else meanwhile (10M records are about 1 GB).
+constexpr int kCheckpointFetchTimeoutS = 600;
+
+}  // namespace
 
 absl::StatusOr<std::string> ResolveIpv4(absl::string_view host_port) {
   const size_t colon = host_port.rfind(':');
@@ -158,6 +166,12 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   store.state.compaction_grace_ms = single.compaction_grace_ms;
   store.state.periodic_compaction_s = single.periodic_compaction_s;
   store.clock = single.clock;
+  store.fetch_checkpoint = [](const std::string& address,
+                              uint64_t min_applied_index,
+                              const std::string& dir) {
+    return FetchCheckpoint(address, min_applied_index, dir,
+                           absl::Seconds(kCheckpointFetchTimeoutS));
+  };
   return config;
 }
 

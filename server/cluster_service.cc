@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "server/checkpoint_streamer.h"
 #include "server/cluster_config.h"
 #include "server/proto_convert.h"
 
@@ -143,6 +144,12 @@ grpc::ServerUnaryReactor* ClusterService::TransferLeadership(
         FinishWith(context, reactor, s);
       });
   return reactor;
+}
+
+grpc::ServerWriteReactor<v1::CheckpointChunk>* ClusterService::FetchCheckpoint(
+    grpc::CallbackServerContext* /*context*/,
+    const v1::FetchCheckpointRequest* request) {
+  return StartCheckpointStream(store_, request->min_applied_index());
 }
 
 }  // namespace dedup

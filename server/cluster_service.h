@@ -34,6 +34,10 @@ class ClusterService final : public v1::Cluster::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::TransferLeadershipRequest* request,
       v1::TransferLeadershipResponse* response) override;
+  // Between nodes; see checkpoint_streamer.h.
+  grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
+      grpc::CallbackServerContext* context,
+      const v1::FetchCheckpointRequest* request) override;
 
  private:
   ReplicatedStore* const store_;

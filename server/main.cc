@@ -29,6 +29,7 @@
 #include "replication/replicated_store.h"
 #include "server/admin_service.h"
 #include "server/bench_service.h"
+#include "server/cluster_collector.h"
 #include "server/cluster_config.h"
 #include "server/cluster_service.h"
 #include "server/collectors.h"
@@ -80,7 +81,7 @@ std::string HostOf(const std::string& address) {
 // Serves /metrics: the counters, the store's gauges and process metrics.
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetrics(
     const std::string& address, const dedup::Metrics& metrics,
-    dedup::Store* store) {
+    dedup::Store* store, dedup::ReplicatedStore* replicated) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     exposer = std::make_unique<prometheus::Exposer>(address, /*threads=*/1);
@@ -95,6 +96,10 @@ absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetrics(
   collectors->push_back(std::make_shared<dedup::StoreCollector>(store));
   collectors->push_back(
       std::make_shared<dedup::ProcessCollector>(DEDUP_VERSION, DEDUP_GIT_SHA));
+  if (replicated != nullptr) {
+    collectors->push_back(
+        std::make_shared<dedup::ClusterCollector>(replicated));
+  }
   for (const auto& collector : *collectors) {
     exposer->RegisterCollectable(collector);
   }
@@ -184,8 +189,8 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!config->metrics_address.empty()) {
-    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
-        StartMetrics(config->metrics_address, metrics, store->get());
+    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started = StartMetrics(
+        config->metrics_address, metrics, store->get(), replicated);
     if (!started.ok()) {
       Log(std::string(started.status().message()));
       return kExitListen;

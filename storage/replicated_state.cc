@@ -5,10 +5,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "rocksdb/db.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 #include "storage/db_options.h"
+#include "storage/state_dir_swap.h"
 #include "storage/storage_key.h"
 #include "storage/ttl_compaction_filter.h"
 
@@ -140,42 +142,32 @@ class RocksReplicatedState : public ReplicatedState {
   ~RocksReplicatedState() override { (void)Close(); }
 
   absl::Status Init() {
-    RecordDbTuning tuning;
-    tuning.memory_budget_bytes = options_.memory_budget_bytes;
-    tuning.periodic_compaction_s = options_.periodic_compaction_s;
-    tuning.compaction_filter = &filter_;
-    // Until the replicated clock is read below, the filter sees time 0 and
-    // drops nothing.
-    rocksdb::Options db_options = RecordDbOptions(tuning);
-    rocksdb::DB* db = nullptr;
-    rocksdb::Status s = rocksdb::DB::Open(db_options, options_.path, &db);
-    if (!s.ok()) {
-      if (s.ToString().find("lock") != std::string::npos) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "data dir ", options_.path,
-            " is locked by another process (is another dedupd running on "
-            "it?): ",
-            s.ToString()));
-      }
+    if (absl::Status s = RecoverStateDir(options_.path); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "cannot open data dir ", options_.path, ": ", s.ToString()));
+          "cannot recover data dir ", options_.path, ": ", s.message()));
     }
-    db_.reset(db);
-    const rocksdb::ReadOptions read;
-    absl::StatusOr<uint64_t> applied = ReadMeta(db, read, AppliedIndexKey());
-    absl::StatusOr<uint64_t> now = ReadMeta(db, read, NowKey());
-    absl::StatusOr<uint64_t> fence = ReadMeta(db, read, FenceKey());
-    for (const auto* v : {&applied, &now, &fence}) {
-      if (!v->ok()) return v->status();
+    absl::WriterMutexLock lock(&db_mu_);
+    return OpenDb();
+  }
+
+  std::string IncomingDir() const override {
+    return IncomingDirOf(options_.path);
+  }
+
+  absl::Status ReplaceWith(const std::string& incoming) override {
+    absl::WriterMutexLock lock(&db_mu_);
+    if (closed_) return absl::UnavailableError("state is closed");
+    if (absl::Status s = FromRocks(db_->Close(), "close"); !s.ok()) return s;
+    db_.reset();
+    if (absl::Status s = SwapInStateDir(incoming, options_.path); !s.ok()) {
+      return s;
     }
-    applied_.store(*applied);
-    clock_.now_ms.store(static_cast<int64_t>(*now));
-    fence_.store(*fence);
-    return absl::OkStatus();
+    return OpenDb();
   }
 
   absl::StatusOr<AppliedEntry> Apply(uint64_t index,
                                      const LogEntry& entry) override {
+    absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
     AppliedEntry out;
     const int64_t prior_now = clock_.now_ms.load();
@@ -262,6 +254,7 @@ class RocksReplicatedState : public ReplicatedState {
   uint64_t last_fence() const override { return fence_.load(); }
 
   absl::StatusOr<uint64_t> SyncWal() override {
+    absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
     const uint64_t covered = applied_.load();
     if (absl::Status s = FromRocks(db_->SyncWAL(), "sync WAL"); !s.ok()) {
@@ -271,6 +264,7 @@ class RocksReplicatedState : public ReplicatedState {
   }
 
   absl::StatusOr<uint64_t> Checkpoint(const std::string& dir) override {
+    absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
     rocksdb::Checkpoint* raw = nullptr;
     if (absl::Status s = FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw),
@@ -279,18 +273,19 @@ class RocksReplicatedState : public ReplicatedState {
       return s;
     }
     std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-    const uint64_t covered = applied_.load();
-    // log_size_for_flush 0: memtables are flushed into the copy, which
-    // then needs no WAL.
+    // log_size_for_flush 0: memtables are flushed into the copy. Apply may
+    // go on meanwhile: the copy is consistent at some entry, which the
+    // copy itself records.
     if (absl::Status s =
             FromRocks(checkpoint->CreateCheckpoint(dir, 0), "checkpoint");
         !s.ok()) {
       return s;
     }
-    return covered;
+    return AppliedIndexOf(dir);
   }
 
   absl::StatusOr<StateDigest> ComputeDigest() override {
+    absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
     const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
     rocksdb::ReadOptions read = TotalOrderScan();
@@ -327,8 +322,10 @@ class RocksReplicatedState : public ReplicatedState {
 
   StoreStats Stats() override {
     StoreStats stats;
+    absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return stats;
-    auto property = [this](const char* name) -> uint64_t {
+    auto property = [this](const char* name)
+                        ABSL_SHARED_LOCKS_REQUIRED(db_mu_) -> uint64_t {
       uint64_t value = 0;
       return db_->GetIntProperty(name, &value) ? value : 0;
     };
@@ -346,6 +343,7 @@ class RocksReplicatedState : public ReplicatedState {
   }
 
   absl::Status CompactAll() override {
+    absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
     rocksdb::CompactRangeOptions options;
     options.bottommost_level_compaction =
@@ -354,6 +352,7 @@ class RocksReplicatedState : public ReplicatedState {
   }
 
   absl::StatusOr<uint64_t> CountStoredRecords() override {
+    absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
     uint64_t count = 0;
@@ -368,6 +367,7 @@ class RocksReplicatedState : public ReplicatedState {
   }
 
   absl::Status Close() override {
+    absl::WriterMutexLock lock(&db_mu_);
     if (closed_) return absl::OkStatus();
     closed_ = true;
     if (db_ == nullptr) return absl::OkStatus();
@@ -379,10 +379,50 @@ class RocksReplicatedState : public ReplicatedState {
   }
 
  private:
+  // Opens the database at options_.path and loads the metadata.
+  absl::Status OpenDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_) {
+    RecordDbTuning tuning;
+    tuning.memory_budget_bytes = options_.memory_budget_bytes;
+    tuning.periodic_compaction_s = options_.periodic_compaction_s;
+    tuning.compaction_filter = &filter_;
+    // Until the replicated clock is read below, the filter sees time 0 and
+    // drops nothing.
+    clock_.now_ms.store(0);
+    rocksdb::Options db_options = RecordDbOptions(tuning);
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(db_options, options_.path, &db);
+    if (!s.ok()) {
+      if (s.ToString().find("lock") != std::string::npos) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "data dir ", options_.path,
+            " is locked by another process (is another dedupd running on "
+            "it?): ",
+            s.ToString()));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot open data dir ", options_.path, ": ", s.ToString()));
+    }
+    db_.reset(db);
+    const rocksdb::ReadOptions read;
+    absl::StatusOr<uint64_t> applied = ReadMeta(db, read, AppliedIndexKey());
+    absl::StatusOr<uint64_t> now = ReadMeta(db, read, NowKey());
+    absl::StatusOr<uint64_t> fence = ReadMeta(db, read, FenceKey());
+    for (const auto* v : {&applied, &now, &fence}) {
+      if (!v->ok()) return v->status();
+    }
+    applied_.store(*applied);
+    clock_.now_ms.store(static_cast<int64_t>(*now));
+    fence_.store(*fence);
+    return absl::OkStatus();
+  }
+
   const ReplicatedStateOptions options_;
   AppliedClock clock_;
   TtlCompactionFilter filter_;
-  std::unique_ptr<rocksdb::DB> db_;
+  // Held shared while the database is used, exclusively while it is
+  // replaced (ReplaceWith) or closed.
+  mutable absl::Mutex db_mu_;
+  std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
   std::atomic<uint64_t> applied_{0};
   std::atomic<uint64_t> fence_{0};
   std::atomic<bool> closed_{false};

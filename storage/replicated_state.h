@@ -16,10 +16,11 @@
 // log then applies again). The log may therefore be truncated only up to an
 // index that SyncWal (or a memtable flush) has made durable.
 //
-// Thread safety: Apply, Checkpoint and Close must not run concurrently with
+// Thread safety: Apply, ReplaceWith and Close must not run concurrently with
 // each other or with themselves (the replication loop calls them). SyncWal,
-// CompactAll, the accessors, Stats() and ComputeDigest() may be called from
-// any thread at any time before Close.
+// Checkpoint, CompactAll, the accessors, Stats() and ComputeDigest() may be
+// called from any thread at any time before Close (ReplaceWith waits for
+// them, and they for it).
 #ifndef DEDUP_STORAGE_REPLICATED_STATE_H_
 #define DEDUP_STORAGE_REPLICATED_STATE_H_
 
@@ -109,10 +110,24 @@ class ReplicatedState {
   // applied_index() as of the call.
   [[nodiscard]] virtual absl::StatusOr<uint64_t> SyncWal() = 0;
 
-  // Writes a consistent, durable copy of the state into `dir` (which must
-  // not exist) with hard links where it can; returns its applied index.
+  // Writes a consistent copy of the state into `dir` (which must not exist)
+  // with hard links where it can; returns the applied index of the copy.
+  // Apply may run meanwhile.
   [[nodiscard]] virtual absl::StatusOr<uint64_t> Checkpoint(
       const std::string& dir) = 0;
+
+  // Installs a snapshot: replaces the whole state with the database in
+  // `incoming` (a checkpoint of another replica, every file durable; see
+  // state_dir_swap.h for the crash-safe swap) and reloads the metadata.
+  // `incoming` is consumed. On error the state is unusable: the caller
+  // must stop (a restart finds either the old or the new copy).
+  [[nodiscard]] virtual absl::Status ReplaceWith(
+      const std::string& incoming) = 0;
+
+  // The directory a snapshot for this state is fetched into before
+  // ReplaceWith (beside the state's own directory, on the same file
+  // system).
+  [[nodiscard]] virtual std::string IncomingDir() const = 0;
 
   // Reads the applied index of a copy made by Checkpoint, without opening
   // it for writing.

@@ -40,7 +40,8 @@ std::unique_ptr<typename Service::Stub> StubFor(const std::string& address) {
 
 }  // namespace
 
-ClusterHarness::ClusterHarness(int n) {
+ClusterHarness::ClusterHarness(int n, std::vector<std::string> extra_flags)
+    : extra_flags_(std::move(extra_flags)) {
   absl::StatusOr<std::string> root = MakeTempDir("dedup-cluster");
   root_ = root.ok() ? *root : "/tmp/dedup-cluster-failed";
   std::vector<std::string> peers;
@@ -63,9 +64,28 @@ ClusterHarness::~ClusterHarness() {
   std::filesystem::remove_all(root_, ec);
 }
 
+int ClusterHarness::AddJoiner() {
+  const int id = size() + 1;
+  const std::string ip = absl::StrCat("127.0.0.", id);
+  Node node;
+  node.client_address = absl::StrCat(ip, ":", FreePort(ip));
+  node.raft_address = absl::StrCat(ip, ":", FreePort(ip));
+  node.data_dir = absl::StrCat(root_, "/n", id);
+  node.joins = true;
+  nodes_.push_back(std::move(node));
+  return id;
+}
+
 std::vector<std::string> ClusterHarness::FlagsOf(int id) const {
-  return {absl::StrCat("--node_id=", id), absl::StrCat("--peers=", peers_),
-          absl::StrCat("--address=", client_address(id)), "--event_log=off"};
+  std::vector<std::string> flags = {
+      absl::StrCat("--node_id=", id), absl::StrCat("--peers=", peers_),
+      absl::StrCat("--address=", client_address(id)), "--event_log=off"};
+  if (nodes_[id - 1].joins) {
+    flags.push_back("--join");
+    flags.push_back(absl::StrCat("--raft_address=", raft_address(id)));
+  }
+  flags.insert(flags.end(), extra_flags_.begin(), extra_flags_.end());
+  return flags;
 }
 
 absl::Status ClusterHarness::Start(int id) {

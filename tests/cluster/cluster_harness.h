@@ -17,8 +17,10 @@ namespace dedup::testing {
 
 class ClusterHarness {
  public:
-  // Picks ports and data dirs; starts nothing.
-  explicit ClusterHarness(int nodes = 3);
+  // Picks ports and data dirs; starts nothing. `extra_flags` go to every
+  // node.
+  explicit ClusterHarness(int nodes = 3,
+                          std::vector<std::string> extra_flags = {});
   ~ClusterHarness();
 
   [[nodiscard]] absl::Status StartAll();
@@ -31,6 +33,15 @@ class ClusterHarness {
   const std::string& client_address(int id) const {
     return nodes_[id - 1].client_address;
   }
+  const std::string& raft_address(int id) const {
+    return nodes_[id - 1].raft_address;
+  }
+  const std::string& data_dir(int id) const { return nodes_[id - 1].data_dir; }
+
+  // Makes room for one more node (id size()+1, on 127.0.0.<id>) that starts
+  // with --join: it serves once the group adds it (Cluster.AddNode).
+  // Returns its id.
+  int AddJoiner();
   ServerProcess* process(int id) { return nodes_[id - 1].process.get(); }
   int size() const { return static_cast<int>(nodes_.size()); }
 
@@ -53,11 +64,13 @@ class ClusterHarness {
     std::string raft_address;
     std::string data_dir;
     std::unique_ptr<ServerProcess> process;
+    bool joins = false;
   };
   std::vector<std::string> FlagsOf(int id) const;
 
   std::string root_;
   std::string peers_;
+  std::vector<std::string> extra_flags_;
   std::vector<Node> nodes_;
 };
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "storage/state_dir_swap.h"
 #include "storage/storage_key.h"
 #include "tests/testing/server_process.h"
 
@@ -179,6 +180,79 @@ TEST_F(ReplicatedStateTest, CheckpointHoldsTheStateAtItsIndex) {
       ReplicatedState::AppliedIndexOf(dir_ + "/copy");
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, 9u);
+}
+
+TEST_F(ReplicatedStateTest, ReplaceWithInstallsAnotherReplicasCheckpoint) {
+  auto ahead = Open("ahead");
+  auto behind = Open("behind");
+  ASSERT_NE(ahead, nullptr);
+  ASSERT_NE(behind, nullptr);
+  ASSERT_TRUE(behind->Apply(1, Entry(1000, {BeginOp("old", "o")})).ok());
+  ASSERT_TRUE(ahead->Apply(1, Entry(1000, {BeginOp("old", "o")})).ok());
+  ASSERT_TRUE(ahead->Apply(2, Entry(5000, {BeginOp("k", "o")})).ok());
+  ASSERT_TRUE(ahead->Apply(3, Entry(6000, {CompleteOp("k", 2, "r")})).ok());
+  ASSERT_TRUE(ahead->Checkpoint(behind->IncomingDir()).ok());
+
+  ASSERT_TRUE(behind->ReplaceWith(behind->IncomingDir()).ok());
+  EXPECT_EQ(behind->applied_index(), 3u);
+  EXPECT_EQ(behind->now_ms(), 6000);
+  EXPECT_EQ(behind->last_fence(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(behind->IncomingDir()));
+  EXPECT_EQ(behind->ComputeDigest()->hash, ahead->ComputeDigest()->hash);
+  // It goes on from there: the next entry numbers the next fence, and the
+  // installed state is what a reopen finds.
+  absl::StatusOr<AppliedEntry> next =
+      behind->Apply(4, Entry(7000, {BeginOp("n", "o")}));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(std::get<BeginDecision>(next->answers[0]).record.fence, 3u);
+  ASSERT_TRUE(behind->Close().ok());
+  behind.reset();
+  auto reopened = Open("behind");
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->applied_index(), 4u);
+  absl::StatusOr<AppliedEntry> read =
+      reopened->Apply(5, Entry(7000, {GetOp("k")}));
+  ASSERT_TRUE(read.ok());
+  const auto& record = std::get<std::optional<Record>>(read->answers[0]);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->result, "r");
+}
+
+// A crash between the swap's two renames leaves `<dir>.old` and
+// `<dir>.incoming`: the next open takes the incoming copy, which was
+// complete.
+TEST_F(ReplicatedStateTest, OpenFinishesASwapACrashInterrupted) {
+  auto ahead = Open("ahead");
+  auto behind = Open("behind");
+  ASSERT_NE(ahead, nullptr);
+  ASSERT_NE(behind, nullptr);
+  ASSERT_TRUE(behind->Apply(1, Entry(1000, {BeginOp("k", "o")})).ok());
+  ASSERT_TRUE(ahead->Apply(7, Entry(1000, {BeginOp("k", "o")})).ok());
+  const std::string path = dir_ + "/behind";
+  ASSERT_TRUE(ahead->Checkpoint(IncomingDirOf(path)).ok());
+  ASSERT_TRUE(behind->Close().ok());
+  behind.reset();
+  std::filesystem::rename(path, path + ".old");
+  auto recovered = Open("behind");
+  ASSERT_NE(recovered, nullptr);
+  EXPECT_EQ(recovered->applied_index(), 7u);
+  EXPECT_FALSE(std::filesystem::exists(path + ".old"));
+  EXPECT_FALSE(std::filesystem::exists(IncomingDirOf(path)));
+}
+
+// A fetch cut short (the old state still in place) is discarded.
+TEST_F(ReplicatedStateTest, OpenDiscardsAPartialFetch) {
+  const std::string path = dir_ + "/a";
+  {
+    auto state = Open("a");
+    ASSERT_NE(state, nullptr);
+    ASSERT_TRUE(state->Apply(4, Entry(1000, {BeginOp("k", "o")})).ok());
+  }
+  std::filesystem::create_directories(IncomingDirOf(path));
+  auto state = Open("a");
+  ASSERT_NE(state, nullptr);
+  EXPECT_EQ(state->applied_index(), 4u);
+  EXPECT_FALSE(std::filesystem::exists(IncomingDirOf(path)));
 }
 
 }  // namespace

@@ -1,0 +1,174 @@
+// Snapshots: a node that missed more of the log than the group keeps
+// receives a checkpoint of another replica's state and then the log tail;
+// nodes are replaced under load. Snapshots are taken every 16 entries here,
+// so a few hundred writes are enough to truncate the log past a node.
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/testing/http_get.h"
+
+namespace dedup {
+namespace {
+
+class SnapshotTest : public ClusterTest {
+ protected:
+  SnapshotTest()
+      : ClusterTest({"--snapshot_threshold=16", "--snapshot_trailing=16",
+                     "--metrics_address=127.0.0.1:0"}) {}
+
+  // A sample of node `id`'s /metrics; -1 when absent.
+  double Metric(int id, const std::string& series) {
+    absl::StatusOr<std::string> page =
+        testing::HttpGet(cluster_.process(id)->metrics_port(), "/metrics");
+    if (!page.ok()) return -1;
+    absl::StatusOr<double> value = testing::SampleValue(*page, series);
+    return value.ok() ? *value : -1;
+  }
+
+  // Begins and Completes `n` keys one call at a time (one log entry each)
+  // through `via`; returns key -> (fence, result).
+  std::map<std::string, std::pair<uint64_t, std::string>> WriteOneByOne(
+      int via, int n, const std::string& prefix) {
+    std::map<std::string, std::pair<uint64_t, std::string>> done;
+    for (int i = 0; i < n; ++i) {
+      const std::string key = absl::StrCat(prefix, i);
+      v1::BeginResponse begun;
+      grpc::Status s = Call(cluster_.client_address(via),
+                            &v1::Dedup::Stub::Begin, BeginOf(key, "w"), &begun);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) return done;
+      v1::CompleteRequest complete;
+      complete.set_namespace_("cluster");
+      complete.set_key(key);
+      complete.set_fence(begun.fence());
+      complete.set_outcome(v1::SUCCESS);
+      complete.set_result(absl::StrCat("result-", key));
+      v1::CompleteResponse completed;
+      s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Complete,
+               complete, &completed);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) return done;
+      done[key] = {begun.fence(), complete.result()};
+    }
+    return done;
+  }
+
+  bool InstalledASnapshot(int id) {
+    return cluster_.process(id)->captured_stderr().find(
+               "installed a snapshot") != std::string::npos;
+  }
+};
+
+TEST_F(SnapshotTest, LaggingFollowerInstallsASnapshotThenTheLog) {
+  const int follower = leader_ == 3 ? 2 : 3;
+  const auto before = WriteOneByOne(leader_, 20, "early");
+  ASSERT_TRUE(cluster_.Stop(follower).ok());
+  const auto missed = WriteOneByOne(leader_, 200, "missed");
+  ASSERT_EQ(missed.size(), 200u);
+  ASSERT_TRUE(cluster_.Start(follower).ok());
+  ExpectIdenticalReplicas();
+  EXPECT_TRUE(InstalledASnapshot(follower))
+      << cluster_.process(follower)->captured_stderr();
+  EXPECT_GE(Metric(follower, "dedup_raft_snapshots_installed_total"), 1);
+  EXPECT_GE(Metric(leader_, "dedup_raft_snapshots_sent_total"), 1);
+  EXPECT_GE(Metric(leader_, "dedup_raft_snapshots_taken_total"), 1);
+  EXPECT_EQ(Metric(leader_, "dedup_raft_role{role=\"leader\"}"), 1);
+  EXPECT_EQ(Metric(follower, "dedup_raft_role{role=\"follower\"}"), 1);
+  EXPECT_EQ(Metric(follower, "dedup_raft_has_leader"), 1);
+  EXPECT_GE(Metric(leader_, "dedup_raft_operations_proposed_total"),
+            Metric(leader_, "dedup_raft_entries_proposed_total"));
+  EXPECT_GE(Metric(leader_, "dedup_raft_entries_proposed_total"), 400);
+  EXPECT_GE(
+      Metric(leader_, absl::StrCat("dedup_raft_follower_lag_entries{node=\"",
+                                   follower, "\"}")),
+      0);
+  // Every node went without a leader once, at start-up.
+  EXPECT_GE(Metric(follower, "dedup_raft_leaderless_seconds_count"), 1);
+  // Later entries apply on top of the installed state.
+  const auto after = WriteOneByOne(leader_, 20, "after");
+  ExpectIdenticalReplicas();
+  // The caught-up node leads with everything: make it the only way in.
+  const int other = 6 - leader_ - follower;
+  cluster_.Kill(leader_);
+  absl::StatusOr<int> leader = cluster_.WaitForLeader();
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  cluster_.Kill(other);
+  ASSERT_TRUE(cluster_.Start(other).ok());
+  for (const auto* keys : {&before, &missed, &after}) {
+    ExpectDuplicates(follower, *keys);
+  }
+  // Restarted, it keeps what it installed (no second transfer needed).
+  ASSERT_TRUE(cluster_.Stop(follower).ok());
+  ASSERT_TRUE(cluster_.Start(follower).ok());
+  ExpectIdenticalReplicas();
+}
+
+TEST_F(SnapshotTest, NodeReplacedUnderLoadCatchesUpAndServes) {
+  // A writer keeps Beginning and Completing keys one by one through
+  // whichever node leads.
+  std::atomic<bool> stop{false};
+  std::map<std::string, std::pair<uint64_t, std::string>> written;
+  std::thread writer([&] {
+    int round = 0;
+    while (!stop.load()) {
+      const auto keys =
+          WriteOneByOne(leader_, 10, absl::StrCat("load", round++, "-"));
+      written.insert(keys.begin(), keys.end());
+    }
+  });
+  const int leaving = leader_ == 3 ? 2 : 3;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  v1::RemoveNodeRequest remove;
+  remove.set_node_id(leaving);
+  v1::RemoveNodeResponse removed;
+  grpc::Status s = CallService<v1::Cluster>(cluster_.client_address(leader_),
+                                            &v1::Cluster::Stub::RemoveNode,
+                                            remove, &removed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(cluster_.Stop(leaving).ok());
+
+  const int joiner = cluster_.AddJoiner();
+  ASSERT_TRUE(cluster_.Start(joiner).ok());
+  v1::AddNodeRequest add;
+  add.set_node_id(joiner);
+  add.set_raft_address(cluster_.raft_address(joiner));
+  add.set_client_address(cluster_.client_address(joiner));
+  v1::AddNodeResponse added;
+  s = CallService<v1::Cluster>(cluster_.client_address(leader_),
+                               &v1::Cluster::Stub::AddNode, add, &added);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  stop.store(true);
+  writer.join();
+  ASSERT_GT(written.size(), 0u);
+  ExpectIdenticalReplicas();
+  EXPECT_TRUE(InstalledASnapshot(joiner))
+      << cluster_.process(joiner)->captured_stderr();
+
+  absl::StatusOr<v1::ClusterStatusResponse> status = cluster_.Status(leader_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  std::vector<uint64_t> voters;
+  for (const auto& m : status->members()) {
+    if (m.role() == "voter") voters.push_back(m.id());
+  }
+  EXPECT_EQ(voters.size(), 3u);
+  EXPECT_EQ(std::count(voters.begin(), voters.end(), leaving), 0);
+  EXPECT_EQ(std::count(voters.begin(), voters.end(), joiner), 1);
+
+  // The newcomer serves: it takes over leadership and answers every key.
+  v1::TransferLeadershipRequest transfer;
+  transfer.set_node_id(joiner);
+  v1::TransferLeadershipResponse transferred;
+  s = CallService<v1::Cluster>(cluster_.client_address(leader_),
+                               &v1::Cluster::Stub::TransferLeadership, transfer,
+                               &transferred);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(transferred.leader_id(), static_cast<uint64_t>(joiner));
+  ExpectDuplicates(joiner, written);
+}
+
+}  // namespace
+}  // namespace dedup
