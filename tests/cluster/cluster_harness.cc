@@ -17,21 +17,6 @@
 namespace dedup::testing {
 namespace {
 
-// A port free right now on `ip` (another process could take it before the
-// node binds it; the odds are small on a test machine).
-int FreePort(const std::string& ip) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  inet_pton(AF_INET, ip.c_str(), &addr.sin_addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 template <typename Service>
 std::unique_ptr<typename Service::Stub> StubFor(const std::string& address) {
   return Service::NewStub(

@@ -1,22 +1,30 @@
 #include "tests/testing/server_process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dedup/v1/cluster.grpc.pb.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -153,8 +161,82 @@ absl::StatusOr<std::string> MakeTempDir(const std::string& prefix) {
   return pattern;
 }
 
+int FreePort(const std::string& ip) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  inet_pton(AF_INET, ip.c_str(), &addr.sin_addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::StartGroup(
+    const std::vector<std::string>& extra_flags, std::string data_dir) {
+  constexpr int kNodes = 3;
+  std::unique_ptr<ServerProcess> group(new ServerProcess());
+  if (data_dir.empty()) {
+    absl::StatusOr<std::string> dir = MakeTempDir("dedupd-group");
+    if (!dir.ok()) return dir.status();
+    data_dir = *std::move(dir);
+    group->owns_data_dir_ = true;
+  }
+  group->data_dir_ = data_dir;
+  std::vector<std::string> clients;
+  std::vector<std::string> peers;
+  for (int id = 1; id <= kNodes; ++id) {
+    const std::string ip = absl::StrCat("127.0.0.", id);
+    clients.push_back(absl::StrCat(ip, ":", FreePort(ip)));
+    peers.push_back(
+        absl::StrCat(id, "=", ip, ":", FreePort(ip), "=", clients.back()));
+  }
+  for (int id = 1; id <= kNodes; ++id) {
+    std::vector<std::string> flags = extra_flags;
+    flags.push_back(absl::StrCat("--node_id=", id));
+    flags.push_back(absl::StrCat("--peers=", absl::StrJoin(peers, ",")));
+    flags.push_back(absl::StrCat("--address=", clients[id - 1]));
+    absl::StatusOr<std::unique_ptr<ServerProcess>> member =
+        Start(flags, absl::StrCat(data_dir, "/n", id));
+    if (!member.ok()) return member.status();
+    group->members_.push_back(*std::move(member));
+  }
+  const auto deadline = Clock::now() + kStartTimeout;
+  while (Clock::now() < deadline) {
+    for (const auto& member : group->members_) {
+      auto stub = v1::Cluster::NewStub(grpc::CreateChannel(
+          member->address(), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(1));
+      v1::ClusterStatusResponse status;
+      if (stub->Status(&context, v1::ClusterStatusRequest(), &status).ok() &&
+          status.role() == "leader") {
+        group->address_ = member->address();
+        group->port_ = member->port();
+        std::lock_guard<std::mutex> lock(group->mu_);
+        group->metrics_port_ = member->metrics_port();
+        return group;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("the test group elected no leader within 20 s; output:\n",
+                   Tail(group->captured_stderr())));
+}
+
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     std::vector<std::string> extra_flags, std::string data_dir) {
+  if (std::getenv("DEDUP_TEST_CLUSTER") != nullptr &&
+      std::none_of(extra_flags.begin(), extra_flags.end(),
+                   [](const std::string& flag) {
+                     return absl::StartsWith(flag, "--node_id");
+                   })) {
+    return StartGroup(extra_flags, std::move(data_dir));
+  }
   const std::string binary = ServerBinary();
   if (absl::Status s = CheckExecutable(binary); !s.ok()) return s;
 
@@ -283,6 +365,20 @@ void ServerProcess::JoinReader() {
 }
 
 absl::Status ServerProcess::Stop() {
+  if (!members_.empty()) {
+    // Followers first, so the leader does not hand over leadership while
+    // the group goes away.
+    absl::Status status;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const auto& member : members_) {
+        if ((member->address() == address_) != (pass == 1)) continue;
+        if (absl::Status s = member->Stop(); !s.ok() && status.ok()) {
+          status = s;
+        }
+      }
+    }
+    return status;
+  }
   if (pid_ > 0 && exit_code_ < 0) {
     kill(pid_, SIGTERM);
     if (!Reap(kStopTimeout)) {
@@ -302,6 +398,7 @@ absl::Status ServerProcess::Stop() {
 }
 
 void ServerProcess::Kill() {
+  for (const auto& member : members_) member->Kill();
   if (pid_ > 0 && exit_code_ < 0) {
     kill(pid_, SIGKILL);
     // SIGKILL cannot be ignored, so this wait ends.
@@ -311,12 +408,25 @@ void ServerProcess::Kill() {
 }
 
 bool ServerProcess::WaitForExit(std::chrono::milliseconds timeout) {
+  if (!members_.empty()) {
+    bool all = true;
+    for (const auto& member : members_) all &= member->WaitForExit(timeout);
+    return all;
+  }
   if (!Reap(timeout)) return false;
   JoinReader();
   return true;
 }
 
 std::string ServerProcess::captured_stderr() const {
+  if (!members_.empty()) {
+    std::string out;
+    for (size_t i = 0; i < members_.size(); ++i) {
+      absl::StrAppend(&out, "--- node ", i + 1, " ---\n",
+                      members_[i]->captured_stderr());
+    }
+    return out;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   return output_;
 }

@@ -25,13 +25,21 @@ namespace dedup::testing {
 
 // A running dedupd. Start it from a thread that outlives it: the child is sent
 // SIGKILL when the starting thread exits, so a crashed test leaves no orphan.
+//
+// With the environment variable DEDUP_TEST_CLUSTER set (and no --node_id in
+// the flags), Start runs a replicated group of 3 instead: nodes on
+// 127.0.0.1-3, each with the flags and its own dir under data_dir, and
+// address() is the leader's. So the same test runs against a single node
+// and against a group; pid() is then -1 (tests that signal the server do
+// not run that way), Stop and Kill act on every node.
 class ServerProcess {
  public:
   // Starts dedupd with --address=127.0.0.1:0 --data_dir=DIR followed by
   // extra_flags (later flags win, so they may override either). An empty
   // data_dir means a fresh temp dir that this object owns and deletes; keep
   // the object alive while restarting other servers on the same dir. Waits up
-  // to 20 s for the "dedupd listening on HOST:PORT" line.
+  // to 20 s for the "dedupd listening on HOST:PORT" line (and, for a group,
+  // up to 20 s more for a leader).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       std::vector<std::string> extra_flags = {}, std::string data_dir = "");
 
@@ -67,6 +75,9 @@ class ServerProcess {
  private:
   ServerProcess() = default;
 
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ServerProcess>>
+  StartGroup(const std::vector<std::string>& extra_flags, std::string data_dir);
+
   // Reads the child's output until EOF; runs on reader_.
   void ReadOutput(int fd);
   // Reaps the child, waiting at most `timeout`; false if it is still running.
@@ -80,6 +91,8 @@ class ServerProcess {
   std::string address_;
   int port_ = 0;
   std::thread reader_;
+  // DEDUP_TEST_CLUSTER: the group's nodes (this object has no child then).
+  std::vector<std::unique_ptr<ServerProcess>> members_;
 
   // Shared with reader_.
   mutable std::mutex mu_;
@@ -105,6 +118,10 @@ struct ProcessResult {
 [[nodiscard]] absl::StatusOr<ProcessResult> RunProcess(
     const std::string& binary, const std::vector<std::string>& args,
     std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+// A TCP port free right now on `ip` (another process could take it before
+// it is bound; the odds are small on a test machine).
+[[nodiscard]] int FreePort(const std::string& ip);
 
 // Creates a fresh directory under $TMPDIR (or /tmp); the caller removes it.
 [[nodiscard]] absl::StatusOr<std::string> MakeTempDir(
