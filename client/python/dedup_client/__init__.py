@@ -3,8 +3,11 @@
     from dedup_client import Client, with_idempotency, idempotent
 
 - Client: typed calls (begin/complete/release/renew/get/forget) returning the
-  protobuf responses; deadlines on every call; retries only UNAVAILABLE with
-  exponential backoff and full jitter.
+  protobuf responses; deadlines on every call; retries UNAVAILABLE with
+  exponential backoff and full jitter. Given the addresses of a replicated
+  group it follows the leader, and retries a call whose outcome is unknown
+  only the safe way (DedupRpcError with outcome_unknown=True when that runs
+  out).
 - CoalescingClient: wraps a Client; concurrent begin/complete calls go as
   BeginBatch/CompleteBatch RPCs (Client.begin_batch / complete_batch send
   batches by hand).
@@ -47,6 +50,7 @@ from dedup_client.idempotency import (
     idempotent,
     with_idempotency,
 )
+from dedup_client.outcome import is_outcome_unknown
 
 __all__ = [
     "Backoff",
@@ -73,6 +77,7 @@ __all__ = [
     "dedup_pb2",
     "dedup_pb2_grpc",
     "idempotent",
+    "is_outcome_unknown",
     "is_retryable_rpc_error",
     "with_idempotency",
 ]

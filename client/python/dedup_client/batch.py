@@ -54,6 +54,16 @@ def item_results(
     return results
 
 
+def renumber(error: DedupRpcError, position: int, index: int) -> DedupRpcError:
+    """The refusal of item `position` of a resent batch as item `index` of
+    the caller's: "items[position]. ..." becomes "items[index]. ..."."""
+    prefix = f"items[{position}]."
+    details = error.details()
+    if position == index or not details.startswith(prefix):
+        return error
+    return DedupRpcError(error.code(), f"items[{index}].{details[len(prefix):]}")
+
+
 def as_unary_error(error: DedupRpcError, index: int) -> DedupRpcError:
     """The refusal of item `index` as its unary call would have raised it: the
     server names the field "items[i].key: ..."; a lone call sent "key: ..."."""

@@ -1,4 +1,5 @@
-"""Typed, retrying client for the dedup.v1.Dedup service.
+"""Typed, retrying client for the dedup.v1.Dedup service, for one dedupd or a
+replicated group.
 
 Every method returns the server's protobuf response (dedup_pb2.*Response).
 Begin/Complete/Release/Renew answers such as IN_USE or STALE_FENCE are OK
@@ -6,13 +7,24 @@ responses, not exceptions: inspect `.status`. gRPC errors are raised as
 grpc.RpcError with the server's code.
 
 Every call carries a deadline (Begin: deadline + its wait_ms, since the server
-may legitimately hold it that long). Only UNAVAILABLE is retried, with
-exponential backoff and full jitter: it is the one code the server uses for
-"nothing happened, try again". Retries resend the identical request, so a
-Begin keeps its owner and a Begin whose answer was lost is re-entered rather
-than seen as IN_USE.
+may legitimately hold it that long). UNAVAILABLE is retried, with exponential
+backoff and full jitter: it is the one code the server uses for "nothing
+happened, try again". Retries resend the identical request, so a Begin keeps
+its owner and a Begin whose answer was lost is re-entered rather than seen as
+IN_USE.
 
-Thread-safe: a Client may be shared by threads (the gRPC channel is). It is
+A replicated group (several addresses): only the leader answers. A
+follower's UNAVAILABLE names the leader (trailing metadata `dedup-leader`);
+the call goes there at once, without a backoff delay and within the same
+attempt's deadline, at most max_leader_hops times per attempt. An
+UNAVAILABLE that names no leader, or a node that cannot be reached, moves on
+to the next address after the backoff delay. The client remembers the
+leader for later calls. A call whose outcome is unknown (ABORTED with
+`dedup-outcome: unknown`, after a leader change) is retried only the safe
+way (see dedup_client.outcome); if that runs out it raises
+DedupRpcError(ABORTED) with outcome_unknown=True.
+
+Thread-safe: a Client may be shared by threads (the gRPC channels are). It is
 not fork-safe: create it after forking.
 """
 
@@ -20,59 +32,82 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import grpc
 
-from dedup_client._proto import dedup_pb2, dedup_pb2_grpc
+from dedup_client._proto import dedup_pb2
 from dedup_client.backoff import Backoff
-from dedup_client.batch import item_results
-from dedup_client.errors import DedupRpcError
+from dedup_client.batch import item_results, renumber
+from dedup_client.errors import DedupRpcError, rpc_code, rpc_details
+from dedup_client.outcome import (
+    after_unknown,
+    is_outcome_unknown,
+    may_retry_unknown,
+    outcome_unknown_error,
+)
+from dedup_client.routing import Router
 
-_Response = TypeVar("_Response")
+Target = Union[str, Sequence[str], grpc.Channel]
 
 
 class Client:
-    """Client for one dedupd address (or an existing channel)."""
+    """Client for one dedupd address, a replicated group's addresses, or an
+    existing channel."""
 
     def __init__(
         self,
-        target: Union[str, grpc.Channel],
+        target: Target,
         deadline_s: float = 5.0,
         max_attempts: int = 5,
         backoff_base_s: float = 0.05,
         backoff_cap_s: float = 2.0,
         *,
+        max_leader_hops: int = 3,
+        channel_factory: Optional[Callable[[str], grpc.Channel]] = None,
         uniform01: Callable[[], float] = random.random,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """target: "host:port" (plaintext channel, owned and closed by close())
-        or a grpc.Channel with any credentials (shared, left open).
+        """target: "host:port", a list of them (the nodes of a replicated
+        group; the first is tried first), or a grpc.Channel with any
+        credentials (shared, left open). Channels to addresses are opened by
+        channel_factory (default grpc.insecure_channel), on first use, and
+        closed by close(); a leader named by a follower gets one too. A
+        given grpc.Channel follows such a redirect only with a
+        channel_factory.
 
-        deadline_s: per-attempt deadline. max_attempts counts the first try.
-        uniform01 and sleep are injectable so tests can pin the jitter.
+        deadline_s: per-attempt deadline (leader hops within an attempt share
+        it). max_attempts counts the first try. max_leader_hops: redirects
+        followed per attempt. uniform01 and sleep are injectable so tests
+        can pin the jitter.
         """
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         if deadline_s <= 0:
             raise ValueError("deadline_s must be positive")
-        if isinstance(target, str):
-            self._channel: grpc.Channel = grpc.insecure_channel(target)
-            self._owns_channel = True
-        else:
-            self._channel = target
-            self._owns_channel = False
-        self._stub = dedup_pb2_grpc.DedupStub(self._channel)
+        if max_leader_hops < 0:
+            raise ValueError("max_leader_hops must not be negative")
+        self._router = Router(target, channel_factory)
         self.deadline_s = deadline_s
         self.max_attempts = max_attempts
+        self.max_leader_hops = max_leader_hops
         self.backoff = Backoff(backoff_base_s, backoff_cap_s)
         self._uniform01 = uniform01
         self._sleep = sleep
 
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """The addresses given ("" for a given channel)."""
+        return self._router.addresses
+
+    def leader_address(self) -> str:
+        """The address calls go to now: the last node that answered as the
+        leader or was named as it ("" for a given channel)."""
+        return self._router.leader()
+
     def close(self) -> None:
-        """Closes the channel if this client created it."""
-        if self._owns_channel:
-            self._channel.close()
+        """Closes the channels this client opened (not a given one)."""
+        self._router.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -94,7 +129,8 @@ class Client:
         """Claims (namespace, key): STARTED, IN_USE, CONFLICT or DUPLICATE.
 
         owner: this attempt's id (a UUID); empty is anonymous (never
-        re-entrant). 0 for lease_ms/ttl_s means the server default; wait_ms > 0
+        re-entrant, so not retried when its outcome is unknown: that raises
+        DedupRpcError with outcome_unknown=True). 0 for lease_ms/ttl_s means the server default; wait_ms > 0
         lets the server wait that long for another owner's outcome.
         """
         request = dedup_pb2.BeginRequest(
@@ -102,7 +138,7 @@ class Client:
             lease_ms=lease_ms, ttl_s=ttl_s, wait_ms=wait_ms,
         )
         return self._call(
-            self._stub.Begin, request, self.deadline_s + wait_ms / 1000.0
+            "Begin", request, self.deadline_s + wait_ms / 1000.0
         )
 
     def complete(
@@ -121,14 +157,14 @@ class Client:
             namespace=namespace, key=key, fence=fence, outcome=outcome,
             result=result, ttl_s=ttl_s,
         )
-        return self._call(self._stub.Complete, request, self.deadline_s)
+        return self._call("Complete", request, self.deadline_s)
 
     def release(
         self, namespace: str, key: str, fence: int
     ) -> dedup_pb2.ReleaseResponse:
         """Gives the claim back (the side effect certainly did not happen)."""
         request = dedup_pb2.ReleaseRequest(namespace=namespace, key=key, fence=fence)
-        return self._call(self._stub.Release, request, self.deadline_s)
+        return self._call("Release", request, self.deadline_s)
 
     def renew(
         self, namespace: str, key: str, fence: int, *, lease_ms: int = 0
@@ -137,17 +173,17 @@ class Client:
         request = dedup_pb2.RenewRequest(
             namespace=namespace, key=key, fence=fence, lease_ms=lease_ms
         )
-        return self._call(self._stub.Renew, request, self.deadline_s)
+        return self._call("Renew", request, self.deadline_s)
 
     def get(self, namespace: str, key: str) -> dedup_pb2.GetResponse:
         """Reads the record without changing it (`.found`, `.record`)."""
         request = dedup_pb2.GetRequest(namespace=namespace, key=key)
-        return self._call(self._stub.Get, request, self.deadline_s)
+        return self._call("Get", request, self.deadline_s)
 
     def forget(self, namespace: str, key: str) -> dedup_pb2.ForgetResponse:
         """Removes the record (administration); fences still never go back."""
         request = dedup_pb2.ForgetRequest(namespace=namespace, key=key)
-        return self._call(self._stub.Forget, request, self.deadline_s)
+        return self._call("Forget", request, self.deadline_s)
 
     def begin_batch(
         self, items: Sequence[dedup_pb2.BeginRequest]
@@ -161,21 +197,23 @@ class Client:
         a transport or request-level failure (e.g. more than the server's
         --max_batch_items). Retried on UNAVAILABLE like begin, so give every
         item an owner: an anonymous Begin resent after the server applied it
-        answers IN_USE.
+        answers IN_USE. Items answered UNAVAILABLE (the node stopped leading
+        before proposing them) or ABORTED (outcome unknown; Begins with an
+        owner only) are sent again as a smaller batch after the backoff
+        delay, within max_attempts; an item whose outcome is still unknown
+        then (or was anonymous) gets DedupRpcError(ABORTED,
+        outcome_unknown=True).
         """
-        request = dedup_pb2.BeginBatchRequest(items=items)
-        response = self._call(self._stub.BeginBatch, request, self.deadline_s)
-        return item_results("BeginBatch", len(items), response.items)
+        return self._batch("BeginBatch", dedup_pb2.BeginBatchRequest, items)
 
     def complete_batch(
         self, items: Sequence[dedup_pb2.CompleteRequest]
     ) -> list[Union[dedup_pb2.CompleteResponse, DedupRpcError]]:
         """Up to 1000 independent Completes in one call, answered like
         begin_batch. Safe to retry: a Complete resent after it was applied
-        answers OK again."""
-        request = dedup_pb2.CompleteBatchRequest(items=items)
-        response = self._call(self._stub.CompleteBatch, request, self.deadline_s)
-        return item_results("CompleteBatch", len(items), response.items)
+        answers OK again (items answered UNAVAILABLE or ABORTED are retried
+        as in begin_batch)."""
+        return self._batch("CompleteBatch", dedup_pb2.CompleteBatchRequest, items)
 
     def retry_delay_s(self, retry: int) -> float:
         """Seconds to wait before retry number `retry` (0 for the first):
@@ -184,32 +222,129 @@ class Client:
 
     def _call(
         self,
-        method: Callable[..., _Response],
-        request: object,
+        method: str,
+        request: Any,
         timeout_s: float,
-    ) -> _Response:
-        last: Optional[grpc.RpcError] = None
+        *,
+        retry_unknown: bool = True,
+    ) -> Any:
+        """Sends `request` to the leader, following redirects and retrying
+        UNAVAILABLE (and, with retry_unknown, an unknown outcome where
+        that is safe) up to max_attempts. Without retry_unknown, an unknown
+        outcome is raised as the server's error (the batch calls handle it
+        item by item)."""
+        last: Optional[BaseException] = None
+        unknown = False  # an earlier attempt's outcome is unknown
         for attempt in range(self.max_attempts):
             if attempt > 0:
                 self._sleep(self.retry_delay_s(attempt - 1))
             try:
-                return method(request, timeout=timeout_s)
+                response = self._attempt(method, request, timeout_s)
+            except grpc.RpcError as e:
+                if is_retryable_rpc_error(e):
+                    last = e
+                    continue
+                if not (retry_unknown and is_outcome_unknown(e)):
+                    if unknown and rpc_code(e) == grpc.StatusCode.ABORTED:
+                        raise outcome_unknown_error(method, e) from e
+                    raise
+                if not may_retry_unknown(request):
+                    raise outcome_unknown_error(method, e) from e
+                unknown = True
+                last = e
+                continue
+            return after_unknown(request, response) if unknown else response
+        assert last is not None
+        if unknown:
+            raise outcome_unknown_error(method, last) from last
+        raise last
+
+    def _attempt(self, method: str, request: Any, timeout_s: float) -> Any:
+        """One attempt: the leader guess, then up to max_leader_hops
+        redirects at once, all within the attempt's deadline. Raises the last
+        UNAVAILABLE (having moved the guess on) or any other error."""
+        deadline = time.monotonic() + timeout_s
+        address = self._router.leader()
+        timeout = timeout_s
+        hops = 0
+        while True:
+            try:
+                response = getattr(self._router.stub(address), method)(
+                    request, timeout=timeout
+                )
             except grpc.RpcError as e:
                 if not is_retryable_rpc_error(e):
                     raise
-                last = e
-        assert last is not None
-        raise last
+                leader = (self._router.redirect(address, e)
+                          if hops < self.max_leader_hops else None)
+                if leader is None:
+                    self._router.failed(address)
+                    raise
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:  # the next attempt goes to the leader
+                    raise
+                address = leader
+                hops += 1
+                continue
+            self._router.follow(address)
+            return response
+
+    def _batch(
+        self, method: str, make_request: Callable[..., Any], items: Sequence[Any]
+    ) -> list[Any]:
+        """A batch call. Items answered UNAVAILABLE (nothing happened: the
+        node stopped leading before proposing them) or ABORTED (outcome
+        unknown, where a resend is safe) go again as a smaller batch after
+        the backoff delay."""
+        results: list[Any] = [None] * len(items)
+        unknown = [False] * len(items)  # per item: an earlier outcome unknown
+        pending = list(range(len(items)))
+        for attempt in range(self.max_attempts):
+            if attempt > 0:
+                self._sleep(self.retry_delay_s(attempt - 1))
+            request = make_request(items=[items[i] for i in pending])
+            try:
+                response = self._call(
+                    method, request, self.deadline_s, retry_unknown=False
+                )
+                answers = item_results(method, len(pending), response.items)
+            except grpc.RpcError as e:
+                if is_outcome_unknown(e):  # every item's
+                    answers = [DedupRpcError(grpc.StatusCode.ABORTED, rpc_details(e))
+                               for _ in pending]
+                elif attempt == 0:
+                    raise
+                else:  # the resent items keep what their first answer said
+                    for i in pending:
+                        results[i] = (outcome_unknown_error(f"{method} items[{i}]", e)
+                                      if unknown[i] else results[i])
+                    return results
+            retry = []
+            for position, (i, answer) in enumerate(zip(pending, answers)):
+                code = answer.code() if isinstance(answer, DedupRpcError) else None
+                if code == grpc.StatusCode.ABORTED:
+                    unknown[i] = True
+                    if not may_retry_unknown(items[i]):
+                        results[i] = outcome_unknown_error(f"{method} items[{i}]", answer)
+                        continue
+                elif code is None:
+                    results[i] = after_unknown(items[i], answer) if unknown[i] else answer
+                    continue
+                elif code != grpc.StatusCode.UNAVAILABLE:
+                    results[i] = renumber(answer, position, i)
+                    continue
+                results[i] = renumber(answer, position, i)
+                retry.append(i)
+            pending = retry
+            if not pending:
+                return results
+        for i in pending:
+            if unknown[i]:
+                results[i] = outcome_unknown_error(f"{method} items[{i}]", results[i])
+        return results
 
 
-def rpc_code(error: BaseException) -> Optional[grpc.StatusCode]:
-    """The gRPC code of a failed call's error (anything with code()), or
-    None for other exceptions."""
-    code = getattr(error, "code", None)
-    return code() if callable(code) else None
-
-
-def is_retryable_rpc_error(error: grpc.RpcError) -> bool:
+def is_retryable_rpc_error(error: BaseException) -> bool:
     """True only for UNAVAILABLE: nothing happened, so a retry is safe.
 
     DEADLINE_EXCEEDED is not retried: the call may have taken effect, and the

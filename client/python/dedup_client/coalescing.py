@@ -13,13 +13,21 @@ grpc.RpcError with the unary call's code and details (an item the server
 refused raises DedupRpcError with "key: ...", without the batch's "items[i]."
 prefix; a failed batch raises a DedupRpcError with the batch's code and
 details to each caller, its own object, with the batch's error as
-__cause__). One difference: an item the server refuses with UNAVAILABLE (it
-is shutting down) is not retried, where a unary call would be. Batches
-use the Client's deadline, attempts and backoff, and are retried on
-UNAVAILABLE with the same owners; a batch refused with RESOURCE_EXHAUSTED (a
-message size limit on either side) goes again item by item. Both resend each
-Begin with its owner, so give every Begin one (an anonymous Begin resent after
-the server applied it answers IN_USE).
+__cause__). Batches use the Client's channels, leader, deadline, attempts
+and backoff: a follower's redirect (UNAVAILABLE with `dedup-leader`) is
+followed at once, at most max_leader_hops times per attempt and within its
+deadline; other UNAVAILABLEs are retried with the same owners at the next
+address. Items the server refused with UNAVAILABLE (nothing happened: it
+stopped leading, or is shutting down) and items whose outcome is unknown
+(ABORTED, or the whole batch ABORTED with `dedup-outcome: unknown`; those
+that may be resent, see dedup_client.outcome) go again as a batch of their
+own; an item whose outcome is still unknown when the attempts run out (or
+that may not be resent) raises DedupRpcError(ABORTED, outcome_unknown=True).
+Every retry waits its backoff delay on a timer thread, never on a gRPC
+thread. A batch refused with RESOURCE_EXHAUSTED (a message size limit on
+either side) goes again item by item. All resend each Begin with its owner,
+so give every Begin one (an anonymous Begin resent after the server applied
+it answers IN_USE).
 
 Begins that wait (wait_ms > 0) cannot be batched and go through the Client;
 release, renew, get and forget do too, so a CoalescingClient can stand in for
@@ -40,16 +48,22 @@ was answered; it then closes the Client only if it made it (from a target).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, Callable, Generic, Optional, TypeVar, Union
+from typing import Any, Callable, Generic, Optional, Sequence, TypeVar, Union
 
 import grpc
 
 from dedup_client._proto import dedup_pb2
 from dedup_client.batch import MAX_BATCH_BYTES, as_unary_error, item_results
-from dedup_client.client import Client, is_retryable_rpc_error, rpc_code
-from dedup_client.errors import DedupRpcError
+from dedup_client.client import Client, is_retryable_rpc_error
+from dedup_client.errors import DedupRpcError, rpc_code, rpc_details
+from dedup_client.outcome import (
+    is_outcome_unknown,
+    may_retry_unknown,
+    outcome_unknown_error,
+)
 
 _Answer = TypeVar("_Answer")
 
@@ -64,14 +78,15 @@ class CoalescingClient:
 
     def __init__(
         self,
-        client: Union[str, Client],
+        client: Union[str, Sequence[str], Client],
         *,
         max_batch_items: int = 256,
         max_batches_in_flight: int = 2,
     ) -> None:
-        """client: supplies the channel, deadline, attempts and backoff; a
-        Client is shared (left open by close()), a "host:port" target gets a
-        Client(target) of its own. max_batch_items: 1..1000 items per batch.
+        """client: supplies the channels, leader, deadline, attempts and
+        backoff; a Client is shared (left open by close()), a "host:port"
+        target or a list of them gets a Client(target) of its own.
+        max_batch_items: 1..1000 items per batch.
         max_batches_in_flight: batches of one kind (Begin or Complete) on the
         wire at once; 1 gives the largest batches, more lets a batch leave
         while the server still works on the previous one."""
@@ -79,16 +94,15 @@ class CoalescingClient:
             raise ValueError(f"max_batch_items must be in 1..{_MAX_ITEMS_LIMIT}")
         if max_batches_in_flight < 1:
             raise ValueError("max_batches_in_flight must be at least 1")
-        self._owns_client = isinstance(client, str)
-        self.client = Client(client) if isinstance(client, str) else client
+        self._owns_client = not isinstance(client, Client)
+        self.client = client if isinstance(client, Client) else Client(client)
         self._outstanding = _Outstanding()
-        stub = self.client._stub  # noqa: SLF001 - same package, same channel
         self._begins: _Lane[dedup_pb2.BeginResponse] = _Lane(
-            "BeginBatch", stub.BeginBatch, dedup_pb2.BeginBatchRequest,
+            "BeginBatch", dedup_pb2.BeginBatchRequest,
             self.client, max_batch_items, max_batches_in_flight, self._outstanding,
         )
         self._completes: _Lane[dedup_pb2.CompleteResponse] = _Lane(
-            "CompleteBatch", stub.CompleteBatch, dedup_pb2.CompleteBatchRequest,
+            "CompleteBatch", dedup_pb2.CompleteBatchRequest,
             self.client, max_batch_items, max_batches_in_flight, self._outstanding,
         )
 
@@ -222,12 +236,24 @@ class _Outstanding:
 
 
 class _Batch:
-    __slots__ = ("requests", "futures", "size")
+    __slots__ = ("requests", "futures", "unknown", "size", "address", "deadline",
+                 "hops")
 
     def __init__(self) -> None:
         self.requests: list[Any] = []
         self.futures: list[Future] = []
+        # Per item: an earlier send's outcome is unknown, so a later failure
+        # must not read as "nothing happened".
+        self.unknown: list[bool] = []
         self.size = 0
+        self.address = ""  # where the current attempt went
+        self.deadline = 0.0  # the current attempt's, time.monotonic()
+        self.hops = 0  # redirects followed in the current attempt
+
+    def add(self, request: Any, future: Future, unknown: bool = False) -> None:
+        self.requests.append(request)
+        self.futures.append(future)
+        self.unknown.append(unknown)
 
 
 class _Lane(Generic[_Answer]):
@@ -236,7 +262,6 @@ class _Lane(Generic[_Answer]):
     def __init__(
         self,
         method: str,
-        rpc: Any,
         make_request: Callable[..., Any],
         client: Client,
         max_items: int,
@@ -244,9 +269,10 @@ class _Lane(Generic[_Answer]):
         outstanding: _Outstanding,
     ) -> None:
         self._method = method
-        self._rpc = rpc
+        self._unary = method[: -len("Batch")]  # as callers know the call
         self._make_request = make_request
         self._client = client
+        self._router = client._router  # noqa: SLF001 - same package, same channels
         self._max_items = max_items
         self._max_in_flight = max_in_flight
         self._outstanding = outstanding
@@ -270,14 +296,15 @@ class _Lane(Generic[_Answer]):
                     or (last.size > 0 and last.size + size > MAX_BATCH_BYTES)):
                 last = _Batch()
                 self._queue.append(last)
-            last.requests.append(request)
-            last.futures.append(future)
+            last.add(request, future)
             last.size += size
             ready = self._take_ready_locked()
-        self._send_all([(batch, 0) for batch in ready])
+        self._send_all([(batch, 0, False) for batch in ready])
         return future
 
-    def _send_all(self, batches: list[tuple[_Batch, int]]) -> None:
+    def _send_all(self, batches: list[tuple[_Batch, int, bool]]) -> None:
+        """Sends each (batch, attempt, hop): a hop goes to batch.address
+        within the attempt's deadline, else a new attempt to the leader."""
         work = getattr(self._sending, "work", None)
         if work is not None:  # an outer _send_all on this thread sends them
             work.extend(batches)
@@ -285,8 +312,8 @@ class _Lane(Generic[_Answer]):
         work = self._sending.work = list(batches)
         try:
             while work:
-                batch, attempt = work.pop(0)
-                self._send(batch, attempt)
+                batch, attempt, hop = work.pop(0)
+                self._send(batch, attempt, hop)
         finally:
             self._sending.work = None
 
@@ -297,36 +324,43 @@ class _Lane(Generic[_Answer]):
             self._in_flight += 1
         return ready
 
-    def _send(self, batch: _Batch, attempt: int) -> None:
+    def _send(self, batch: _Batch, attempt: int, hop: bool) -> None:
         try:
-            call = self._rpc.future(
-                self._make_request(items=batch.requests),
-                timeout=self._client.deadline_s,
+            if hop:
+                timeout = batch.deadline - time.monotonic()
+            else:
+                timeout = self._client.deadline_s
+                batch.address = self._router.leader()
+                batch.deadline = time.monotonic() + timeout
+                batch.hops = 0
+            address = batch.address
+            rpc = getattr(self._router.stub(address), self._method)
+            call = rpc.future(self._make_request(items=batch.requests), timeout=timeout)
+            call.add_done_callback(
+                lambda done: self._on_done(batch, attempt, address, done)
             )
-            call.add_done_callback(lambda done: self._on_done(batch, attempt, done))
         except Exception as error:  # noqa: BLE001 - handed to the callers
             try:
                 self._fail(batch, error)
             finally:
                 self._release_slot()
 
-    def _on_done(self, batch: _Batch, attempt: int, call: Any) -> None:
+    def _on_done(self, batch: _Batch, attempt: int, address: str, call: Any) -> None:
         # Runs on a gRPC thread: it must not block, and must answer every
         # caller whatever happens.
         keeps_slot = False
         try:
             error = call.exception()
             if error is None:
-                self._deliver(batch, call.result())
-            elif (is_retryable_rpc_error(error)
-                  and attempt + 1 < self._client.max_attempts):
-                timer = threading.Timer(
-                    self._client.retry_delay_s(attempt),
-                    self._send_all, ([(batch, attempt + 1)],),
+                self._router.follow(address)
+                keeps_slot = self._deliver(batch, attempt, call.result())
+            elif is_retryable_rpc_error(error):
+                keeps_slot = self._unavailable(batch, attempt, address, error)
+            elif is_outcome_unknown(error):  # every item's, then
+                aborted = DedupRpcError(grpc.StatusCode.ABORTED, rpc_details(error))
+                keeps_slot = self._settle_items(
+                    batch, attempt, [aborted] * len(batch.requests)
                 )
-                timer.daemon = True
-                timer.start()
-                keeps_slot = True  # the retry goes out in this batch's slot
             elif (rpc_code(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
                   and len(batch.requests) > 1):
                 self._send_alone(batch)
@@ -338,40 +372,99 @@ class _Lane(Generic[_Answer]):
             if not keeps_slot:
                 self._release_slot()
 
-    def _deliver(self, batch: _Batch, response: Any) -> None:
+    def _unavailable(
+        self, batch: _Batch, attempt: int, address: str, error: BaseException
+    ) -> bool:
+        """A follower's redirect is followed at once (a gRPC call is started
+        here, which does not block); otherwise the batch is retried after the
+        backoff delay on a timer thread. True when the batch keeps its slot."""
+        leader = (self._router.redirect(address, error)
+                  if batch.hops < self._client.max_leader_hops else None)
+        if leader is None:
+            self._router.failed(address)
+        elif batch.deadline > time.monotonic():
+            batch.address = leader
+            batch.hops += 1
+            self._send_all([(batch, attempt, True)])
+            return True
+        if attempt + 1 < self._client.max_attempts:
+            self._retry_later(batch, attempt)
+            return True
+        self._fail(batch, error)
+        return False
+
+    def _retry_later(self, batch: _Batch, attempt: int) -> None:
+        """Sends `batch` again (to the leader, as attempt + 1) after the
+        backoff delay, from a timer thread: never sleeps on a gRPC thread."""
+        timer = threading.Timer(
+            self._client.retry_delay_s(attempt),
+            self._send_all, ([(batch, attempt + 1, False)],),
+        )
+        timer.daemon = True
+        timer.start()
+
+    def _deliver(self, batch: _Batch, attempt: int, response: Any) -> bool:
         try:
             results = item_results(self._method, len(batch.requests), response.items)
         except DedupRpcError as error:
             self._fail(batch, error)
-            return
-        for index, (future, result) in enumerate(zip(batch.futures, results)):
-            if isinstance(result, DedupRpcError):
-                _settle(future, error=as_unary_error(result, index))
-            else:
+            return False
+        return self._settle_items(batch, attempt, results)
+
+    def _settle_items(self, batch: _Batch, attempt: int, results: list[Any]) -> bool:
+        """Answers each caller. Items answered UNAVAILABLE (the node stopped
+        leading before proposing them) or ABORTED (outcome unknown, where a
+        resend is safe) go again as one batch after the backoff delay, in
+        this batch's slot (True: the slot is kept)."""
+        retry = _Batch()
+        last_try = attempt + 1 >= self._client.max_attempts
+        for index, (request, future, unknown, result) in enumerate(
+                zip(batch.requests, batch.futures, batch.unknown, results)):
+            code = result.code() if isinstance(result, DedupRpcError) else None
+            if code is None:
                 _settle(future, result=result)
+            elif code == grpc.StatusCode.ABORTED:
+                if may_retry_unknown(request) and not last_try:
+                    retry.add(request, future, unknown=True)
+                else:
+                    _settle(future, error=outcome_unknown_error(self._unary, result))
+            elif code == grpc.StatusCode.UNAVAILABLE and not last_try:
+                retry.add(request, future, unknown)
+            elif unknown:
+                _settle(future, error=outcome_unknown_error(self._unary, result))
+            else:
+                _settle(future, error=as_unary_error(result, index))
+        if not retry.requests:
+            return False
+        self._retry_later(retry, attempt)
+        return True
 
     def _send_alone(self, batch: _Batch) -> None:
         """Each item as a batch of its own, as its unary call would have gone
         (say, several DUPLICATEs with large results overflowed the answer)."""
         singles = []
-        for request, future in zip(batch.requests, batch.futures):
+        for request, future, unknown in zip(batch.requests, batch.futures, batch.unknown):
             single = _Batch()
-            single.requests.append(request)
-            single.futures.append(future)
+            single.add(request, future, unknown)
             singles.append(single)
         with self._lock:
             self._in_flight += len(singles)
-        self._send_all([(single, 0) for single in singles])
+        self._send_all([(single, 0, False) for single in singles])
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
-        for future in batch.futures:
-            _settle(future, error=_own_copy(error))
+        """Fails every caller of `batch`; one whose earlier send's outcome is
+        unknown gets the outcome-unknown error, never "nothing happened"."""
+        for future, unknown in zip(batch.futures, batch.unknown):
+            if unknown and rpc_code(error) is not None:
+                _settle(future, error=outcome_unknown_error(self._unary, error))
+            else:
+                _settle(future, error=_own_copy(error))
 
     def _release_slot(self) -> None:
         with self._lock:
             self._in_flight -= 1
             ready = self._take_ready_locked()
-        self._send_all([(batch, 0) for batch in ready])
+        self._send_all([(batch, 0, False) for batch in ready])
 
 
 def _own_copy(error: BaseException) -> BaseException:
@@ -381,9 +474,7 @@ def _own_copy(error: BaseException) -> BaseException:
     code = rpc_code(error)
     if code is None:
         return error
-    details = getattr(error, "details", None)
-    text = details() if callable(details) else None
-    copy = DedupRpcError(code, text if text is not None else str(error))
+    copy = DedupRpcError(code, rpc_details(error))
     copy.__cause__ = error
     return copy
 

@@ -2,7 +2,8 @@
 
 gRPC failures are not wrapped: they surface as grpc.RpcError with the
 server's code (UNAVAILABLE only after the client's retries), like the C++
-client returns them with their code unchanged.
+client returns them with their code unchanged. The one exception is a call
+whose outcome is unknown: DedupRpcError(ABORTED, outcome_unknown=True).
 """
 
 from __future__ import annotations
@@ -10,6 +11,20 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import grpc
+
+
+def rpc_code(error: BaseException) -> Optional[grpc.StatusCode]:
+    """The gRPC code of a failed call's error (anything with code()), or
+    None for other exceptions."""
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
+def rpc_details(error: BaseException) -> str:
+    """A failed call's details(), or its text when it has no details()."""
+    details = getattr(error, "details", None)
+    text = details() if callable(details) else None
+    return text if text is not None else str(error)
 
 
 class DedupError(Exception):
@@ -102,14 +117,25 @@ class InUseTimeoutError(DedupError, TimeoutError):
 
 class DedupRpcError(grpc.RpcError):
     """A gRPC error the client reports without a failed RPC of its own: one
-    item of a batch that the server refused, or a batch answer that cannot be
-    trusted (INTERNAL). It has code() and details() like the grpc.RpcError of
-    a failed call, so `except grpc.RpcError` code handles both alike."""
+    item of a batch that the server refused, a batch answer that cannot be
+    trusted (INTERNAL), or a call whose outcome is unknown. It has code() and
+    details() like the grpc.RpcError of a failed call, so
+    `except grpc.RpcError` code handles both alike.
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    outcome_unknown is True (with code ABORTED) when the call may or may not
+    have taken effect: a leader lost its leadership after proposing it and
+    the safe retries ran out (or none was safe, e.g. a Begin without an
+    owner). Do not treat it as "nothing happened": read the record back
+    (get), or retry a Begin with the same owner, a Complete with the same
+    fence and result."""
+
+    def __init__(
+        self, code: grpc.StatusCode, details: str, *, outcome_unknown: bool = False
+    ) -> None:
         super().__init__(f"{code.name}: {details}")
         self._code = code
         self._details = details
+        self.outcome_unknown = outcome_unknown
 
     def code(self) -> grpc.StatusCode:
         return self._code

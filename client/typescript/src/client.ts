@@ -1,9 +1,11 @@
-// DedupClient: typed, promise-based calls to dedup.v1.Dedup with a deadline
-// on every attempt and retries on UNAVAILABLE only.
+// DedupClient: typed, promise-based calls to dedup.v1.Dedup, on one dedupd
+// or a replicated group (following its leader), with a deadline on every
+// attempt, retries on UNAVAILABLE, and safe retries of operations whose
+// outcome is unknown.
 import {
   type ChannelCredentials,
   type ChannelOptions,
-  Client as GrpcClient,
+  type Client as GrpcClient,
   credentials as grpcCredentials,
   Metadata,
   type ServiceError,
@@ -11,15 +13,18 @@ import {
 } from '@grpc/grpc-js';
 
 import { type BackoffOptions, DEFAULT_BACKOFF } from './backoff.js';
+import { sendWithItemRetries } from './batch-retry.js';
 import { type CoalesceOptions, Coalescer } from './coalescer.js';
+import { Endpoints, parseAddresses } from './endpoints.js';
 import { DedupRpcError, grpcCodeName } from './errors.js';
+import { type FailoverPolicy, type Invoked, invoke, type OnUnknownOutcome } from './failover.js';
 import {
   type IdempotencyOptions,
   type IdempotencyResult,
   type IdempotentFunction,
   withIdempotency,
 } from './idempotency.js';
-import { retryUnavailable, type RetryPolicy, sleep } from './retry.js';
+import { sleep } from './retry.js';
 import type {
   BatchItemResult,
   BeginBatchItem,
@@ -40,15 +45,27 @@ import type {
 import * as wire from './wire.js';
 
 export interface DedupClientOptions {
-  /** host:port of dedupd, e.g. "127.0.0.1:50051". */
-  readonly address: string;
+  /**
+   * host:port of dedupd, e.g. "127.0.0.1:50051", or of every node of a
+   * replicated group separated by commas ("10.0.0.1:50051,10.0.0.2:50051,...").
+   */
+  readonly address?: string;
+  /** The nodes of a replicated group (instead of, or added to, `address`). Calls go to the leader. */
+  readonly addresses?: readonly string[];
   /** Default: insecure (plaintext), as dedupd serves today. */
   readonly credentials?: ChannelCredentials;
   readonly channelOptions?: ChannelOptions;
   /** Deadline of each attempt in ms; Begin adds its waitMs. Default 5000. */
   readonly deadlineMs?: number;
-  /** Attempts per call counting the first; only UNAVAILABLE is retried. Default 5. */
+  /**
+   * Attempts per call counting the first; UNAVAILABLE and unknown outcomes
+   * (where a retry is safe) are retried. Default 5. A leader election takes
+   * about a second: for a replicated group, allow retries to span that
+   * (e.g. 10 with the default backoff).
+   */
   readonly maxAttempts?: number;
+  /** Redirects to the leader a follower names, followed at once within one attempt. Default 3. */
+  readonly maxRedirects?: number;
   /** Delay before retry n is random(0, min(capMs, baseMs * 2^n)). Default base 50 ms, cap 2 s. */
   readonly backoff?: BackoffOptions;
   /** Uniform in [0, 1). Injectable for tests; default Math.random. */
@@ -72,27 +89,39 @@ export interface DedupClientOptions {
 }
 
 /**
- * One connection to dedupd, safe to share by every request of a process.
- * Every method resolves with the server's answer, which may be any answer
- * status (IN_USE, STALE_FENCE, ... are answers, not errors), and rejects with
- * DedupRpcError for gRPC errors.
+ * Connections to dedupd (one node, or every node of a replicated group), safe
+ * to share by every request of a process. Every method resolves with the
+ * server's answer, which may be any answer status (IN_USE, STALE_FENCE, ...
+ * are answers, not errors), and rejects with DedupRpcError for gRPC errors;
+ * `outcomeUnknown` on it means the operation may have taken effect.
+ *
+ * In a group, calls go to the last leader a follower named (UNAVAILABLE with
+ * trailing metadata `dedup-leader`: the attempt follows it at once), else to
+ * the next address after one that failed. An attempt whose outcome is
+ * unknown (ABORTED with `dedup-outcome: unknown`) is retried the safe way:
+ * Begin with the same owner (re-entrant), Complete with the same fence,
+ * outcome and result, Renew and Get as they are, Release too (a retry that
+ * finds the claim gone reports it released: OK). Not retried after an
+ * unknown outcome: a Begin without an owner (it could not re-enter its
+ * claim) and Forget (a retry could not tell whether the record existed).
  */
 export class DedupClient {
-  private readonly channel: GrpcClient;
+  private readonly endpoints: Endpoints;
   private readonly deadlineMs: number;
-  private readonly retryPolicy: RetryPolicy;
+  private readonly retryPolicy: FailoverPolicy;
   private readonly begins?: Coalescer<wire.BeginRequestWire, BeginResponse>;
   private readonly completes?: Coalescer<wire.CompleteRequestWire, CompleteResponse>;
 
   constructor(options: DedupClientOptions) {
-    this.channel = new GrpcClient(
-      options.address,
+    this.endpoints = new Endpoints(
+      parseAddresses(options.address, options.addresses),
       options.credentials ?? grpcCredentials.createInsecure(),
       options.channelOptions ?? {},
     );
     this.deadlineMs = options.deadlineMs ?? 5000;
     this.retryPolicy = {
       maxAttempts: options.maxAttempts ?? 5,
+      maxRedirects: options.maxRedirects ?? 3,
       backoff: options.backoff ?? DEFAULT_BACKOFF,
       random: options.random ?? Math.random,
       sleep: options.sleep ?? sleep,
@@ -116,8 +145,10 @@ export class DedupClient {
     const req = wire.beginRequestToWire(request);
     if (this.begins !== undefined && req.wait_ms === 0 && options === undefined) return this.begins.submit(req);
     // The server may legitimately hold a Begin for wait_ms before answering.
-    const res = await this.call<wire.BeginRequestWire, wire.BeginResponseWire>('Begin', req, options, req.wait_ms);
-    return wire.beginResponseFromWire(res);
+    // Only a Begin with an owner re-enters its claim when sent again.
+    const onUnknown = req.owner !== '' ? 'retry' : 'fail';
+    const res = await this.call<wire.BeginRequestWire, wire.BeginResponseWire>('Begin', req, options, req.wait_ms, onUnknown);
+    return wire.beginResponseFromWire(res.value);
   }
 
   /** Records the outcome of the execution holding `fence`. */
@@ -125,35 +156,43 @@ export class DedupClient {
     const req = wire.completeRequestToWire(request);
     if (this.completes !== undefined && options === undefined) return this.completes.submit(req);
     const res = await this.call<wire.CompleteRequestWire, wire.CompleteResponseWire>('Complete', req, options);
-    return wire.completeResponseFromWire(res);
+    return wire.completeResponseFromWire(res.value);
   }
 
-  /** Gives a claim back when its side effect certainly did not happen. */
+  /**
+   * Gives a claim back when its side effect certainly did not happen. When an
+   * attempt's outcome was unknown and the retry finds no claim (NOT_FOUND),
+   * that attempt released it: the answer is OK.
+   */
   async release(request: ReleaseRequest, options?: CallOptions): Promise<ReleaseResponse> {
     const req = wire.releaseRequestToWire(request);
     const res = await this.call<wire.ReleaseRequestWire, wire.ReleaseResponseWire>('Release', req, options);
-    return wire.releaseResponseFromWire(res);
+    const answer = wire.releaseResponseFromWire(res.value);
+    return res.afterUnknownOutcome && answer.status === 'NOT_FOUND' ? { ...answer, status: 'OK' } : answer;
   }
 
   /** Extends the lease of the execution holding `fence`. */
   async renew(request: RenewRequest, options?: CallOptions): Promise<RenewResponse> {
     const req = wire.renewRequestToWire(request);
     const res = await this.call<wire.RenewRequestWire, wire.RenewResponseWire>('Renew', req, options);
-    return wire.renewResponseFromWire(res);
+    return wire.renewResponseFromWire(res.value);
   }
 
   /** Reads a record without changing it. */
   async get(request: KeyRequest, options?: CallOptions): Promise<GetResponse> {
     const req = wire.keyRequestToWire(request);
     const res = await this.call<wire.KeyRequestWire, wire.GetResponseWire>('Get', req, options);
-    return wire.getResponseFromWire(res);
+    return wire.getResponseFromWire(res.value);
   }
 
-  /** Removes a record (administration). */
+  /**
+   * Removes a record (administration). Not retried after an unknown outcome
+   * (a retry's `existed` could not be trusted): rejects with `outcomeUnknown`.
+   */
   async forget(request: KeyRequest, options?: CallOptions): Promise<ForgetResponse> {
     const req = wire.keyRequestToWire(request);
-    const res = await this.call<wire.KeyRequestWire, wire.ForgetResponseWire>('Forget', req, options);
-    return wire.forgetResponseFromWire(res);
+    const res = await this.call<wire.KeyRequestWire, wire.ForgetResponseWire>('Forget', req, options, 0, 'fail');
+    return wire.forgetResponseFromWire(res.value);
   }
 
   /**
@@ -164,13 +203,19 @@ export class DedupClient {
    * like begin: every attempt re-sends each item with its owner, so give each
    * item its own owner and an item claimed by an attempt whose answer was lost
    * is re-entered (STARTED, same fence) rather than answered IN_USE. Anonymous
-   * items cannot re-enter.
+   * items cannot re-enter. Items refused with UNAVAILABLE, or with ABORTED
+   * (outcome unknown) where they have an owner, are sent again on their own
+   * (up to maxAttempts rounds); one whose outcome stays unknown gets an error
+   * result with `outcomeUnknown: true`.
    */
   async beginBatch(items: readonly BeginBatchItem[], options?: CallOptions): Promise<BatchItemResult<BeginResponse>[]> {
     return this.sendBeginBatch(wire.beginBatchRequestToWire(items).items, options);
   }
 
-  /** Up to 1000 independent Completes in one call, answered like beginBatch. Safe to retry: Complete is idempotent. */
+  /**
+   * Up to 1000 independent Completes in one call, answered and retried like
+   * beginBatch. Safe to retry, items included: Complete is idempotent.
+   */
   async completeBatch(
     items: readonly CompleteBatchItem[],
     options?: CallOptions,
@@ -183,52 +228,84 @@ export class DedupClient {
     return withIdempotency(this, options, fn);
   }
 
-  /** Closes the channel; calls in progress fail. */
+  /**
+   * Where calls go first: the last leader a follower named, else the address
+   * tried last (with one address, that address).
+   */
+  get currentAddress(): string {
+    return this.endpoints.current;
+  }
+
+  /** Closes every channel; calls in progress fail. */
   close(): void {
-    this.channel.close();
+    this.endpoints.close();
   }
 
-  private async sendBeginBatch(
-    items: wire.BeginRequestWire[],
-    options?: CallOptions,
-  ): Promise<BatchItemResult<BeginResponse>[]> {
-    // No extra deadline: batch items never wait.
-    const res = await this.call<wire.BeginBatchRequestWire, wire.BeginBatchResponseWire>('BeginBatch', { items }, options);
-    return wire.beginBatchResponseFromWire(res, items.length);
+  private sendBeginBatch(items: wire.BeginRequestWire[], options?: CallOptions): Promise<BatchItemResult<BeginResponse>[]> {
+    return sendWithItemRetries(
+      this.retryPolicy,
+      items,
+      (item) => item.owner !== '',
+      async (subset) => {
+        // No extra deadline: batch items never wait.
+        const res = await this.call<wire.BeginBatchRequestWire, wire.BeginBatchResponseWire>(
+          'BeginBatch',
+          { items: subset },
+          options,
+          0,
+          'fail',
+        );
+        return wire.beginBatchResponseFromWire(res.value, subset.length);
+      },
+    );
   }
 
-  private async sendCompleteBatch(
+  private sendCompleteBatch(
     items: wire.CompleteRequestWire[],
     options?: CallOptions,
   ): Promise<BatchItemResult<CompleteResponse>[]> {
-    const res = await this.call<wire.CompleteBatchRequestWire, wire.CompleteBatchResponseWire>(
-      'CompleteBatch',
-      { items },
-      options,
+    return sendWithItemRetries(
+      this.retryPolicy,
+      items,
+      () => true,
+      async (subset) => {
+        const res = await this.call<wire.CompleteBatchRequestWire, wire.CompleteBatchResponseWire>(
+          'CompleteBatch',
+          { items: subset },
+          options,
+          0,
+          'fail',
+        );
+        return wire.completeBatchResponseFromWire(res.value, subset.length);
+      },
     );
-    return wire.completeBatchResponseFromWire(res, items.length);
   }
 
+  /**
+   * One call with the client's retries and leader following (failover.ts).
+   * Batches pass 'fail': their items are retried one by one (batch-retry.ts).
+   */
   private call<Req extends object, Res extends object>(
     name: wire.MethodName,
     request: Req,
     options: CallOptions | undefined,
     extraDeadlineMs = 0,
-  ): Promise<Res> {
+    onUnknown: OnUnknownOutcome = 'retry',
+  ): Promise<Invoked<Res>> {
     const method = wire.methodDefinition<Req, Res>(name);
     const perAttemptMs = (options?.deadlineMs ?? this.deadlineMs) + extraDeadlineMs;
     // The request object (and so a Begin's owner, or every BeginBatch item's)
     // is the same on every attempt: a retried Begin whose first answer was
     // lost is re-entered.
-    return retryUnavailable(this.retryPolicy, () =>
+    return invoke(this.endpoints, this.retryPolicy, name, perAttemptMs, onUnknown, (channel: GrpcClient, deadline: number) =>
       new Promise<Res>((resolve, reject) => {
-        this.channel.makeUnaryRequest(
+        channel.makeUnaryRequest(
           method.path,
           method.requestSerialize,
           method.responseDeserialize,
           request,
           new Metadata(),
-          { deadline: Date.now() + perAttemptMs },
+          { deadline },
           (error: ServiceError | null, response?: Res) => {
             if (error !== null) reject(rpcError(name, error));
             else if (response === undefined) reject(new DedupRpcError(name, GrpcStatus.INTERNAL, 'INTERNAL', 'empty response'));
@@ -240,6 +317,19 @@ export class DedupClient {
   }
 }
 
+/** The error with what its trailing metadata says: the leader's address, an unknown outcome. */
 function rpcError(method: string, error: ServiceError): DedupRpcError {
-  return new DedupRpcError(method, error.code, grpcCodeName(error.code), error.details, { cause: error });
+  const leader = trailer(error, 'dedup-leader');
+  const outcomeUnknown = error.code === GrpcStatus.ABORTED && trailer(error, 'dedup-outcome') === 'unknown';
+  return new DedupRpcError(method, error.code, grpcCodeName(error.code), error.details, {
+    cause: error,
+    outcomeUnknown,
+    ...(leader !== undefined && leader !== '' && { leader }),
+  });
+}
+
+function trailer(error: ServiceError, key: string): string | undefined {
+  // Absent on errors made by the client itself (e.g. a refused connection).
+  const value = (error.metadata as Metadata | undefined)?.get(key)[0];
+  return value === undefined ? undefined : value.toString();
 }

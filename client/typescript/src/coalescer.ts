@@ -6,7 +6,10 @@
 // Each caller gets the answer or error a unary call would have given.
 // A batch closes at maxBatchItems or 3 MiB of requests; one refused with
 // RESOURCE_EXHAUSTED (a message size limit on either side) is sent again item
-// by item, each Begin with its owner.
+// by item, each Begin with its owner. Leader following and the retries of
+// refused items (UNAVAILABLE, unknown outcomes) are `send`'s: the client's
+// batch calls do both, so a caller whose item's outcome stays unknown gets
+// the DedupRpcError (ABORTED, outcomeUnknown) its unary call would have.
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
 import { DedupRpcError, grpcCodeName } from './errors.js';
@@ -129,7 +132,10 @@ export class Coalescer<WireItem, Answer> {
       // Each caller's own error, named after its unary call.
       waiter.reject(
         error instanceof DedupRpcError
-          ? new DedupRpcError(this.method, error.code, error.codeName, error.details, { cause: error })
+          ? new DedupRpcError(this.method, error.code, error.codeName, error.details, {
+              cause: error,
+              outcomeUnknown: error.outcomeUnknown,
+            })
           : error,
       );
     }
@@ -147,7 +153,11 @@ export class Coalescer<WireItem, Answer> {
         // one request, so it gets the unary message "<field>: ...".
         const prefix = `items[${i}].`;
         const details = result.message.startsWith(prefix) ? result.message.slice(prefix.length) : result.message;
-        waiter.reject(new DedupRpcError(this.method, result.code, grpcCodeName(result.code), details));
+        waiter.reject(
+          new DedupRpcError(this.method, result.code, grpcCodeName(result.code), details, {
+            outcomeUnknown: result.outcomeUnknown === true,
+          }),
+        );
       }
     });
   }

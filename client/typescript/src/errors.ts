@@ -9,9 +9,30 @@ export function grpcCodeName(code: number): string {
   return GrpcStatus[code] ?? `CODE_${code}`;
 }
 
-/** A gRPC call failed (after the client's UNAVAILABLE retries, if any). */
+/** What a DedupRpcError learned from the server's trailing metadata. */
+export interface DedupRpcErrorOptions {
+  readonly cause?: unknown;
+  /**
+   * The operation may or may not have taken effect (the server's ABORTED
+   * with `dedup-outcome: unknown`, or a later attempt's failure after one).
+   */
+  readonly outcomeUnknown?: boolean;
+  /** A follower's `dedup-leader`: the leader's host:port. */
+  readonly leader?: string;
+}
+
+/**
+ * A gRPC call failed (after the client's retries, if any). When
+ * `outcomeUnknown` is true the code is ABORTED and the operation may or may
+ * not have taken effect: it is never reported as UNAVAILABLE ("nothing
+ * happened") once an attempt's outcome was unknown.
+ */
 export class DedupRpcError extends Error {
   override readonly name = 'DedupRpcError';
+  /** True when the operation may have taken effect although the call failed. */
+  readonly outcomeUnknown: boolean;
+  /** The leader a follower named (trailing metadata `dedup-leader`), if any. */
+  readonly leader: string | undefined;
   constructor(
     /** The dedup.v1 method, e.g. "Begin". */
     readonly method: string,
@@ -21,10 +42,17 @@ export class DedupRpcError extends Error {
     readonly codeName: string,
     /** The server's message (for INVALID_ARGUMENT: "<field>: <rule>"). */
     readonly details: string,
-    options?: { cause?: unknown },
+    options: DedupRpcErrorOptions = {},
   ) {
-    super(`dedup ${method}: ${codeName}: ${details}`, options);
+    super(`dedup ${method}: ${codeName}: ${details}`, 'cause' in options ? { cause: options.cause } : undefined);
+    this.outcomeUnknown = options.outcomeUnknown ?? false;
+    this.leader = options.leader;
   }
+}
+
+/** True for a DedupRpcError whose operation may or may not have taken effect. */
+export function isOutcomeUnknown(error: unknown): boolean {
+  return error instanceof DedupRpcError && error.outcomeUnknown;
 }
 
 /** The server answered something this client does not understand (e.g. a newer enum value). */

@@ -101,7 +101,8 @@ const MAX_WAIT_PER_CALL_MS = 60_000;
  *
  * Also throws: StaleFenceError / OutcomeNotRecordedError (fn ran but its
  * outcome was not recorded: the lease was lost), InUseTimeoutError,
- * DedupRpcError (gRPC failure after retries), CanonicalJsonError (args).
+ * DedupRpcError (gRPC failure after retries; with `outcomeUnknown` from
+ * Complete, the outcome may have been recorded), CanonicalJsonError (args).
  * Results must be JSON-serializable (undefined becomes null).
  */
 export async function withIdempotency<T>(

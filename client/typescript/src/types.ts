@@ -131,7 +131,7 @@ export type CompleteBatchItem = CompleteRequest;
 /**
  * One item's result in a batch: the server's answer (which may be any answer
  * status, as for the unary call), or why the server refused that item alone.
- * Nothing was done for a refused item.
+ * Nothing was done for a refused item unless `outcomeUnknown` says so.
  */
 export type BatchItemResult<T> =
   | { readonly ok: true; readonly answer: T }
@@ -141,10 +141,19 @@ export type BatchItemResult<T> =
       readonly code: number;
       /** The server's message, e.g. "items[4].key: ...". */
       readonly message: string;
+      /**
+       * Present (true, with code ABORTED) when the item may or may not have
+       * taken effect: its outcome was unknown (a leader change) and safe
+       * retries did not settle it. Otherwise nothing was done for the item.
+       */
+      readonly outcomeUnknown?: true;
     };
 
 /** Per-call options. */
 export interface CallOptions {
-  /** Deadline of each attempt in ms (Begin adds its waitMs). Default: the client's deadlineMs. */
+  /**
+   * Deadline of each attempt in ms (Begin adds its waitMs), kept when a
+   * follower redirects the attempt to the leader. Default: the client's deadlineMs.
+   */
   readonly deadlineMs?: number;
 }

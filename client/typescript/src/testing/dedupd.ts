@@ -34,6 +34,17 @@ process.on('exit', () => {
   for (const child of running) child.kill('SIGKILL');
 });
 
+/** Kills `child` (SIGKILL) if it is still running when this process exits. Resolves when it exits. */
+export function killOnExit(child: ChildProcess): Promise<void> {
+  running.add(child);
+  const exited = new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
+  void exited.then(() => running.delete(child));
+  return exited;
+}
+
 export function dedupdBinary(): string {
   const fromEnv = process.env['DEDUPD'];
   return fromEnv !== undefined && fromEnv !== '' ? fromEnv : DEFAULT_BINARY;
@@ -59,9 +70,7 @@ async function launch(options: DedupdOptions, extraFlags: readonly string[]): Pr
     ['--address=127.0.0.1:0', `--data_dir=${dataDir}`, '--durability=none', ...extraFlags, ...(options.args ?? [])],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
-  running.add(child);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  void exited.then(() => running.delete(child));
+  const exited = killOnExit(child);
 
   let stopping: Promise<void> | undefined;
   const stop = (): Promise<void> => {
@@ -86,7 +95,8 @@ async function launch(options: DedupdOptions, extraFlags: readonly string[]): Pr
   }
 }
 
-function waitForListening(child: ChildProcess, timeoutMs: number): Promise<string> {
+/** Resolves with the address of the "dedupd listening on HOST:PORT" line `child` prints on stderr. */
+export function waitForListening(child: ChildProcess, timeoutMs: number): Promise<string> {
   return new Promise((resolve, reject) => {
     let stderr = '';
     const timer = setTimeout(() => fail(`no "listening" line within ${timeoutMs} ms`), timeoutMs);

@@ -1,0 +1,148 @@
+"""Which dedupd node a Client sends to: the addresses it was given, one
+channel per address (opened on first use, then cached), and its current
+guess of the leader.
+
+In a replicated group only the leader answers; a follower answers
+UNAVAILABLE with trailing metadata `dedup-leader: host:port` when it knows
+the leader. The guess moves to that address (which may be one the client was
+not given: it gets a channel too), and to the next given address when a node
+answers UNAVAILABLE without it or cannot be reached. A single node is the
+case of one address.
+
+Thread-safe: shared by every thread of a Client and its CoalescingClient.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional
+
+import grpc
+
+from dedup_client._proto import dedup_pb2_grpc
+
+LEADER_METADATA_KEY = "dedup-leader"
+
+# The key of a channel the caller gave (it has no address of its own).
+_GIVEN_CHANNEL = ""
+
+
+def trailing_value(error: BaseException, key: str) -> Optional[str]:
+    """The value of trailing metadata `key` on a failed call's error, or None
+    (also for errors that carry no metadata, such as test doubles)."""
+    getter = getattr(error, "trailing_metadata", None)
+    if not callable(getter):
+        return None
+    try:
+        metadata = getter()
+    except Exception:  # noqa: BLE001 - no metadata is the answer then
+        return None
+    for item in metadata or ():
+        name, value = item[0], item[1]
+        if name == key:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return None
+
+
+def leader_hint(error: BaseException) -> Optional[str]:
+    """The leader's address a follower named in its UNAVAILABLE, or None."""
+    hint = trailing_value(error, LEADER_METADATA_KEY)
+    return hint or None
+
+
+class Router:
+    """Addresses, their channels and the leader guess of one Client."""
+
+    def __init__(
+        self,
+        target: Any,
+        channel_factory: Optional[Callable[[str], grpc.Channel]],
+    ) -> None:
+        """target: "host:port", a non-empty sequence of them, or a channel
+        (used as is, never closed here). channel_factory opens the channel of
+        an address (default: plaintext); without one, a given channel's
+        client cannot follow a redirect and treats it as a plain
+        UNAVAILABLE."""
+        self._factory = channel_factory
+        self._channels: dict[str, grpc.Channel] = {}  # guarded by _lock
+        self._stubs: dict[str, dedup_pb2_grpc.DedupStub] = {}  # guarded by _lock
+        self._owned: set[str] = set()  # guarded by _lock
+        if isinstance(target, str):
+            self.addresses: tuple[str, ...] = (target,)
+        elif isinstance(target, (list, tuple)):
+            if not target or not all(isinstance(a, str) and a for a in target):
+                raise ValueError("addresses must be a non-empty list of 'host:port'")
+            self.addresses = tuple(dict.fromkeys(target))  # duplicates dropped
+        else:
+            self.addresses = (_GIVEN_CHANNEL,)
+            self._channels[_GIVEN_CHANNEL] = target
+        self._lock = threading.Lock()
+        self._leader = self.addresses[0]  # guarded by _lock
+        self._cursor = 0  # guarded by _lock: next given address to try
+        self._closed = False  # guarded by _lock
+
+    def leader(self) -> str:
+        """The address to send to now."""
+        with self._lock:
+            return self._leader
+
+    def stub(self, address: str) -> dedup_pb2_grpc.DedupStub:
+        """The stub of `address`'s channel, opened if new. Raises ValueError
+        once closed (as a call on a closed channel does)."""
+        stub = self._stubs.get(address)  # the common case, without the lock
+        if stub is not None:
+            return stub
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is not None:
+                return stub
+            if self._closed:
+                raise ValueError("the dedup Client is closed")
+            channel = self._channels.get(address)
+            if channel is None:
+                factory = self._factory or grpc.insecure_channel
+                channel = factory(address)
+                self._channels[address] = channel
+                self._owned.add(address)
+            stub = dedup_pb2_grpc.DedupStub(channel)
+            self._stubs[address] = stub
+            return stub
+
+    def redirect(self, address: str, error: BaseException) -> Optional[str]:
+        """The leader named by `address`'s UNAVAILABLE, now the guess; None
+        when there is none to follow (no hint, the node named itself, or a
+        given channel and no channel_factory)."""
+        hint = leader_hint(error)
+        if hint is None or hint == address:
+            return None
+        if _GIVEN_CHANNEL in self.addresses and self._factory is None:
+            return None
+        self.follow(hint)
+        return hint
+
+    def follow(self, address: str) -> None:
+        """`address` answered as the leader (or was named as it)."""
+        if self._leader == address:  # the common case, without the lock
+            return
+        with self._lock:
+            self._leader = address
+
+    def failed(self, address: str) -> None:
+        """`address` did not answer and named no leader: the guess moves on
+        to the next given address (unless another thread already moved it)."""
+        with self._lock:
+            if self._leader != address:
+                return
+            if address in self.addresses:
+                self._cursor = self.addresses.index(address) + 1
+            self._leader = self.addresses[self._cursor % len(self.addresses)]
+            self._cursor += 1
+
+    def close(self) -> None:
+        """Closes the channels this Router opened; later stub() calls for a
+        new address raise, and calls on the closed channels fail."""
+        with self._lock:
+            self._closed = True
+            owned = [self._channels[a] for a in self._owned]
+        for channel in owned:
+            channel.close()

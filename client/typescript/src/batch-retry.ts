@@ -1,0 +1,116 @@
+// Item-level retries of BeginBatch/CompleteBatch. Items are independent on
+// the server: in a replicated group some may be refused with UNAVAILABLE
+// (the node stopped being the leader before proposing them: nothing
+// happened) or ABORTED (leadership was lost after: the outcome is unknown)
+// while the rest are answered. Those items alone go again in later rounds;
+// an ABORTED one only where re-sending it is safe (a Begin with an owner, any
+// Complete). An item whose outcome stays unknown is never reported as
+// "nothing happened".
+import { status as GrpcStatus } from '@grpc/grpc-js';
+
+import { fullJitterDelayMs } from './backoff.js';
+import { DedupRpcError, grpcCodeName, isOutcomeUnknown } from './errors.js';
+import type { RetryPolicy } from './retry.js';
+import type { BatchItemResult } from './types.js';
+
+interface Slot<Answer> {
+  /** Position in the caller's batch. */
+  readonly index: number;
+  /** Some round's answer for it was an unknown outcome. */
+  unknown: boolean;
+  last?: BatchItemResult<Answer>;
+}
+
+type ItemError = Extract<BatchItemResult<unknown>, { ok: false }>;
+
+/**
+ * Sends `items` with `send` (one batch RPC, with the client's own retries and
+ * leader following), then re-sends the items refused with UNAVAILABLE or an
+ * unknown outcome, up to `policy.maxAttempts` rounds with full-jitter backoff
+ * between them. One result per item, in order. Rejects only when the first
+ * round's RPC fails with an error other than an unknown outcome (then nothing
+ * was done for any item); a whole RPC whose outcome is unknown counts as
+ * every item's, and a later round's failure becomes each of its items'
+ * result.
+ */
+export async function sendWithItemRetries<Item, Answer>(
+  policy: RetryPolicy,
+  items: readonly Item[],
+  /** Whether an item whose outcome is unknown may be sent again as it is. */
+  canResend: (item: Item) => boolean,
+  send: (items: Item[]) => Promise<BatchItemResult<Answer>[]>,
+): Promise<BatchItemResult<Answer>[]> {
+  const rounds = Math.max(1, Math.floor(policy.maxAttempts));
+  const results: BatchItemResult<Answer>[] = new Array<BatchItemResult<Answer>>(items.length);
+  let pending: Slot<Answer>[] = items.map((_, index) => ({ index, unknown: false }));
+  const itemAt = (slot: Slot<Answer>): Item => items[slot.index] as Item;
+
+  for (let round = 0; ; round++) {
+    let answers: BatchItemResult<Answer>[];
+    try {
+      answers = await send(pending.map(itemAt));
+    } catch (error) {
+      if (isOutcomeUnknown(error)) {
+        const e = error as DedupRpcError;
+        answers = pending.map(() => ({ ok: false as const, code: GrpcStatus.ABORTED, message: e.details }));
+      } else if (round === 0) {
+        throw error;
+      } else {
+        const e = asItemError(error);
+        for (const slot of pending) results[slot.index] = finalResult(slot, e);
+        return results;
+      }
+    }
+
+    const again: Slot<Answer>[] = [];
+    pending.forEach((slot, j) => {
+      const answer = answers[j];
+      if (answer === undefined) throw new Error(`batch answer for items[${j}] missing`);
+      const result = answer.ok ? answer : renumbered(answer, j, slot.index);
+      slot.last = result;
+      if (result.ok) {
+        results[slot.index] = result;
+      } else if (result.code === GrpcStatus.ABORTED) {
+        slot.unknown = true;
+        if (canResend(itemAt(slot))) again.push(slot);
+        else results[slot.index] = finalResult(slot, result);
+      } else if (result.code === GrpcStatus.UNAVAILABLE) {
+        again.push(slot);
+      } else {
+        results[slot.index] = finalResult(slot, result);
+      }
+    });
+    if (again.length === 0) return results;
+    if (round + 1 >= rounds) {
+      for (const slot of again) results[slot.index] = finalResult(slot, slot.last as ItemError);
+      return results;
+    }
+    pending = again;
+    await policy.sleep(fullJitterDelayMs(policy.backoff, round, policy.random));
+  }
+}
+
+/** `error` as the result of an item whose outcome may have been unknown before. */
+function finalResult<Answer>(slot: Slot<Answer>, error: ItemError): BatchItemResult<Answer> {
+  if (!slot.unknown) return error;
+  if (error.code === GrpcStatus.ABORTED) return { ok: false, code: error.code, message: error.message, outcomeUnknown: true };
+  return {
+    ok: false,
+    code: GrpcStatus.ABORTED,
+    message: `outcome unknown (retried; last attempt: ${grpcCodeName(error.code)}: ${error.message})`,
+    outcomeUnknown: true,
+  };
+}
+
+function asItemError(error: unknown): ItemError {
+  if (error instanceof DedupRpcError) return { ok: false, code: error.code, message: error.details };
+  return { ok: false, code: GrpcStatus.UNKNOWN, message: String(error) };
+}
+
+// The server names a refused item's field "items[j].<field>" by its position
+// in the RPC; a resent item's position in the caller's batch is `index`.
+function renumbered(error: ItemError, j: number, index: number): ItemError {
+  const prefix = `items[${j}]`;
+  if (j === index || !error.message.startsWith(prefix)) return error;
+  return { ...error, message: `items[${index}]${error.message.slice(prefix.length)}` };
+}
