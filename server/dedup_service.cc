@@ -66,8 +66,15 @@ void DedupService::Observe(Method method, const Request& request,
 template void DedupService::Observe(Method, const v1::CompleteRequest&,
                                     const FencedDecision&) const;
 
+void DedupService::EnterLameDuck() { lame_duck_.store(true); }
+
 bool DedupService::NotServing(const RpcCall& call) const {
   absl::Status serving = store_->CheckServing();
+  if (serving.ok() && lame_duck_.load()) {
+    serving = absl::UnavailableError(
+        "the server is shutting down; retry with backoff (another node of "
+        "the group, or this one once it is back)");
+  }
   if (serving.ok()) return false;
   call.Fail(serving);
   return true;

@@ -5,6 +5,8 @@
 #ifndef DEDUP_SERVER_DEDUP_SERVICE_H_
 #define DEDUP_SERVER_DEDUP_SERVICE_H_
 
+#include <atomic>
+
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "server/event_log.h"
 #include "server/limits.h"
@@ -23,6 +25,11 @@ class DedupService final : public v1::Dedup::CallbackService {
   DedupService(Store* store, const Limits& limits, Metrics* metrics,
                EventLog* events)
       : store_(store), limits_(limits), metrics_(metrics), events_(events) {}
+
+  // For shutdown: from now on every call is answered UNAVAILABLE (with the
+  // leader's address in cluster mode), so clients retry elsewhere instead
+  // of losing calls when the connections close. Any thread.
+  void EnterLameDuck();
 
   grpc::ServerUnaryReactor* Begin(grpc::CallbackServerContext* context,
                                   const v1::BeginRequest* request,
@@ -56,6 +63,7 @@ class DedupService final : public v1::Dedup::CallbackService {
   // True (and the call finished) when the store cannot take operations now,
   // e.g. a follower in cluster mode: UNAVAILABLE naming the leader.
   bool NotServing(const RpcCall& call) const;
+  std::atomic<bool> lame_duck_{false};
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).
   BeginParams BeginParamsOf(const v1::BeginRequest& request) const;

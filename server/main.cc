@@ -258,10 +258,25 @@ int main(int argc, char** argv) {
   // while the calls drain. Its collectors read the store, so it must be gone
   // before the store closes.
   std::thread stop_metrics([&exposer] { exposer.reset(); });
+  // Lame duck: new calls are answered UNAVAILABLE (retryable: clients go
+  // to another node or come back later) while those in flight finish; only
+  // then do connections close, which would cancel whatever is on them.
+  service.EnterLameDuck();
   // Parked Begins would otherwise hold the drain for up to their wait_ms.
   (*store)->DrainWaiters();
+  const auto drain_start = std::chrono::steady_clock::now();
+  const auto grace_end =
+      drain_start + std::chrono::milliseconds(config->shutdown_grace_ms);
+  const auto lame_duck_end =
+      drain_start + std::chrono::milliseconds(config->lame_duck_ms);
+  while (std::chrono::steady_clock::now() < grace_end &&
+         (metrics.calls_in_flight() > 0 ||
+          std::chrono::steady_clock::now() < lame_duck_end)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   server->Shutdown(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(config->shutdown_grace_ms));
+                   std::max(std::chrono::steady_clock::duration::zero(),
+                            grace_end - std::chrono::steady_clock::now()));
   server->Wait();
   stop_metrics.join();
   if (absl::Status s = (*store)->Close(); !s.ok()) {

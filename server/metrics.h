@@ -9,6 +9,7 @@
 #define DEDUP_SERVER_METRICS_H_
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,14 @@ class Metrics : public StoreObserver {
   // StoreObserver.
   void OnWrite(int operations, double seconds) override;
 
+  // dedup.v1.Dedup calls between their start and their answer (RpcCall),
+  // for the shutdown drain.
+  void CallStarted() { calls_in_flight_.fetch_add(1); }
+  void CallFinished() { calls_in_flight_.fetch_sub(1); }
+  [[nodiscard]] int64_t calls_in_flight() const {
+    return calls_in_flight_.load();
+  }
+
   // Current value of dedup_begin_total{outcome}, for the admin Stats call.
   [[nodiscard]] double BeginCount(BeginOutcome outcome) const;
 
@@ -84,6 +93,7 @@ class Metrics : public StoreObserver {
                               const std::string& ns);
 
   std::shared_ptr<prometheus::Registry> registry_;
+  std::atomic<int64_t> calls_in_flight_{0};
   OutcomeCounters begin_;
   // Read-only after construction, hence lock-free lookups.
   absl::flat_hash_map<std::string, OutcomeCounters> begin_by_namespace_;

@@ -32,7 +32,9 @@ class RpcCall {
         reactor_(context->DefaultReactor()),
         method_(method),
         metrics_(metrics),
-        start_(std::chrono::steady_clock::now()) {}
+        start_(std::chrono::steady_clock::now()) {
+    metrics_->CallStarted();
+  }
 
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }
   Method method() const { return method_; }
@@ -71,6 +73,7 @@ class RpcCall {
     } else {
       metrics_->ObserveDuration(method_, seconds);
     }
+    metrics_->CallFinished();
     reactor_->Finish(status);
   }
 

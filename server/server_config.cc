@@ -46,6 +46,10 @@ ABSL_FLAG(int64_t, periodic_compaction_s, 6 * 3600,
           "this often");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 10000,
           "on SIGTERM/SIGINT, how long in-flight calls get to finish");
+ABSL_FLAG(int64_t, lame_duck_ms, 250,
+          "on SIGTERM/SIGINT, how long at least new calls are answered "
+          "UNAVAILABLE (retryable) before connections close, so a client "
+          "sending right then retries instead of seeing CANCELLED");
 ABSL_FLAG(uint32_t, default_ttl_s, 24 * 3600, "TTL when a request gives 0");
 ABSL_FLAG(uint32_t, min_ttl_s, 1, "smallest ttl_s accepted");
 ABSL_FLAG(uint32_t, max_ttl_s, 30 * 24 * 3600, "largest ttl_s accepted");
@@ -133,6 +137,12 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   }
   store.periodic_compaction_s = static_cast<uint64_t>(periodic);
   config.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+  config.lame_duck_ms = absl::GetFlag(FLAGS_lame_duck_ms);
+  if (config.lame_duck_ms < 0 ||
+      config.lame_duck_ms > config.shutdown_grace_ms) {
+    return absl::InvalidArgumentError(
+        "--lame_duck_ms: must be between 0 and --shutdown_grace_ms");
+  }
 
   Limits& limits = config.limits;
   limits.default_ttl_s = absl::GetFlag(FLAGS_default_ttl_s);

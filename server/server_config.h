@@ -23,6 +23,8 @@ struct ServerConfig {
   StoreOptions store;
   Limits limits;
   int64_t shutdown_grace_ms = 10'000;
+  // Part of the grace during which new calls get UNAVAILABLE.
+  int64_t lame_duck_ms = 250;
   bool enable_bench_service = false;
 };
 

@@ -1,7 +1,13 @@
 // A 3-node group of real dedupd processes on loopback: every acknowledged
 // claim and result survives the loss of any node, replicas stay identical,
 // and followers name the leader.
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/cluster/cluster_fixture.h"
@@ -68,6 +74,89 @@ TEST_F(ClusterTest, RestartedFollowerCatchesUpFromTheLog) {
   absl::StatusOr<int> leader = cluster_.WaitForLeader();
   ASSERT_TRUE(leader.ok());
   ExpectDuplicates(follower, keys);
+}
+
+// A client as the real ones behave: one channel per node, remembering the
+// leader, following dedup-leader, trying the next node when one is gone.
+class LeaderFollowingClient {
+ public:
+  explicit LeaderFollowingClient(const ClusterHarness& cluster) {
+    for (int id = 1; id <= cluster.size(); ++id) {
+      addresses_.push_back(cluster.client_address(id));
+      stubs_.push_back(cluster.DedupStub(id));
+    }
+  }
+
+  template <typename Request, typename Response, typename Method>
+  grpc::Status Call(Method method, const Request& request, Response* response) {
+    grpc::Status status;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(5));
+      status = ((*stubs_[current_]).*method)(&context, request, response);
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+      const std::string hint = LeaderHint(context);
+      auto it = std::find(addresses_.begin(), addresses_.end(), hint);
+      if (it != addresses_.end()) {
+        current_ = it - addresses_.begin();
+      } else {
+        current_ = (current_ + 1) % stubs_.size();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    return status;
+  }
+
+ private:
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<v1::Dedup::Stub>> stubs_;
+  size_t current_ = 0;
+};
+
+// SIGTERM on the leader under load: it hands over leadership, answers new
+// calls UNAVAILABLE with the new leader's address while in-flight ones
+// finish, and only then closes its connections. No call may end CANCELLED
+// (a client that gives up on a Complete leaves the claim to a takeover that
+// runs the side effect again).
+TEST_F(ClusterTest, LeaderStoppedWithSigtermCancelsNoCall) {
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::map<grpc::StatusCode, int> codes;
+  auto worker = [&](int w) {
+    LeaderFollowingClient client(cluster_);
+    for (int i = 0; !stop.load(); ++i) {
+      const std::string key = absl::StrCat("term-", w, "-", i);
+      v1::BeginResponse begun;
+      grpc::Status s =
+          client.Call(&v1::Dedup::Stub::Begin, BeginOf(key, "o"), &begun);
+      if (s.ok()) {
+        v1::CompleteRequest complete;
+        complete.set_namespace_("cluster");
+        complete.set_key(key);
+        complete.set_fence(begun.fence());
+        complete.set_outcome(v1::SUCCESS);
+        v1::CompleteResponse completed;
+        s = client.Call(&v1::Dedup::Stub::Complete, complete, &completed);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      ++codes[s.error_code()];
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 6; ++w) workers.emplace_back(worker, w);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(cluster_.Stop(leader_).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  stop.store(true);
+  for (std::thread& t : workers) t.join();
+  EXPECT_GT(codes[grpc::StatusCode::OK], 0);
+  for (const auto& [code, n] : codes) {
+    // OK, or ABORTED for an outcome unknown; never CANCELLED.
+    EXPECT_TRUE(code == grpc::StatusCode::OK ||
+                code == grpc::StatusCode::ABORTED)
+        << "code " << code << " x" << n;
+  }
 }
 
 }  // namespace
