@@ -59,7 +59,7 @@ class Client:
         self,
         target: Target,
         deadline_s: float = 5.0,
-        max_attempts: int = 5,
+        max_attempts: Optional[int] = None,
         backoff_base_s: float = 0.05,
         backoff_cap_s: float = 2.0,
         *,
@@ -77,10 +77,16 @@ class Client:
         channel_factory.
 
         deadline_s: per-attempt deadline (leader hops within an attempt share
-        it). max_attempts counts the first try. max_leader_hops: redirects
+        it). max_attempts counts the first try; default 5 for one address
+        and 10 for a list (a replicated group: retries then span a leader
+        election, about 1-2 s, with room to spare). max_leader_hops: redirects
         followed per attempt. uniform01 and sleep are injectable so tests
         can pin the jitter.
         """
+        if max_attempts is None:
+            max_attempts = (
+                10 if isinstance(target, (list, tuple)) and len(target) > 1 else 5
+            )
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         if deadline_s <= 0:

@@ -59,9 +59,9 @@ export interface DedupClientOptions {
   readonly deadlineMs?: number;
   /**
    * Attempts per call counting the first; UNAVAILABLE and unknown outcomes
-   * (where a retry is safe) are retried. Default 5. A leader election takes
-   * about a second: for a replicated group, allow retries to span that
-   * (e.g. 10 with the default backoff).
+   * (where a retry is safe) are retried. Default 5 for one address, 10 for
+   * several (a replicated group: the retries then span a leader election,
+   * about 1-2 s, with room to spare).
    */
   readonly maxAttempts?: number;
   /** Redirects to the leader a follower names, followed at once within one attempt. Default 3. */
@@ -113,14 +113,15 @@ export class DedupClient {
   private readonly completes?: Coalescer<wire.CompleteRequestWire, CompleteResponse>;
 
   constructor(options: DedupClientOptions) {
+    const addresses = parseAddresses(options.address, options.addresses);
     this.endpoints = new Endpoints(
-      parseAddresses(options.address, options.addresses),
+      addresses,
       options.credentials ?? grpcCredentials.createInsecure(),
       options.channelOptions ?? {},
     );
     this.deadlineMs = options.deadlineMs ?? 5000;
     this.retryPolicy = {
-      maxAttempts: options.maxAttempts ?? 5,
+      maxAttempts: options.maxAttempts ?? (addresses.length > 1 ? 10 : 5),
       maxRedirects: options.maxRedirects ?? 3,
       backoff: options.backoff ?? DEFAULT_BACKOFF,
       random: options.random ?? Math.random,

@@ -324,3 +324,17 @@ class BatchUnknownOutcomeTest(ClusterTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RetryBudgetTest(unittest.TestCase):
+    def test_a_list_of_addresses_gets_retries_that_outlast_an_election(self):
+        group = Client(["127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
+        single = Client("127.0.0.1:1")
+        chosen = Client(["127.0.0.1:1", "127.0.0.2:1"], max_attempts=3)
+        try:
+            self.assertEqual(group.max_attempts, 10)
+            self.assertEqual(single.max_attempts, 5)
+            self.assertEqual(chosen.max_attempts, 3)
+        finally:
+            for client in (group, single, chosen):
+                client.close()
