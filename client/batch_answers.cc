@@ -1,6 +1,9 @@
 #include "client/batch_answers.h"
 
+#include "absl/strings/cord.h"
+#include "absl/strings/strip.h"
 #include "client/dedup_client.h"
+#include "client/outcome_unknown.h"
 
 namespace dedup {
 
@@ -19,6 +22,26 @@ absl::Status ItemStatus(const v1::ItemError& error) {
   }
   return absl::Status(static_cast<absl::StatusCode>(error.code()),
                       error.message());
+}
+
+absl::Status RenumberItem(const absl::Status& status, int from, int to) {
+  if (from == to) return status;
+  absl::string_view message = status.message();
+  if (!absl::ConsumePrefix(&message, absl::StrCat("items[", from, "]"))) {
+    return status;
+  }
+  absl::Status renumbered(status.code(),
+                          absl::StrCat("items[", to, "]", message));
+  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+    renumbered.SetPayload(url, payload);
+  });
+  return renumbered;
+}
+
+absl::Status SettledItemError(absl::string_view what, bool was_unknown,
+                              const absl::Status& last) {
+  if (!was_unknown || IsOutcomeUnknown(last)) return last;
+  return OutcomeUnknownError(what, last);
 }
 
 void ToProto(const BeginBatchItem& item, v1::BeginRequest* request) {

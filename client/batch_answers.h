@@ -26,6 +26,19 @@ struct CompleteBatchItem;
 // An item the server refused, as the status returned for it.
 [[nodiscard]] absl::Status ItemStatus(const v1::ItemError& error);
 
+// Item `from` of a batch that re-sent some items is the caller's item `to`:
+// a message "items[from]..." (the server names items by position in the
+// RPC) becomes "items[to]...". Payloads are kept.
+[[nodiscard]] absl::Status RenumberItem(const absl::Status& status, int from,
+                                        int to);
+
+// The final error of a batch item (`what` names it) whose last answer was
+// `last`: as is, unless an earlier round's outcome was unknown, in which case
+// the item may have taken effect and the error says so (OutcomeUnknownError).
+[[nodiscard]] absl::Status SettledItemError(absl::string_view what,
+                                            bool was_unknown,
+                                            const absl::Status& last);
+
 // The request item a batch sends for `item`.
 void ToProto(const BeginBatchItem& item, v1::BeginRequest* request);
 void ToProto(const CompleteBatchItem& item, v1::CompleteRequest* request);

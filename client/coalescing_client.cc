@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "client/backoff.h"
 #include "client/batch_answers.h"
+#include "client/outcome_unknown.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/client_context.h"
 
@@ -27,6 +28,11 @@ struct CoalescingClient::BeginTraits {
   using Request = v1::BeginBatchRequest;
   using Response = v1::BeginBatchResponse;
   static constexpr const char* kMethod = "BeginBatch";
+  static constexpr const char* kUnary = "Begin";
+  // Only an owner makes a re-sent Begin re-enter its own claim.
+  static bool SafeToResend(const ItemProto& item) {
+    return !item.owner().empty();
+  }
   static void Start(v1::Dedup::Stub& stub, grpc::ClientContext* context,
                     const Request* request, Response* response,
                     std::function<void(grpc::Status)> on_done) {
@@ -41,6 +47,9 @@ struct CoalescingClient::CompleteTraits {
   using Request = v1::CompleteBatchRequest;
   using Response = v1::CompleteBatchResponse;
   static constexpr const char* kMethod = "CompleteBatch";
+  static constexpr const char* kUnary = "Complete";
+  // Complete is idempotent for the same fence, outcome and result.
+  static bool SafeToResend(const ItemProto&) { return true; }
   static void Start(v1::Dedup::Stub& stub, grpc::ClientContext* context,
                     const Request* request, Response* response,
                     std::function<void(grpc::Status)> on_done) {
@@ -64,7 +73,12 @@ absl::StatusOr<Answer> AsUnaryAnswer(int index, absl::StatusOr<Answer> answer) {
   const std::string prefix = absl::StrCat("items[", index, "].");
   absl::string_view message = answer.status().message();
   if (!absl::ConsumePrefix(&message, prefix)) return answer;
-  return absl::Status(answer.status().code(), message);
+  absl::Status unary(answer.status().code(), message);
+  answer.status().ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) {
+        unary.SetPayload(url, payload);
+      });
+  return unary;
 }
 
 }  // namespace
@@ -103,9 +117,9 @@ class CoalescingClient::Lane {
   using Item = typename Traits::Item;
   using Answer = typename Traits::Answer;
 
-  Lane(v1::Dedup::Stub& stub, const CoalescingOptions& options,
+  Lane(LeaderRouter& router, const CoalescingOptions& options,
        Outstanding& outstanding)
-      : stub_(stub),
+      : router_(router),
         rpc_(options.rpc),
         max_items_(std::clamp(options.max_batch_items, 1, 1000)),
         max_in_flight_(std::max(options.max_batches_in_flight, 1)),
@@ -129,6 +143,7 @@ class CoalescingClient::Lane {
       batch.request.mutable_items()->Add(std::move(proto));
       batch.bytes += bytes;
       batch.dones.push_back(std::move(done));
+      batch.was_unknown.push_back(false);
       if (in_flight_ < max_in_flight_) ready = TakeLocked();
     }
     if (ready != nullptr) Send(ready.release());
@@ -141,7 +156,18 @@ class CoalescingClient::Lane {
     std::vector<Done<Answer>> dones;  // one per request item
     size_t bytes = 0;                 // of the items, serialized
     std::unique_ptr<grpc::ClientContext> context;
-    int attempt = 0;
+    // The node the current attempt went to, and that attempt's deadline,
+    // which redirects to the leader keep.
+    std::shared_ptr<const Endpoint> endpoint;
+    absl::Time deadline;
+    int attempt = 0;  // RPC attempts of this round.
+    int hops = 0;     // Leader redirects in this attempt.
+    // Rounds: a batch re-sending items an earlier batch could not settle is
+    // round 1, and so on, up to max_attempts.
+    int round = 0;
+    // Per item: an earlier round's outcome was unknown, so its final error
+    // must say so.
+    std::vector<bool> was_unknown;
     // One per retry, kept until the batch ends: an alarm's callback may
     // still be returning when the RPC it started completes.
     std::vector<std::unique_ptr<grpc::Alarm>> backoffs;
@@ -154,25 +180,56 @@ class CoalescingClient::Lane {
     return batch;
   }
 
-  // Owns `batch` until its answers are delivered.
-  void Send(Batch* batch) {
+  // Owns `batch` until its answers are delivered. A new attempt gets a
+  // fresh deadline; a redirect to the leader keeps the attempt's.
+  void Send(Batch* batch, bool new_attempt = true) {
+    if (new_attempt) {
+      batch->deadline = absl::Now() + rpc_.deadline;
+      batch->hops = 0;
+    }
     batch->context = std::make_unique<grpc::ClientContext>();
-    batch->context->set_deadline(
-        absl::ToChronoTime(absl::Now() + rpc_.deadline));
+    batch->context->set_deadline(absl::ToChronoTime(batch->deadline));
     batch->response.Clear();
-    Traits::Start(
-        stub_, batch->context.get(), &batch->request, &batch->response,
-        [this, batch](grpc::Status status) { OnDone(batch, status); });
+    batch->endpoint = router_.Current();
+    if (batch->endpoint == nullptr) {
+      OnDone(batch, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "no server address configured"));
+      return;
+    }
+    Traits::Start(*batch->endpoint->stub, batch->context.get(), &batch->request,
+                  &batch->response, [this, batch](grpc::Status status) {
+                    OnDone(batch, status);
+                  });
+  }
+
+  // Sends `batch` again after `delay`, from an alarm: never from inside the
+  // callback of the RPC whose context Send replaces.
+  void SendLater(Batch* batch, absl::Duration delay, bool new_attempt) {
+    batch->backoffs.push_back(std::make_unique<grpc::Alarm>());
+    batch->backoffs.back()->Set(
+        absl::ToChronoTime(absl::Now() + delay),
+        [this, batch, new_attempt](bool) { Send(batch, new_attempt); });
   }
 
   void OnDone(Batch* batch, const grpc::Status& status) {
+    const int max_attempts = std::max(rpc_.max_attempts, 1);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      const std::string leader = LeaderHint(*batch->context);
+      if (!leader.empty() && leader != batch->endpoint->address &&
+          batch->hops < rpc_.max_leader_hops) {
+        ++batch->hops;
+        router_.FollowLeader(*batch->endpoint, leader);
+        SendLater(batch, absl::ZeroDuration(), /*new_attempt=*/false);
+        return;
+      }
+      router_.Advance(*batch->endpoint);
+    }
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-        ++batch->attempt < std::max(rpc_.max_attempts, 1)) {
-      const absl::Duration delay = FullJitterBackoff(
-          rpc_.backoff, batch->attempt - 1, ThreadLocalUniform01);
-      batch->backoffs.push_back(std::make_unique<grpc::Alarm>());
-      batch->backoffs.back()->Set(absl::ToChronoTime(absl::Now() + delay),
-                                  [this, batch](bool) { Send(batch); });
+        ++batch->attempt < max_attempts) {
+      SendLater(batch,
+                FullJitterBackoff(rpc_.backoff, batch->attempt - 1,
+                                  ThreadLocalUniform01),
+                /*new_attempt=*/true);
       return;
     }
     std::unique_ptr<Batch> owned(batch);
@@ -185,30 +242,77 @@ class CoalescingClient::Lane {
       SendEachAlone(*batch);
       return;
     }
-    absl::StatusOr<typename Traits::Response> response =
-        status.ok() ? absl::StatusOr<typename Traits::Response>(
-                          std::move(batch->response))
-                    : ToAbslStatus(status);
-    auto answers =
-        FromBatchResponse<Answer>(Traits::kMethod, items, std::move(response));
+    // One answer per item. A whole RPC whose outcome is unknown counts as
+    // each item's, so that only the items safe to re-send go again.
+    absl::StatusOr<std::vector<absl::StatusOr<Answer>>> answers;
+    if (IsUnknownOutcomeReply(status, *batch->context)) {
+      answers = std::vector<absl::StatusOr<Answer>>(
+          items, absl::AbortedError(status.error_message()));
+    } else {
+      absl::StatusOr<typename Traits::Response> response =
+          status.ok() ? absl::StatusOr<typename Traits::Response>(
+                            std::move(batch->response))
+                      : ToAbslStatus(status);
+      answers = FromBatchResponse<Answer>(Traits::kMethod, items,
+                                          std::move(response));
+    }
+    // Items refused with UNAVAILABLE (nothing happened) or ABORTED (outcome
+    // unknown, where re-sending is safe) go again in a batch of their own,
+    // which takes over this batch's place in flight.
+    const bool may_resend = batch->round + 1 < max_attempts;
+    std::unique_ptr<Batch> again;
+    std::vector<bool> resent(items, false);
+    for (int i = 0; answers.ok() && i < items; ++i) {
+      if ((*answers)[i].ok()) continue;
+      const absl::Status& error = (*answers)[i].status();
+      const bool aborted = absl::IsAborted(error);
+      if (aborted) batch->was_unknown[i] = true;
+      if (!may_resend ||
+          !(absl::IsUnavailable(error) ||
+            (aborted && Traits::SafeToResend(batch->request.items(i))))) {
+        continue;
+      }
+      if (again == nullptr) {
+        again = std::make_unique<Batch>();
+        again->round = batch->round + 1;
+      }
+      *again->request.add_items() = batch->request.items(i);
+      again->bytes += batch->request.items(i).ByteSizeLong();
+      again->dones.push_back(std::move(batch->dones[i]));
+      again->was_unknown.push_back(batch->was_unknown[i]);
+      resent[i] = true;
+    }
     // Answers go out before this batch's place is given up, so calls their
     // callbacks start gather into the next batch instead of leaving alone.
+    int answered = 0;
     for (int i = 0; i < items; ++i) {
-      if (!answers.ok()) {
-        batch->dones[i](answers.status());
-      } else {
-        batch->dones[i](AsUnaryAnswer(i, std::move((*answers)[i])));
+      if (resent[i]) continue;
+      ++answered;
+      absl::StatusOr<Answer> answer =
+          answers.ok() ? AsUnaryAnswer(i, std::move((*answers)[i]))
+                       : absl::StatusOr<Answer>(answers.status());
+      if (!answer.ok()) {
+        answer = SettledItemError(Traits::kUnary, batch->was_unknown[i],
+                                  answer.status());
       }
+      batch->dones[i](std::move(answer));
     }
     std::unique_ptr<Batch> next;
-    {
+    if (again != nullptr) {
+      Batch* retry = again.release();
+      SendLater(retry,
+                FullJitterBackoff(rpc_.backoff, retry->round - 1,
+                                  ThreadLocalUniform01),
+                /*new_attempt=*/true);
+    } else {
       absl::MutexLock lock(&mu_);
       --in_flight_;
       if (!queued_.empty()) next = TakeLocked();
     }
     if (next != nullptr) Send(next.release());
     owned.reset();
-    outstanding_.Sub(items);  // last: the client may be destroyed after it
+    // Last: the client may be destroyed after it.
+    if (answered > 0) outstanding_.Sub(answered);
   }
 
   // Sends every item of `batch` (whose place is taken over) as its own batch.
@@ -220,6 +324,8 @@ class CoalescingClient::Lane {
       single->request.mutable_items()->Add(
           std::move(*batch.request.mutable_items(i)));
       single->dones.push_back(std::move(batch.dones[i]));
+      single->was_unknown.push_back(batch.was_unknown[i]);
+      single->round = batch.round;
       singles.push_back(std::move(single));
     }
     {
@@ -229,7 +335,7 @@ class CoalescingClient::Lane {
     for (auto& single : singles) Send(single.release());
   }
 
-  v1::Dedup::Stub& stub_;
+  LeaderRouter& router_;
   const ClientOptions rpc_;
   const int max_items_;
   const int max_in_flight_;
@@ -242,12 +348,37 @@ class CoalescingClient::Lane {
 
 CoalescingClient::CoalescingClient(std::shared_ptr<grpc::Channel> channel,
                                    CoalescingOptions options)
-    : stub_(v1::Dedup::NewStub(std::move(channel))),
+    : CoalescingClient(std::make_unique<LeaderRouter>(
+                           std::move(channel), options.rpc.channel_factory),
+                       options) {}
+
+CoalescingClient::CoalescingClient(std::vector<std::string> targets,
+                                   CoalescingOptions options)
+    : CoalescingClient(std::make_unique<LeaderRouter>(
+                           std::move(targets), options.rpc.channel_factory),
+                       options) {}
+
+namespace {
+
+// max_attempts 0 resolved for the router's number of addresses, as Client
+// does (a channel counts as one).
+CoalescingOptions Resolved(CoalescingOptions options,
+                           const LeaderRouter& router) {
+  options.rpc = ResolveClientOptions(
+      std::move(options.rpc), std::max<size_t>(router.addresses().size(), 1));
+  return options;
+}
+
+}  // namespace
+
+CoalescingClient::CoalescingClient(std::unique_ptr<LeaderRouter> router,
+                                   const CoalescingOptions& options)
+    : router_(std::move(router)),
       outstanding_(std::make_unique<Outstanding>()),
-      begins_(
-          std::make_unique<Lane<BeginTraits>>(*stub_, options, *outstanding_)),
-      completes_(std::make_unique<Lane<CompleteTraits>>(*stub_, options,
-                                                        *outstanding_)) {}
+      begins_(std::make_unique<Lane<BeginTraits>>(
+          *router_, Resolved(options, *router_), *outstanding_)),
+      completes_(std::make_unique<Lane<CompleteTraits>>(
+          *router_, Resolved(options, *router_), *outstanding_)) {}
 
 CoalescingClient::~CoalescingClient() { outstanding_->WaitZero(); }
 

@@ -11,10 +11,17 @@
 // answer, the refusal of its item (same code and message as a unary call's:
 // "key: ...", without the batch's "items[i]." prefix), or the batch's RPC
 // error. A batch is retried on UNAVAILABLE
-// with the same owners, like Client::BeginBatch; an item the server refuses
-// with UNAVAILABLE (only while it shuts down, or on a storage error) is
-// answered as such, where a unary call would have been retried. Begins that
-// must wait (wait_ms > 0) cannot be batched: use Client::Begin for those.
+// with the same owners, like Client::BeginBatch. Begins that must wait
+// (wait_ms > 0) cannot be batched: use Client::Begin for those.
+//
+// Cluster mode is handled as by Client: batches follow the leader a follower
+// names ("dedup-leader") at once, move to the next address on other
+// UNAVAILABLEs, and remember the leader. Items are settled one by one, as
+// Client::BeginBatch does: items refused with UNAVAILABLE or ABORTED
+// (outcome unknown; a whole batch answered so counts for each item) go again
+// in a batch of their own after backoff (an ABORTED Begin only if it has an
+// owner), up to rpc.max_attempts rounds; an item whose outcome was unknown
+// and is not settled answers ABORTED with IsOutcomeUnknown() true.
 //
 // A batch closes at max_batch_items or 3 MiB of requests. A batch refused
 // with RESOURCE_EXHAUSTED (a message limit on either side, e.g. several
@@ -31,16 +38,20 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/dedup_client.h"
+#include "client/leader_router.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "grpcpp/channel.h"
 
 namespace dedup {
 
 struct CoalescingOptions {
-  // Deadline, attempts and backoff of each batch RPC.
+  // Deadline, attempts and backoff of each batch RPC (max_attempts 0: as for
+  // Client, by the number of addresses).
   ClientOptions rpc;
   // Items per batch; the server refuses more than its --max_batch_items
   // (1000 by default).
@@ -56,8 +67,13 @@ class CoalescingClient {
   template <typename T>
   using Done = std::function<void(absl::StatusOr<T>)>;
 
-  // The channel is shared; any credentials.
+  // The channel is shared; any credentials (leaders learnt from it are
+  // reached through options.rpc.channel_factory).
   explicit CoalescingClient(std::shared_ptr<grpc::Channel> channel,
+                            CoalescingOptions options = {});
+  // The nodes of a group, tried in this order (see Client). Calls fail
+  // INVALID_ARGUMENT when the list is empty.
+  explicit CoalescingClient(std::vector<std::string> targets,
                             CoalescingOptions options = {});
   ~CoalescingClient();
 
@@ -81,7 +97,10 @@ class CoalescingClient {
   struct CompleteTraits;
   class Outstanding;
 
-  const std::unique_ptr<v1::Dedup::Stub> stub_;
+  CoalescingClient(std::unique_ptr<LeaderRouter> router,
+                   const CoalescingOptions& options);
+
+  const std::unique_ptr<LeaderRouter> router_;
   const std::unique_ptr<Outstanding> outstanding_;
   const std::unique_ptr<Lane<BeginTraits>> begins_;
   const std::unique_ptr<Lane<CompleteTraits>> completes_;

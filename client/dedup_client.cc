@@ -4,52 +4,159 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/batch_answers.h"
+#include "client/retrying_call.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 
 namespace dedup {
 namespace {
 
-template <typename Request, typename Response>
-using RpcMethod = grpc::Status (v1::Dedup::StubInterface::*)(
-    grpc::ClientContext*, const Request&, Response*);
+using Stub = v1::Dedup::Stub;
 
-// Runs one unary RPC with per-attempt deadlines, retrying UNAVAILABLE only:
-// every other code either is an answer or will not change by retrying.
 template <typename Request, typename Response>
-absl::StatusOr<Response> Call(v1::Dedup::StubInterface& stub,
-                              RpcMethod<Request, Response> method,
-                              const ClientOptions& options,
-                              const Request& request,
-                              absl::Duration extra_deadline) {
-  const int max_attempts = std::max(options.max_attempts, 1);
-  grpc::Status status;
-  for (int attempt = 0; attempt < max_attempts; ++attempt) {
-    if (attempt > 0) {
-      absl::SleepFor(FullJitterBackoff(options.backoff, attempt - 1,
-                                       ThreadLocalUniform01));
+using RpcMethod = grpc::Status (Stub::*)(grpc::ClientContext*, const Request&,
+                                         Response*);
+
+// The answer of a finished RetryingCall, or its error. An error after any
+// unknown outcome stays unknown: an earlier attempt may have taken effect.
+template <typename Response>
+absl::StatusOr<Response> Conclude(absl::string_view method,
+                                  const CallOutcome& outcome,
+                                  Response response) {
+  if (outcome.status.ok()) return response;
+  const absl::Status last = ToAbslStatus(outcome.status);
+  if (outcome.outcome_unknown) return OutcomeUnknownError(method, last);
+  return last;
+}
+
+template <typename Request, typename Response>
+CallOutcome Send(LeaderRouter& router, const ClientOptions& options,
+                 RpcMethod<Request, Response> method, const Request& request,
+                 absl::Duration extra_deadline, bool retry_unknown,
+                 Response* response) {
+  return RetryingCall(
+      router, options, extra_deadline, retry_unknown,
+      [&](const Endpoint& endpoint, grpc::ClientContext* context) {
+        response->Clear();
+        return ((*endpoint.stub).*method)(context, request, response);
+      });
+}
+
+template <typename Request, typename Response>
+absl::StatusOr<Response> Call(
+    absl::string_view name, LeaderRouter& router, const ClientOptions& options,
+    RpcMethod<Request, Response> method, const Request& request,
+    absl::Duration extra_deadline = absl::ZeroDuration(),
+    bool retry_unknown = true) {
+  Response response;
+  const CallOutcome outcome = Send(router, options, method, request,
+                                   extra_deadline, retry_unknown, &response);
+  return Conclude(name, outcome, std::move(response));
+}
+
+// A batch call settled item by item: the items refused with UNAVAILABLE or
+// ABORTED (outcome unknown; a whole RPC answered so counts for each item) go
+// again alone, after backoff, up to max_attempts rounds; an ABORTED one only
+// when `resendable`. Fails as a whole only when the first round's RPC does
+// (other than with an unknown outcome): then nothing was done for any item.
+template <typename Answer, typename Request, typename Response,
+          typename Resendable>
+absl::StatusOr<std::vector<absl::StatusOr<Answer>>> BatchCall(
+    absl::string_view name, LeaderRouter& router, const ClientOptions& options,
+    RpcMethod<Request, Response> method, const Request& request,
+    Resendable resendable) {
+  const int n = request.items_size();
+  std::vector<absl::StatusOr<Answer>> results(n,
+                                              absl::InternalError("no answer"));
+  std::vector<bool> was_unknown(n, false);
+  std::vector<int> pending(n);
+  for (int i = 0; i < n; ++i) pending[i] = i;
+  auto item_name = [&](int i) { return absl::StrCat(name, " items[", i, "]"); };
+
+  const int rounds = std::max(options.max_attempts, 1);
+  for (int round = 0;; ++round) {
+    Request resent;
+    if (round > 0) {
+      for (int i : pending) *resent.add_items() = request.items(i);
     }
-    grpc::ClientContext context;
-    context.set_deadline(
-        absl::ToChronoTime(absl::Now() + options.deadline + extra_deadline));
     Response response;
-    status = (stub.*method)(&context, request, &response);
-    if (status.ok()) return response;
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    // Unknown outcomes are retried here, per item: only the items for which
+    // that is safe.
+    const CallOutcome outcome =
+        Send(router, options, method, round == 0 ? request : resent,
+             absl::ZeroDuration(), /*retry_unknown=*/false, &response);
+    absl::StatusOr<std::vector<absl::StatusOr<Answer>>> answers;
+    if (outcome.outcome_unknown) {
+      answers = std::vector<absl::StatusOr<Answer>>(
+          pending.size(), absl::AbortedError(outcome.status.error_message()));
+    } else {
+      answers = FromBatchResponse<Answer>(
+          name, static_cast<int>(pending.size()),
+          Conclude(name, outcome, std::move(response)));
+    }
+    if (!answers.ok()) {
+      if (round == 0) return answers.status();
+      for (int i : pending) {
+        results[i] =
+            SettledItemError(item_name(i), was_unknown[i], answers.status());
+      }
+      return results;
+    }
+
+    std::vector<int> again;
+    for (size_t j = 0; j < pending.size(); ++j) {
+      const int i = pending[j];
+      absl::StatusOr<Answer>& answer = (*answers)[j];
+      if (answer.ok()) {
+        results[i] = std::move(answer);
+        continue;
+      }
+      const absl::Status error =
+          RenumberItem(answer.status(), static_cast<int>(j), i);
+      results[i] = error;
+      if (absl::IsAborted(error)) {
+        was_unknown[i] = true;
+        if (resendable(request.items(i))) again.push_back(i);
+      } else if (absl::IsUnavailable(error)) {
+        again.push_back(i);
+      }
+    }
+    const bool last_round = round + 1 >= rounds;
+    if (again.empty() || last_round) {
+      for (int i = 0; i < n; ++i) {
+        if (!results[i].ok()) {
+          results[i] = SettledItemError(item_name(i), was_unknown[i],
+                                        results[i].status());
+        }
+      }
+      return results;
+    }
+    pending = std::move(again);
+    absl::SleepFor(
+        FullJitterBackoff(options.backoff, round, ThreadLocalUniform01));
   }
-  return ToAbslStatus(status);
 }
 
 }  // namespace
 
 Client::Client(const std::string& target, ClientOptions options)
-    : Client(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()),
-             std::move(options)) {}
+    : Client(std::vector<std::string>{target}, std::move(options)) {}
+
+ClientOptions ResolveClientOptions(ClientOptions options, size_t addresses) {
+  if (options.max_attempts == 0) options.max_attempts = addresses > 1 ? 10 : 5;
+  return options;
+}
+
+Client::Client(std::vector<std::string> targets, ClientOptions options)
+    : options_(ResolveClientOptions(std::move(options), targets.size())),
+      router_(std::make_unique<LeaderRouter>(std::move(targets),
+                                             options_.channel_factory)) {}
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
-    : options_(std::move(options)), stub_(v1::Dedup::NewStub(channel)) {}
+    : options_(ResolveClientOptions(std::move(options), 1)),
+      router_(std::make_unique<LeaderRouter>(std::move(channel),
+                                             options_.channel_factory)) {}
 
 Client::~Client() = default;
 
@@ -64,8 +171,10 @@ absl::StatusOr<v1::BeginResponse> Client::Begin(
   request.set_lease_ms(options.lease_ms);
   request.set_ttl_s(options.ttl_s);
   request.set_wait_ms(options.wait_ms);
-  return Call(*stub_, &v1::Dedup::StubInterface::Begin, options_, request,
-              absl::Milliseconds(options.wait_ms));
+  // Only an owner makes a repeated Begin re-enter its own claim.
+  return Call("Begin", *router_, options_, &Stub::Begin, request,
+              absl::Milliseconds(options.wait_ms),
+              /*retry_unknown=*/!options.owner.empty());
 }
 
 absl::StatusOr<v1::CompleteResponse> Client::Complete(
@@ -78,8 +187,7 @@ absl::StatusOr<v1::CompleteResponse> Client::Complete(
   request.set_outcome(outcome);
   request.set_result(std::string(result));
   request.set_ttl_s(ttl_s);
-  return Call(*stub_, &v1::Dedup::StubInterface::Complete, options_, request,
-              absl::ZeroDuration());
+  return Call("Complete", *router_, options_, &Stub::Complete, request);
 }
 
 absl::StatusOr<v1::ReleaseResponse> Client::Release(absl::string_view ns,
@@ -89,8 +197,18 @@ absl::StatusOr<v1::ReleaseResponse> Client::Release(absl::string_view ns,
   request.set_namespace_(std::string(ns));
   request.set_key(std::string(key));
   request.set_fence(fence);
-  return Call(*stub_, &v1::Dedup::StubInterface::Release, options_, request,
-              absl::ZeroDuration());
+  v1::ReleaseResponse response;
+  const CallOutcome outcome =
+      Send(*router_, options_, &Stub::Release, request, absl::ZeroDuration(),
+           /*retry_unknown=*/true, &response);
+  // A successful Release deletes the record, so a retry of one that took
+  // effect finds nothing: that is the first attempt's success.
+  if (outcome.status.ok() && outcome.outcome_unknown &&
+      response.status() == v1::ReleaseResponse::NOT_FOUND) {
+    response.set_status(v1::ReleaseResponse::OK);
+    response.set_fence(fence);
+  }
+  return Conclude("Release", outcome, std::move(response));
 }
 
 absl::StatusOr<v1::RenewResponse> Client::Renew(absl::string_view ns,
@@ -102,8 +220,7 @@ absl::StatusOr<v1::RenewResponse> Client::Renew(absl::string_view ns,
   request.set_key(std::string(key));
   request.set_fence(fence);
   request.set_lease_ms(lease_ms);
-  return Call(*stub_, &v1::Dedup::StubInterface::Renew, options_, request,
-              absl::ZeroDuration());
+  return Call("Renew", *router_, options_, &Stub::Renew, request);
 }
 
 absl::StatusOr<v1::GetResponse> Client::Get(absl::string_view ns,
@@ -111,8 +228,7 @@ absl::StatusOr<v1::GetResponse> Client::Get(absl::string_view ns,
   v1::GetRequest request;
   request.set_namespace_(std::string(ns));
   request.set_key(std::string(key));
-  return Call(*stub_, &v1::Dedup::StubInterface::Get, options_, request,
-              absl::ZeroDuration());
+  return Call("Get", *router_, options_, &Stub::Get, request);
 }
 
 absl::StatusOr<v1::ForgetResponse> Client::Forget(absl::string_view ns,
@@ -120,8 +236,7 @@ absl::StatusOr<v1::ForgetResponse> Client::Forget(absl::string_view ns,
   v1::ForgetRequest request;
   request.set_namespace_(std::string(ns));
   request.set_key(std::string(key));
-  return Call(*stub_, &v1::Dedup::StubInterface::Forget, options_, request,
-              absl::ZeroDuration());
+  return Call("Forget", *router_, options_, &Stub::Forget, request);
 }
 
 absl::StatusOr<BeginBatchResults> Client::BeginBatch(
@@ -133,10 +248,9 @@ absl::StatusOr<BeginBatchResults> Client::BeginBatch(
   }
   // Built once and re-sent as is by every attempt: that keeps each item's
   // owner across retries. No extra deadline: batch items never wait.
-  return FromBatchResponse<v1::BeginResponse>(
-      "BeginBatch", request.items_size(),
-      Call(*stub_, &v1::Dedup::StubInterface::BeginBatch, options_, request,
-           absl::ZeroDuration()));
+  return BatchCall<v1::BeginResponse>(
+      "BeginBatch", *router_, options_, &Stub::BeginBatch, request,
+      [](const v1::BeginRequest& item) { return !item.owner().empty(); });
 }
 
 absl::StatusOr<CompleteBatchResults> Client::CompleteBatch(
@@ -146,10 +260,9 @@ absl::StatusOr<CompleteBatchResults> Client::CompleteBatch(
   for (const CompleteBatchItem& item : items) {
     ToProto(item, request.add_items());
   }
-  return FromBatchResponse<v1::CompleteResponse>(
-      "CompleteBatch", request.items_size(),
-      Call(*stub_, &v1::Dedup::StubInterface::CompleteBatch, options_, request,
-           absl::ZeroDuration()));
+  return BatchCall<v1::CompleteResponse>(
+      "CompleteBatch", *router_, options_, &Stub::CompleteBatch, request,
+      [](const v1::CompleteRequest&) { return true; });
 }
 
 }  // namespace dedup

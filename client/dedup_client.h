@@ -1,8 +1,25 @@
-// Typed, retrying client for the dedup.v1.Dedup service.
+// Typed, retrying client for the dedup.v1.Dedup service, for a single dedupd
+// or a replicated group (cluster mode) where only the leader answers.
 //
-// Thread-safe: one Client may be shared by any number of threads (it holds no
-// mutable state beyond the gRPC stub, which is itself thread-safe). Every call
-// blocks the calling thread until it has an answer or gives up.
+// Leader following: a follower answers UNAVAILABLE naming the leader in the
+// trailer "dedup-leader"; the client sends the call there at once (the
+// address need not be one it was given) and keeps sending later calls there.
+// UNAVAILABLE without a leader named (an election, a stopped node) or a
+// connection failure moves on to the next configured address after a
+// backoff. See RetryingCall (client/retrying_call.h) for the exact rules.
+//
+// Unknown outcomes: a leader that loses leadership after proposing an
+// operation answers ABORTED with "dedup-outcome: unknown" (a batch item:
+// ItemError code ABORTED). The client retries such calls the safe way (Begin
+// with the same owner, Complete with the same fence, outcome and result,
+// Renew, Get and Forget as they are, Release reporting a claim its retry no
+// longer finds as released). When retries do not settle it, the call returns
+// ABORTED for which IsOutcomeUnknown() is true: the operation may have taken
+// effect, so it must never be treated as "nothing happened".
+//
+// Thread-safe: one Client may be shared by any number of threads; the current
+// leader is shared state behind a mutex. Every call blocks the calling thread
+// until it has an answer or gives up.
 #ifndef DEDUP_CLIENT_DEDUP_CLIENT_H_
 #define DEDUP_CLIENT_DEDUP_CLIENT_H_
 
@@ -16,20 +33,35 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/backoff.h"
+#include "client/leader_router.h"
+#include "client/outcome_unknown.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "grpcpp/channel.h"
 
 namespace dedup {
 
 struct ClientOptions {
-  // Deadline of each attempt. Begin adds its wait_ms on top, since the server
-  // may legitimately hold the call that long.
+  // Deadline of each attempt, leader redirects within it included. Begin
+  // adds its wait_ms on top, since the server may legitimately hold the call
+  // that long.
   absl::Duration deadline = absl::Seconds(5);
-  // Attempts per call, counting the first. Only UNAVAILABLE is retried: it is
-  // the one code the server uses for "nothing happened, try again".
-  int max_attempts = 5;
+  // Attempts per call, counting the first. Retried: UNAVAILABLE (the code
+  // the server uses for "nothing happened, try again") and ABORTED with
+  // "dedup-outcome: unknown" (see above). Redirects to a named leader are
+  // not attempts. 0: 5 for one address (or a channel), 10 for several (a
+  // group: the retries then outlast a leader election, about 1-2 s, with
+  // room to spare); options() reports the number in use.
+  int max_attempts = 0;
   // Delay before retry n is uniform(0, min(cap, base * 2^n)).
   BackoffOptions backoff;
+  // Redirects to a leader named in "dedup-leader" per attempt; beyond that
+  // the redirect counts as an UNAVAILABLE attempt. Bounds a loop of stale
+  // hints during a leadership change.
+  int max_leader_hops = 3;
+  // Opens the channel to a leader the client learns of (and, for the address
+  // constructors, to every address). Empty: insecure channels. Set it when
+  // the channel constructor is used with credentials.
+  ChannelFactory channel_factory;
 };
 
 struct BeginOptions {
@@ -73,14 +105,24 @@ struct CompleteBatchItem {
 using BeginBatchResults = std::vector<absl::StatusOr<v1::BeginResponse>>;
 using CompleteBatchResults = std::vector<absl::StatusOr<v1::CompleteResponse>>;
 
+// `options` with its defaults filled in for a client of `addresses` nodes
+// (max_attempts 0 resolved as above).
+[[nodiscard]] ClientOptions ResolveClientOptions(ClientOptions options,
+                                                 size_t addresses);
+
 // Every method returns the server's answer (which may be any of the answer
 // statuses, e.g. IN_USE or STALE_FENCE: those are OK responses, not errors),
 // or the gRPC error mapped to absl::Status with the same code and message.
 class Client {
  public:
-  // Connects lazily to `target` (e.g. "127.0.0.1:50051") without TLS.
+  // Connects lazily to `target` (e.g. "127.0.0.1:50051"), without TLS unless
+  // options.channel_factory says otherwise.
   explicit Client(const std::string& target, ClientOptions options = {});
+  // The nodes of a group (any of them; tried in this order until one answers
+  // or names the leader). Every call fails INVALID_ARGUMENT when empty.
+  explicit Client(std::vector<std::string> targets, ClientOptions options = {});
   // Uses an existing channel (any credentials); the channel is shared.
+  // Leaders learnt from it are reached through options.channel_factory.
   explicit Client(std::shared_ptr<grpc::Channel> channel,
                   ClientOptions options = {});
   ~Client();
@@ -88,6 +130,8 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  // An anonymous Begin (empty owner) whose outcome is unknown is not
+  // retried (a retry could only answer IN_USE against its own claim).
   [[nodiscard]] absl::StatusOr<v1::BeginResponse> Begin(
       absl::string_view ns, absl::string_view key, absl::string_view args_hash,
       const BeginOptions& options = {}) const;
@@ -97,6 +141,8 @@ class Client {
       absl::string_view ns, absl::string_view key, uint64_t fence,
       v1::Outcome outcome, absl::string_view result, uint32_t ttl_s = 0) const;
 
+  // When an attempt's outcome was unknown and the retry finds no record
+  // (NOT_FOUND), the first attempt released it: answered OK with `fence`.
   [[nodiscard]] absl::StatusOr<v1::ReleaseResponse> Release(
       absl::string_view ns, absl::string_view key, uint64_t fence) const;
 
@@ -114,13 +160,22 @@ class Client {
   // Up to the server's batch limit (1000 by default) independent Begins in
   // one call. The call itself fails (e.g. INVALID_ARGUMENT "items: ...") only
   // when the batch as a whole is refused (empty or too large) or the RPC
-  // fails; then nothing was done for any item. Same deadline and retry policy
-  // as Begin: a retry (on UNAVAILABLE) re-sends every item with its owner.
+  // fails; then nothing was done for any item. Same deadline and retry
+  // policy as Begin: a retry (on UNAVAILABLE) re-sends every item with its
+  // owner.
+  //
+  // In a group, items are settled one by one: the items refused with
+  // UNAVAILABLE (nothing happened) or ABORTED (outcome unknown; a whole RPC
+  // answered so counts for each of its items) go again, alone, after
+  // backoff, up to max_attempts rounds; an ABORTED Begin only if it has an
+  // owner. An item whose outcome was unknown and is not settled answers
+  // ABORTED with IsOutcomeUnknown() true, whatever its last round said.
   [[nodiscard]] absl::StatusOr<BeginBatchResults> BeginBatch(
       const std::vector<BeginBatchItem>& items) const;
 
   // Up to the server's batch limit independent Completes in one call,
-  // answered like BeginBatch. Retrying is safe: Complete is idempotent.
+  // answered like BeginBatch. Retrying is safe: Complete is idempotent, so
+  // every item refused with UNAVAILABLE or ABORTED is sent again.
   [[nodiscard]] absl::StatusOr<CompleteBatchResults> CompleteBatch(
       const std::vector<CompleteBatchItem>& items) const;
 
@@ -128,7 +183,8 @@ class Client {
 
  private:
   const ClientOptions options_;
-  const std::unique_ptr<v1::Dedup::StubInterface> stub_;
+  // Which node calls go to; shared by all threads (it locks internally).
+  const std::unique_ptr<LeaderRouter> router_;
 };
 
 }  // namespace dedup

@@ -1,5 +1,6 @@
 #include "client/dedupctl_cli.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -9,13 +10,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/dedupctl_format.h"
 
 namespace dedup::ctl {
 
 const char kSynopsis[] =
-    R"(usage: dedupctl [--address=HOST:PORT] [--deadline_ms=N] COMMAND ARGS...
+    R"(usage: dedupctl [--address=HOST:PORT[,HOST:PORT...]] [--deadline_ms=N]
+                [--follow_leader=false] COMMAND ARGS...
 
 commands:
   begin NS KEY [--args_hash_hex=HEX] [--owner=ID] [--lease_ms=N]
@@ -28,6 +31,11 @@ commands:
   forget NS KEY
   stats                      the server's key figures (admin)
   compact                    compact now, dropping expired records (admin)
+  cluster status             one row per node of the group
+  cluster add ID RAFT_ADDR CLIENT_ADDR
+                             add a node (a voter once it has caught up)
+  cluster remove ID          remove a node from the group
+  cluster transfer [ID]      hand leadership to node ID (default: any)
 )";
 
 namespace {
@@ -35,9 +43,16 @@ namespace {
 constexpr char kDetails[] =
     R"(
 flags:
-  --address      server address (default 127.0.0.1:50051)
+  --address      server address, or a comma-separated list of the nodes of
+                 a group (default 127.0.0.1:50051). Calls go to the first;
+                 a follower naming the leader (dedup-leader) is followed at
+                 once, other UNAVAILABLEs move to the next address
   --deadline_ms  per-attempt deadline in ms (default 5000; begin adds
-                 --wait_ms); UNAVAILABLE is retried with backoff
+                 --wait_ms); UNAVAILABLE is retried with backoff (5 attempts
+                 for one address, 10 for several)
+  --follow_leader=false  one attempt at the first --address only: no
+                 redirect, no retry (a follower answers exit 2), e.g. for a
+                 hook that should act only if this node is the leader
   --args_hash_hex  digest of the operation's arguments, hex
   --owner        attempt id for re-entrant begin (default: anonymous)
   --lease_ms, --ttl_s, --wait_ms  0 or absent: server default / no wait
@@ -48,9 +63,26 @@ output: one "field: value" line per field; timestamps are UTC ISO-8601 with
 milliseconds followed by Unix ms; bytes that are not printable ASCII are
 shown as FIELD_hex.
 
+unknown outcomes (cluster mode): an operation the leader could not confirm
+(ABORTED, dedup-outcome: unknown) is retried the safe way (begin only with
+--owner); if that does not settle it, dedupctl reports "outcome unknown"
+(exit 2): it may or may not have taken effect.
+
+cluster commands (dedup.v1.Cluster, cluster mode only):
+  status    asks every --address, and every member the first node to answer
+            lists (by client address), one row each: ID ADDRESS ROLE TERM
+            COMMIT APPLIED MATCH LAG LEADER. MATCH and LAG are the leader's
+            view (log index stored on the node, entries behind), "-" without
+            a reachable leader; LEADER is the leader id the node knows.
+  add, remove, transfer
+            go to the leader (following dedup-leader) and wait until done
+            (add: until the node is a voter); each prints one line
+            (added: ID, removed: ID, leader_id: ID).
+stats and compact ask the first --address (they are per node).
+
 exit codes:
   0   the call got an answer (any begin status, get with found: false, ...)
-  2   gRPC error (message on stderr)
+  2   gRPC error (message on stderr); cluster status: a node did not answer
   3   complete/release/renew answered STALE_FENCE, NOT_FOUND or
       ALREADY_COMPLETED
   64  usage error
@@ -82,6 +114,79 @@ constexpr CommandSpec kCommands[] = {
     {Command::kStats, "stats", false, false},
     {Command::kCompact, "compact", false, false},
 };
+
+absl::StatusOr<uint64_t> ParseNodeId(const std::string& text) {
+  uint64_t id = 0;
+  if (!absl::SimpleAtoi(text, &id) || id == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ID must be a positive integer, not '", text, "'"));
+  }
+  return id;
+}
+
+// cluster SUBCOMMAND [ARGS]; `args` starts at "cluster".
+absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
+  if (args.size() < 2) {
+    return absl::InvalidArgumentError(
+        "'cluster' takes a subcommand: status, add, remove or transfer");
+  }
+  const std::string& sub = args[1];
+  const size_t extra = args.size() - 2;
+  Invocation inv;
+  if (sub == "status") {
+    if (extra != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'cluster status' takes no arguments, got ", extra));
+    }
+    inv.command = Command::kClusterStatus;
+    return inv;
+  }
+  if (sub == "add") {
+    if (extra != 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'cluster add' takes ID RAFT_ADDR CLIENT_ADDR, got ",
+                       extra, " argument(s)"));
+    }
+    absl::StatusOr<uint64_t> id = ParseNodeId(args[2]);
+    if (!id.ok()) return id.status();
+    if (args[3].empty() || args[4].empty()) {
+      return absl::InvalidArgumentError(
+          "'cluster add': RAFT_ADDR and CLIENT_ADDR must not be empty");
+    }
+    inv.command = Command::kClusterAdd;
+    inv.node_id = *id;
+    inv.raft_address = args[3];
+    inv.client_address = args[4];
+    return inv;
+  }
+  if (sub == "remove") {
+    if (extra != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'cluster remove' takes ID, got ", extra, " argument(s)"));
+    }
+    absl::StatusOr<uint64_t> id = ParseNodeId(args[2]);
+    if (!id.ok()) return id.status();
+    inv.command = Command::kClusterRemove;
+    inv.node_id = *id;
+    return inv;
+  }
+  if (sub == "transfer") {
+    if (extra > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'cluster transfer' takes at most ID, got ", extra, " arguments"));
+    }
+    inv.command = Command::kClusterTransfer;
+    if (extra == 1) {
+      absl::StatusOr<uint64_t> id = ParseNodeId(args[2]);
+      if (!id.ok()) return id.status();
+      inv.node_id = *id;
+    }
+    return inv;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown cluster subcommand '", sub,
+                   "' (status, add, remove or transfer)"));
+}
 
 // Names each flag that is set but not in `allowed`.
 absl::Status CheckApplicable(const CommandFlags& flags,
@@ -118,6 +223,13 @@ absl::StatusOr<v1::Outcome> ParseOutcome(const std::string& text) {
 absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
                                            const CommandFlags& flags) {
   if (args.empty()) return absl::InvalidArgumentError("missing COMMAND");
+  if (args[0] == "cluster") {
+    // No per-command flag applies to a cluster command.
+    if (absl::Status s = CheckApplicable(flags, {}, "cluster"); !s.ok()) {
+      return s;
+    }
+    return ParseCluster(args);
+  }
   const CommandSpec* spec = nullptr;
   for (const CommandSpec& candidate : kCommands) {
     if (args[0] == candidate.name) spec = &candidate;
@@ -164,6 +276,10 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     case Command::kForget:
     case Command::kStats:
     case Command::kCompact:
+    case Command::kClusterStatus:
+    case Command::kClusterAdd:
+    case Command::kClusterRemove:
+    case Command::kClusterTransfer:
       break;
   }
   if (absl::Status s = CheckApplicable(flags, allowed, spec->name); !s.ok()) {
@@ -191,6 +307,23 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
   inv.ttl_s = flags.ttl_s.value_or(0);
   inv.lease_ms = flags.lease_ms.value_or(0);
   return inv;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseAddressList(
+    const std::string& flag) {
+  std::vector<std::string> addresses;
+  for (absl::string_view entry : absl::StrSplit(flag, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--address: empty entry in '", flag, "'"));
+    }
+    if (std::find(addresses.begin(), addresses.end(), entry) ==
+        addresses.end()) {
+      addresses.emplace_back(entry);
+    }
+  }
+  return addresses;
 }
 
 bool IsHelpRequest(int argc, char** argv) {

@@ -16,8 +16,10 @@
 namespace dedup::ctl {
 
 // Exit codes (sysexits.h style for usage).
-inline constexpr int kExitOk = 0;        // The call got an answer.
-inline constexpr int kExitRpcError = 2;  // gRPC error; message on stderr.
+inline constexpr int kExitOk = 0;  // The call got an answer.
+// gRPC error; message on stderr. cluster status: some node did not answer
+// (its row says unreachable).
+inline constexpr int kExitRpcError = 2;
 // Complete/Release/Renew answered STALE_FENCE, NOT_FOUND or ALREADY_COMPLETED.
 inline constexpr int kExitRejected = 3;
 inline constexpr int kExitUsage = 64;  // Bad command line; usage on stderr.
@@ -36,6 +38,12 @@ enum class Command {
   kForget,
   kStats,    // Admin: the server's key figures as a table.
   kCompact,  // Admin: compact now, dropping expired records.
+  // dedup.v1.Cluster (cluster mode): a row per node; membership changes and
+  // leadership transfer, sent to the leader.
+  kClusterStatus,
+  kClusterAdd,
+  kClusterRemove,
+  kClusterTransfer,
 };
 
 // The per-command flags as given; std::nullopt when not on the command line,
@@ -61,13 +69,24 @@ struct Invocation {
   std::string result;                 // complete.
   uint32_t ttl_s = 0;                 // complete.
   uint32_t lease_ms = 0;              // renew.
+  uint64_t node_id = 0;               // cluster add, remove, transfer (0: any).
+  std::string raft_address;           // cluster add.
+  std::string client_address;         // cluster add.
 };
 
 // `args` are the positional arguments after the program name:
-// COMMAND NS KEY [FENCE], or COMMAND alone for stats and compact.
+// COMMAND NS KEY [FENCE], COMMAND alone for stats and compact, or
+// cluster SUBCOMMAND [ARGS] (status; add ID RAFT_ADDR CLIENT_ADDR; remove ID;
+// transfer [ID]).
 // INVALID_ARGUMENT (with a message for the user) on any usage error.
 [[nodiscard]] absl::StatusOr<Invocation> ParseInvocation(
     const std::vector<std::string>& args, const CommandFlags& flags);
+
+// --address: one HOST:PORT or a comma-separated list of them (the nodes of a
+// group), blanks around entries ignored, duplicates dropped. INVALID_ARGUMENT
+// naming --address for an empty list or entry.
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> ParseAddressList(
+    const std::string& flag);
 
 // True for the spellings of a plain help request, which dedupctl answers with
 // HelpText() on stdout and kExitOk.

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "absl/status/statusor.h"
+#include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
 #include "grpcpp/client_context.h"
 
@@ -46,8 +47,9 @@ absl::StatusOr<Response> AdminCall(absl::Duration deadline, Call call) {
 }  // namespace
 
 int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
-                  absl::Duration deadline, const Invocation& inv,
-                  std::ostream& out, std::ostream& err) {
+                  LeaderRouter& cluster, const ClientOptions& options,
+                  const Invocation& inv, std::ostream& out, std::ostream& err) {
+  const absl::Duration deadline = options.deadline;
   switch (inv.command) {
     case Command::kBegin:
       return Report(client.Begin(inv.ns, inv.key, inv.args_hash, inv.begin),
@@ -79,6 +81,11 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
                           return admin.Compact(c, req, resp);
                         }),
                     out, err);
+    case Command::kClusterStatus:
+    case Command::kClusterAdd:
+    case Command::kClusterRemove:
+    case Command::kClusterTransfer:
+      return RunClusterCommand(cluster, options, inv, out, err);
   }
   err << "dedupctl: unhandled command\n";
   return kExitUsage;

@@ -8,16 +8,21 @@
 #include "absl/time/time.h"
 #include "client/dedup_client.h"
 #include "client/dedupctl_cli.h"
+#include "client/leader_router.h"
 #include "dedup/v1/admin.grpc.pb.h"
 
 namespace dedup::ctl {
 
 // Prints the answer to `out` (or the gRPC error to `err`) and returns the
-// exit code documented in dedupctl_cli.h. `admin` serves stats and compact.
+// exit code documented in dedupctl_cli.h. `admin` serves stats and compact;
+// `cluster` (over the same addresses as `client`) the cluster commands.
+// `options` are the client's: their deadline applies to admin calls too.
 [[nodiscard]] int RunInvocation(const Client& client,
                                 v1::Admin::StubInterface& admin,
-                                absl::Duration deadline, const Invocation& inv,
-                                std::ostream& out, std::ostream& err);
+                                LeaderRouter& cluster,
+                                const ClientOptions& options,
+                                const Invocation& inv, std::ostream& out,
+                                std::ostream& err);
 
 }  // namespace dedup::ctl
 

@@ -13,11 +13,15 @@
 #include "client/dedup_client.h"
 #include "client/dedupctl_cli.h"
 #include "client/dedupctl_commands.h"
+#include "client/leader_router.h"
 #include "common/flag_syntax.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 
-ABSL_FLAG(std::string, address, "127.0.0.1:50051", "Server address.");
+ABSL_FLAG(std::string, address, "127.0.0.1:50051",
+          "Server address, or a comma-separated list of a group's nodes "
+          "(the leader is followed).");
+ABSL_FLAG(bool, follow_leader, true,
+          "false: one attempt at the first --address, no redirect to the "
+          "leader and no retry.");
 ABSL_FLAG(int64_t, deadline_ms, 5000,
           "Per-attempt deadline in ms (begin adds --wait_ms).");
 ABSL_FLAG(std::optional<std::string>, args_hash_hex, std::nullopt,
@@ -71,13 +75,24 @@ int main(int argc, char** argv) {
 
   const int64_t deadline_ms = absl::GetFlag(FLAGS_deadline_ms);
   if (deadline_ms <= 0) return UsageError("--deadline_ms must be positive");
+  absl::StatusOr<std::vector<std::string>> addresses =
+      dedup::ctl::ParseAddressList(absl::GetFlag(FLAGS_address));
+  if (!addresses.ok()) {
+    return UsageError(std::string(addresses.status().message()));
+  }
   dedup::ClientOptions options;
   options.deadline = absl::Milliseconds(deadline_ms);
-  const std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
-      absl::GetFlag(FLAGS_address), grpc::InsecureChannelCredentials());
-  const dedup::Client client(channel, options);
+  if (!absl::GetFlag(FLAGS_follow_leader)) {
+    options.max_leader_hops = 0;
+    options.max_attempts = 1;
+  }
+  options = dedup::ResolveClientOptions(options, addresses->size());
+  const dedup::Client client(*addresses, options);
+  dedup::LeaderRouter cluster(*addresses, options.channel_factory);
+  // Stats and compact are per node: they ask the first address.
   const std::unique_ptr<dedup::v1::Admin::Stub> admin =
-      dedup::v1::Admin::NewStub(channel);
-  return dedup::ctl::RunInvocation(client, *admin, options.deadline, *inv,
+      dedup::v1::Admin::NewStub(
+          cluster.EndpointFor(addresses->front())->channel);
+  return dedup::ctl::RunInvocation(client, *admin, cluster, options, *inv,
                                    std::cout, std::cerr);
 }

@@ -107,12 +107,18 @@ absl::StatusOr<RunResult> Execute(
   absl::StatusOr<v1::CompleteResponse> complete = SendComplete(
       client, options, ns, key, claim.fence, outcome, exec.payload);
   if (!complete.ok()) {
-    return absl::Status(
+    absl::Status error(
         complete.status().code(),
         absl::StrCat("dedup: Complete for ", Describe(ns, key),
                      " failed after the side effect ran; its outcome may not "
                      "be recorded: ",
                      complete.status().message()));
+    // Keeps what the client attached (IsOutcomeUnknown).
+    complete.status().ForEachPayload(
+        [&](absl::string_view url, const absl::Cord& payload) {
+          error.SetPayload(url, payload);
+        });
+    return error;
   }
   if (complete->status() != v1::CompleteResponse::OK) {
     return LostClaimError(ns, key, claim.fence, *complete);

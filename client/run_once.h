@@ -97,6 +97,12 @@ struct RunResult {
 // - gRPC errors from Begin or Complete, code unchanged (UNAVAILABLE only after
 //   the client's retries). An error from Complete means the side effect ran
 //   and its outcome may not be recorded.
+// - In cluster mode, a Begin or Complete whose outcome the leader could not
+//   tell is retried by the client with the same owner / fence, outcome and
+//   result, so a leadership change is invisible here; if the retries do not
+//   settle it, ABORTED with IsOutcomeUnknown() true (from Begin: the claim
+//   may exist and lapses with its lease; from Complete: the side effect ran
+//   and its outcome may or may not be recorded).
 [[nodiscard]] absl::StatusOr<RunResult> RunOnce(
     const Client& client, absl::string_view ns, absl::string_view key,
     absl::string_view args_hash, absl::FunctionRef<ExecResult(const Claim&)> fn,

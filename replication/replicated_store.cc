@@ -411,7 +411,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       for (PendingOp& p : it->second) std::move(p).Fail(error);
       proposed_.erase(it);
     }
-    Drain();
+    // Not Drain() here: this runs inside libraft's apply callback, which
+    // may be failing every pending request of a leader stepping down;
+    // proposing from within it crashed libraft 0.15 (SIGSEGV in
+    // raft_apply). The posted Drain runs once the callback has returned.
+    consensus_->Post([this] { Drain(); });
   }
 
   // --- StateMachine (consensus thread) ----------------------------------

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
 #include "common/flag_syntax.h"
 #include "gmock/gmock.h"
@@ -148,6 +149,121 @@ TEST(ParseInvocationTest, UsageErrors) {
   hex.args_hash_hex = "xyz";
   EXPECT_THAT(ParseInvocation({"begin", "a", "b"}, hex).status().message(),
               HasSubstr("--args_hash_hex"));
+}
+
+TEST(ParseInvocationTest, ClusterCommands) {
+  absl::StatusOr<Invocation> status =
+      ParseInvocation({"cluster", "status"}, {});
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->command, Command::kClusterStatus);
+
+  absl::StatusOr<Invocation> add = ParseInvocation(
+      {"cluster", "add", "4", "10.0.0.4:7001", "dedup-3:50051"}, {});
+  ASSERT_TRUE(add.ok()) << add.status();
+  EXPECT_EQ(add->command, Command::kClusterAdd);
+  EXPECT_EQ(add->node_id, 4u);
+  EXPECT_EQ(add->raft_address, "10.0.0.4:7001");
+  EXPECT_EQ(add->client_address, "dedup-3:50051");
+
+  absl::StatusOr<Invocation> remove =
+      ParseInvocation({"cluster", "remove", "2"}, {});
+  ASSERT_TRUE(remove.ok()) << remove.status();
+  EXPECT_EQ(remove->command, Command::kClusterRemove);
+  EXPECT_EQ(remove->node_id, 2u);
+
+  absl::StatusOr<Invocation> any = ParseInvocation({"cluster", "transfer"}, {});
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_EQ(any->command, Command::kClusterTransfer);
+  EXPECT_EQ(any->node_id, 0u);
+  absl::StatusOr<Invocation> to3 =
+      ParseInvocation({"cluster", "transfer", "3"}, {});
+  ASSERT_TRUE(to3.ok()) << to3.status();
+  EXPECT_EQ(to3->node_id, 3u);
+}
+
+TEST(ParseInvocationTest, ClusterUsageErrors) {
+  auto message = [](std::vector<std::string> args, CommandFlags flags = {}) {
+    return std::string(ParseInvocation(args, flags).status().message());
+  };
+  EXPECT_THAT(message({"cluster"}), HasSubstr("takes a subcommand"));
+  EXPECT_THAT(message({"cluster", "grow"}), HasSubstr("unknown cluster"));
+  EXPECT_THAT(message({"cluster", "status", "x"}), HasSubstr("no arguments"));
+  EXPECT_THAT(message({"cluster", "add", "4", "r:1"}),
+              HasSubstr("ID RAFT_ADDR CLIENT_ADDR"));
+  EXPECT_THAT(message({"cluster", "add", "0", "r:1", "c:1"}),
+              HasSubstr("positive integer"));
+  EXPECT_THAT(message({"cluster", "remove"}), HasSubstr("takes ID"));
+  EXPECT_THAT(message({"cluster", "remove", "two"}),
+              HasSubstr("positive integer"));
+  EXPECT_THAT(message({"cluster", "transfer", "1", "2"}),
+              HasSubstr("at most ID"));
+  CommandFlags owner;
+  owner.owner = "x";
+  EXPECT_THAT(message({"cluster", "status"}, owner),
+              HasSubstr("--owner does not apply to 'cluster'"));
+}
+
+TEST(ParseAddressListTest, SplitsTrimsAndDropsDuplicates) {
+  absl::StatusOr<std::vector<std::string>> one = ParseAddressList("a:1");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, std::vector<std::string>{"a:1"});
+  absl::StatusOr<std::vector<std::string>> three =
+      ParseAddressList("a:1, b:2 ,c:3,a:1");
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(*three, (std::vector<std::string>{"a:1", "b:2", "c:3"}));
+  EXPECT_THAT(std::string(ParseAddressList("a:1,,b:2").status().message()),
+              HasSubstr("--address: empty entry"));
+  EXPECT_FALSE(ParseAddressList("").ok());
+}
+
+v1::ClusterStatusResponse NodeStatus(uint64_t id, const std::string& role,
+                                     uint64_t term, uint64_t leader) {
+  v1::ClusterStatusResponse s;
+  s.set_node_id(id);
+  s.set_role(role);
+  s.set_term(term);
+  s.set_leader_id(leader);
+  s.set_commit_index(40 + id);
+  s.set_applied_index(30 + id);
+  for (uint64_t m = 1; m <= 3; ++m) {
+    v1::ClusterMember* member = s.add_members();
+    member->set_id(m);
+    member->set_client_address("n" + std::to_string(m) + ":1");
+    if (role == "leader") {
+      member->set_match_index(50 - m);
+      member->set_lag(m);
+    }
+  }
+  return s;
+}
+
+TEST(PrintClusterStatusTest, RowsByIdWithTheLeadersViewOfLag) {
+  std::vector<NodeReport> reports;
+  reports.push_back({"n3:1", absl::UnavailableError("connection refused")});
+  reports.push_back({"n2:1", NodeStatus(2, "leader", 7, 2)});
+  reports.push_back({"n1:1", NodeStatus(1, "follower", 7, 0)});
+  reports.push_back({"other:1", NodeStatus(1, "follower", 7, 0)});  // again
+  std::ostringstream out;
+  PrintClusterStatus(out, reports);
+  EXPECT_EQ(out.str(),
+            "ID  ADDRESS  ROLE         TERM  COMMIT  APPLIED  MATCH  LAG  "
+            "LEADER\n"
+            "1   n1:1     follower     7     41      31       49     1    -\n"
+            "2   n2:1     leader       7     42      32       48     2    2\n"
+            "3   n3:1     unreachable  -     -       -        -      -    -\n");
+}
+
+TEST(PrintClusterStatusTest, NoLeaderNoLag) {
+  std::vector<NodeReport> reports;
+  reports.push_back({"n1:1", NodeStatus(1, "candidate", 9, 0)});
+  reports.push_back({"x:1", absl::UnavailableError("down")});
+  std::ostringstream out;
+  PrintClusterStatus(out, reports);
+  EXPECT_EQ(out.str(),
+            "ID  ADDRESS  ROLE         TERM  COMMIT  APPLIED  MATCH  LAG  "
+            "LEADER\n"
+            "1   n1:1     candidate    9     41      31       -      -    -\n"
+            "?   x:1      unreachable  -     -       -        -      -    -\n");
 }
 
 absl::Status Check(std::vector<std::string> args) {

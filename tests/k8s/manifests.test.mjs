@@ -219,8 +219,8 @@ function invariantProblems(objects) {
 
   // Leadership handed over before the stop, with time for it and the drain.
   const preStop = (dedupd.lifecycle?.preStop?.exec?.command ?? []).join(' ');
-  if (!/\bdedupctl --address=127\.0\.0\.1:50051 .*\bcluster transfer\b/.test(preStop)) {
-    problems.push('preStop does not run dedupctl --address=127.0.0.1:50051 ... cluster transfer');
+  if (!/\bdedupctl --address=127\.0\.0\.1:50051 .*--follow_leader=false .*\bcluster transfer\b/.test(preStop)) {
+    problems.push('preStop does not run dedupctl --address=127.0.0.1:50051 --follow_leader=false ... cluster transfer (a follower must not move a healthy leader)');
   }
   const preStopMs = Number(flagValue(preStop, 'deadline_ms') ?? 5000);
   const drainMs = Number(flagValue(script, 'shutdown_grace_ms') ?? 10000);

@@ -1,0 +1,240 @@
+#include "client/dedupctl_cluster.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/batch_answers.h"
+#include "client/outcome_unknown.h"
+#include "client/retrying_call.h"
+#include "dedup/v1/cluster.grpc.pb.h"
+#include "grpcpp/client_context.h"
+
+namespace dedup::ctl {
+namespace {
+
+// Membership changes wait for the group (add: until the new node caught up
+// and became a voter), so they get more than a data call's deadline.
+constexpr absl::Duration kMembershipDeadline = absl::Seconds(60);
+
+absl::StatusOr<v1::ClusterStatusResponse> QueryStatus(
+    LeaderRouter& router, const std::string& address, absl::Duration deadline) {
+  auto stub = v1::Cluster::NewStub(router.EndpointFor(address)->channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  v1::ClusterStatusResponse response;
+  const grpc::Status status =
+      stub->Status(&context, v1::ClusterStatusRequest(), &response);
+  if (!status.ok()) return ToAbslStatus(status);
+  return response;
+}
+
+std::string OrDash(uint64_t value) {
+  return value == 0 ? "-" : absl::StrCat(value);
+}
+
+void PrintTable(std::ostream& out,
+                const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) {
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+// A membership call or transfer, sent to the leader.
+template <typename Request, typename Response, typename Method>
+absl::StatusOr<Response> LeaderCall(LeaderRouter& router,
+                                    const ClientOptions& options,
+                                    absl::string_view name, Method method,
+                                    const Request& request) {
+  ClientOptions leader_options = options;
+  leader_options.deadline = std::max(options.deadline, kMembershipDeadline);
+  Response response;
+  const CallOutcome outcome = RetryingCall(
+      router, leader_options, absl::ZeroDuration(), /*retry_unknown=*/false,
+      [&](const Endpoint& endpoint, grpc::ClientContext* context) {
+        response.Clear();
+        auto stub = v1::Cluster::NewStub(endpoint.channel);
+        return ((*stub).*method)(context, request, &response);
+      });
+  if (outcome.status.ok()) return response;
+  const absl::Status last = ToAbslStatus(outcome.status);
+  if (outcome.outcome_unknown) return OutcomeUnknownError(name, last);
+  return last;
+}
+
+int Report(const absl::Status& status, std::ostream& err) {
+  err << "dedupctl: " << status.ToString() << "\n";
+  return kExitRpcError;
+}
+
+int ClusterStatus(LeaderRouter& router, const ClientOptions& options,
+                  std::ostream& out, std::ostream& err) {
+  std::vector<NodeReport> reports;
+  absl::flat_hash_set<std::string> asked;
+  auto ask = [&](const std::string& address) {
+    if (address.empty() || !asked.insert(address).second) return;
+    reports.push_back(
+        {address, QueryStatus(router, address, options.deadline)});
+  };
+  for (const std::string& address : router.addresses()) ask(address);
+  const v1::ClusterStatusResponse* first = nullptr;
+  for (const NodeReport& report : reports) {
+    if (report.status.ok()) {
+      first = &*report.status;
+      break;
+    }
+  }
+  if (first == nullptr) {
+    for (const NodeReport& report : reports) {
+      err << "dedupctl: " << report.address << ": "
+          << report.status.status().ToString() << "\n";
+    }
+    return kExitRpcError;
+  }
+  // Copied: ask() grows `reports`, which holds *first.
+  const v1::ClusterStatusResponse members = *first;
+  for (const v1::ClusterMember& member : members.members()) {
+    ask(member.client_address());
+  }
+  PrintClusterStatus(out, reports);
+  int code = kExitOk;
+  for (const NodeReport& report : reports) {
+    if (!report.status.ok()) {
+      err << "dedupctl: " << report.address << ": "
+          << report.status.status().ToString() << "\n";
+      code = kExitRpcError;
+    }
+  }
+  return code;
+}
+
+}  // namespace
+
+void PrintClusterStatus(std::ostream& out,
+                        const std::vector<NodeReport>& reports) {
+  // The leader with the highest term has the freshest view of the members.
+  const v1::ClusterStatusResponse* leader = nullptr;
+  absl::flat_hash_map<std::string, uint64_t> id_of_address;
+  for (const NodeReport& report : reports) {
+    if (!report.status.ok()) continue;
+    for (const v1::ClusterMember& member : report.status->members()) {
+      if (!member.client_address().empty()) {
+        id_of_address.emplace(member.client_address(), member.id());
+      }
+    }
+    if (report.status->role() == "leader" &&
+        (leader == nullptr || report.status->term() > leader->term())) {
+      leader = &*report.status;
+    }
+  }
+  absl::flat_hash_map<uint64_t, const v1::ClusterMember*> seen_by_leader;
+  if (leader != nullptr) {
+    for (const v1::ClusterMember& member : leader->members()) {
+      seen_by_leader[member.id()] = &member;
+    }
+  }
+
+  struct Row {
+    uint64_t id;  // 0: unknown
+    std::vector<std::string> cells;
+  };
+  std::vector<Row> rows;
+  absl::flat_hash_set<uint64_t> listed;
+  for (const NodeReport& report : reports) {
+    if (report.status.ok()) {
+      const v1::ClusterStatusResponse& s = *report.status;
+      // The same node reached under two spellings of its address: once.
+      if (!listed.insert(s.node_id()).second) continue;
+      std::string match = "-";
+      std::string lag = "-";
+      if (auto it = seen_by_leader.find(s.node_id());
+          it != seen_by_leader.end()) {
+        match = absl::StrCat(it->second->match_index());
+        lag = absl::StrCat(it->second->lag());
+      }
+      rows.push_back({s.node_id(),
+                      {absl::StrCat(s.node_id()), report.address, s.role(),
+                       absl::StrCat(s.term()), absl::StrCat(s.commit_index()),
+                       absl::StrCat(s.applied_index()), match, lag,
+                       OrDash(s.leader_id())}});
+    } else {
+      const auto it = id_of_address.find(report.address);
+      const uint64_t id = it == id_of_address.end() ? 0 : it->second;
+      rows.push_back({id,
+                      {id == 0 ? "?" : absl::StrCat(id), report.address,
+                       "unreachable", "-", "-", "-", "-", "-", "-"}});
+    }
+  }
+  // By id; nodes whose id is not known (did not answer, and no member has
+  // their address) last.
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    if ((a.id == 0) != (b.id == 0)) return b.id == 0;
+    return a.id < b.id;
+  });
+  std::vector<std::vector<std::string>> table = {{"ID", "ADDRESS", "ROLE",
+                                                  "TERM", "COMMIT", "APPLIED",
+                                                  "MATCH", "LAG", "LEADER"}};
+  for (Row& row : rows) table.push_back(std::move(row.cells));
+  PrintTable(out, table);
+}
+
+int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
+                      const Invocation& inv, std::ostream& out,
+                      std::ostream& err) {
+  switch (inv.command) {
+    case Command::kClusterStatus:
+      return ClusterStatus(router, options, out, err);
+    case Command::kClusterAdd: {
+      v1::AddNodeRequest request;
+      request.set_node_id(inv.node_id);
+      request.set_raft_address(inv.raft_address);
+      request.set_client_address(inv.client_address);
+      auto added = LeaderCall<v1::AddNodeRequest, v1::AddNodeResponse>(
+          router, options, "AddNode", &v1::Cluster::Stub::AddNode, request);
+      if (!added.ok()) return Report(added.status(), err);
+      out << "added: " << inv.node_id << "\n";
+      return kExitOk;
+    }
+    case Command::kClusterRemove: {
+      v1::RemoveNodeRequest request;
+      request.set_node_id(inv.node_id);
+      auto removed = LeaderCall<v1::RemoveNodeRequest, v1::RemoveNodeResponse>(
+          router, options, "RemoveNode", &v1::Cluster::Stub::RemoveNode,
+          request);
+      if (!removed.ok()) return Report(removed.status(), err);
+      out << "removed: " << inv.node_id << "\n";
+      return kExitOk;
+    }
+    case Command::kClusterTransfer: {
+      v1::TransferLeadershipRequest request;
+      request.set_node_id(inv.node_id);
+      auto moved = LeaderCall<v1::TransferLeadershipRequest,
+                              v1::TransferLeadershipResponse>(
+          router, options, "TransferLeadership",
+          &v1::Cluster::Stub::TransferLeadership, request);
+      if (!moved.ok()) return Report(moved.status(), err);
+      out << "leader_id: " << moved->leader_id() << "\n";
+      return kExitOk;
+    }
+    default:
+      err << "dedupctl: not a cluster command\n";
+      return kExitUsage;
+  }
+}
+
+}  // namespace dedup::ctl

@@ -1,0 +1,47 @@
+// dedupctl's cluster commands (dedup.v1.Cluster): the status table of a
+// replicated group, and membership changes and leadership transfer sent to
+// its leader. Thread-compatible; writes only to the given streams.
+#ifndef DEDUP_CLIENT_DEDUPCTL_CLUSTER_H_
+#define DEDUP_CLIENT_DEDUPCTL_CLUSTER_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/dedup_client.h"
+#include "client/dedupctl_cli.h"
+#include "client/leader_router.h"
+#include "dedup/v1/cluster.pb.h"
+
+namespace dedup::ctl {
+
+// What one node said when asked for its status.
+struct NodeReport {
+  std::string address;  // As queried.
+  absl::StatusOr<v1::ClusterStatusResponse> status;
+};
+
+// The status table: a header, then one row per node, by node id: ID ADDRESS
+// ROLE TERM COMMIT APPLIED MATCH LAG LEADER. A node that did not answer is
+// "unreachable", with the id of the member whose client address it is, else
+// "?" (such rows last).
+// MATCH and LAG come from the leader's report (the answering leader with the
+// highest term), "-" without one; LEADER is the leader id each node knows
+// ("-" for none). Columns are padded to their widest cell.
+void PrintClusterStatus(std::ostream& out,
+                        const std::vector<NodeReport>& reports);
+
+// Runs a kCluster* invocation: status asks every address the router was
+// given plus every member (by client address) the first node to answer
+// lists, one attempt each; add, remove and transfer go to the leader through
+// RetryingCall (following "dedup-leader"; an unknown outcome is reported,
+// not retried). Returns the exit code documented in dedupctl_cli.h.
+[[nodiscard]] int RunClusterCommand(LeaderRouter& router,
+                                    const ClientOptions& options,
+                                    const Invocation& inv, std::ostream& out,
+                                    std::ostream& err);
+
+}  // namespace dedup::ctl
+
+#endif  // DEDUP_CLIENT_DEDUPCTL_CLUSTER_H_

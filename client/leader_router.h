@@ -1,0 +1,103 @@
+// Which dedupd node a client sends its next call to, for a single server or
+// a replicated group where only the leader answers.
+//
+// The router holds the configured addresses and a cache of channels (one per
+// address ever used, including leader addresses learnt from "dedup-leader"
+// trailers that were not configured). Calls go to the current endpoint; a
+// caller moves it with FollowLeader (a follower named the leader) or Advance
+// (the endpoint failed or knows no leader). The current endpoint is shared by
+// every call, so a leader found once is remembered for later calls.
+//
+// Thread-safe. Endpoints are never destroyed while the router lives, and a
+// call keeps the shared_ptr it was given, so one may be in use while another
+// thread moves the router on.
+#ifndef DEDUP_CLIENT_LEADER_ROUTER_H_
+#define DEDUP_CLIENT_LEADER_ROUTER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "dedup/v1/dedup.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace dedup {
+
+// Opens a channel to "host:port". Empty: an insecure channel.
+using ChannelFactory =
+    std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
+
+// One node as the client reaches it.
+struct Endpoint {
+  // "" for a channel the caller supplied without an address.
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Dedup::Stub> stub;
+};
+
+class LeaderRouter {
+ public:
+  // `addresses` in the order they are tried; an empty list yields no
+  // endpoint (Current() returns nullptr).
+  LeaderRouter(std::vector<std::string> addresses, ChannelFactory factory);
+  // One endpoint over an existing channel (any credentials); leader
+  // addresses learnt later are opened with `factory`.
+  LeaderRouter(std::shared_ptr<grpc::Channel> channel, ChannelFactory factory);
+
+  LeaderRouter(const LeaderRouter&) = delete;
+  LeaderRouter& operator=(const LeaderRouter&) = delete;
+
+  // Where the next call goes; nullptr only when no address was configured.
+  [[nodiscard]] std::shared_ptr<const Endpoint> Current() const;
+
+  // A follower named `leader`: make it current (opening a channel to it if
+  // none is cached), unless another call already moved the router away from
+  // `from`, the endpoint that answered.
+  void FollowLeader(const Endpoint& from, const std::string& leader);
+
+  // `failed` could not answer (connection failure, or no leader known): make
+  // the configured address after it current, unless the router has already
+  // moved on. After a learnt address, the first configured one is next.
+  void Advance(const Endpoint& failed);
+
+  // The cached endpoint for `address`, opened if needed: for calls that must
+  // reach one particular node.
+  [[nodiscard]] std::shared_ptr<const Endpoint> EndpointFor(
+      const std::string& address);
+
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+ private:
+  std::shared_ptr<const Endpoint> EndpointForLocked(const std::string& address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::vector<std::string> addresses_;
+  const ChannelFactory factory_;
+  // The caller's channel, for the channel constructor; else nullptr.
+  const std::shared_ptr<const Endpoint> initial_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const Endpoint>> endpoints_
+      ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Endpoint> current_ ABSL_GUARDED_BY(mu_);
+};
+
+// The "dedup-leader" trailer of a finished call (a follower's UNAVAILABLE),
+// or "" when the server sent none.
+[[nodiscard]] std::string LeaderHint(const grpc::ClientContext& context);
+
+// True for ABORTED with the trailer "dedup-outcome: unknown": the server
+// proposed the operation but lost leadership before knowing whether it took
+// effect.
+[[nodiscard]] bool IsUnknownOutcomeReply(const grpc::Status& status,
+                                         const grpc::ClientContext& context);
+
+}  // namespace dedup
+
+#endif  // DEDUP_CLIENT_LEADER_ROUTER_H_

@@ -1,0 +1,308 @@
+// The C++ client and dedupctl against a real 3-node dedupd group on loopback
+// (tests/cluster/cluster_harness.h): leader following, fail-over after the
+// leader is killed, and the cluster commands.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/coalescing_client.h"
+#include "client/dedup_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/client/run_ctl.h"
+#include "tests/cluster/cluster_harness.h"
+
+namespace dedup {
+namespace {
+
+using ::dedup::testing::ClusterHarness;
+using ::dedup::testing::CtlResult;
+using ::dedup::testing::Field;
+using ::dedup::testing::RunCtl;
+
+// One row of `dedupctl cluster status`, by column name.
+using StatusRow = std::map<std::string, std::string>;
+
+std::vector<StatusRow> ParseStatusTable(const std::string& out) {
+  std::vector<StatusRow> rows;
+  std::vector<std::string> header;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> cells =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (header.empty()) {
+      header = cells;
+      continue;
+    }
+    StatusRow row;
+    for (size_t c = 0; c < cells.size() && c < header.size(); ++c) {
+      row[header[c]] = cells[c];
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::vector<StatusRow> Leaders(const std::vector<StatusRow>& rows) {
+  std::vector<StatusRow> leaders;
+  for (const StatusRow& row : rows) {
+    if (row.at("ROLE") == "leader") leaders.push_back(row);
+  }
+  return leaders;
+}
+
+class ClusterClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.StartAll().ok());
+    absl::StatusOr<int> leader = cluster_.WaitForLeader();
+    ASSERT_TRUE(leader.ok()) << leader.status();
+    leader_ = *leader;
+    follower_ = leader_ % 3 + 1;
+  }
+
+  // Every node, a follower first, so the first call must be redirected.
+  std::vector<std::string> AllAddresses() const {
+    return {cluster_.client_address(follower_),
+            cluster_.client_address(follower_ % 3 + 1),
+            cluster_.client_address(leader_)};
+  }
+
+  std::string AddressFlag(const std::vector<std::string>& addresses) const {
+    return absl::StrCat("--address=", absl::StrJoin(addresses, ","));
+  }
+
+  // Waits until some node reports itself leader with a leader id other than
+  // `not_id` (0: any); returns the id.
+  int WaitForLeaderOtherThan(int not_id) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    while (absl::Now() < deadline) {
+      for (int id = 1; id <= 3; ++id) {
+        if (!cluster_.running(id) || id == not_id) continue;
+        auto status = cluster_.Status(id);
+        if (status.ok() && status->role() == "leader") return id;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return 0;
+  }
+
+  ClusterHarness cluster_;
+  int leader_ = 0;
+  int follower_ = 0;
+};
+
+TEST_F(ClusterClientTest, ClientWithEveryAddressFollowsTheLeader) {
+  Client client(AllAddresses());
+  BeginOptions owner;
+  owner.owner = "itest-owner";
+  absl::StatusOr<v1::BeginResponse> begin =
+      client.Begin("cc", "k1", "args", owner);
+  ASSERT_TRUE(begin.ok()) << begin.status();
+  ASSERT_EQ(begin->status(), v1::BeginResponse::STARTED);
+  absl::StatusOr<v1::CompleteResponse> complete =
+      client.Complete("cc", "k1", begin->fence(), v1::SUCCESS, "done");
+  ASSERT_TRUE(complete.ok()) << complete.status();
+  EXPECT_EQ(complete->status(), v1::CompleteResponse::OK);
+  absl::StatusOr<v1::BeginResponse> again = client.Begin("cc", "k1", "args");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->status(), v1::BeginResponse::DUPLICATE);
+  EXPECT_EQ(again->result(), "done");
+
+  // Only the leader answers: a client of a lone follower gets there too.
+  Client via_follower(cluster_.client_address(follower_));
+  absl::StatusOr<v1::GetResponse> got = via_follower.Get("cc", "k1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->found());
+}
+
+TEST_F(ClusterClientTest, SameClientCarriesOnAfterTheLeaderIsKilled) {
+  ClientOptions options;
+  // Enough retries to ride out an election (timeouts 0.5-1 s).
+  options.max_attempts = 12;
+  options.backoff = {absl::Milliseconds(50), absl::Milliseconds(500)};
+  Client client(AllAddresses(), options);
+  CoalescingOptions coalescing_options;
+  coalescing_options.rpc = options;
+  CoalescingClient coalescing(AllAddresses(), coalescing_options);
+
+  BeginOptions owner;
+  owner.owner = "before-kill";
+  absl::StatusOr<v1::BeginResponse> begin =
+      client.Begin("cc", "survivor", "args", owner);
+  ASSERT_TRUE(begin.ok()) << begin.status();
+  ASSERT_TRUE(
+      client.Complete("cc", "survivor", begin->fence(), v1::SUCCESS, "kept")
+          .ok());
+  BeginBatchItem warmup{"cc", "warm", "args", "warm-owner"};
+  ASSERT_TRUE(coalescing.Begin(warmup).ok());
+
+  cluster_.Kill(leader_);
+  const absl::Time killed = absl::Now();
+  owner.owner = "after-kill";
+  absl::StatusOr<v1::BeginResponse> after =
+      client.Begin("cc", "after", "args", owner);
+  const absl::Duration took = absl::Now() - killed;
+  ASSERT_TRUE(after.ok()) << after.status() << " after " << took;
+  EXPECT_EQ(after->status(), v1::BeginResponse::STARTED);
+  EXPECT_LT(took, absl::Seconds(8));
+
+  absl::StatusOr<v1::BeginResponse> replay =
+      client.Begin("cc", "survivor", "args");
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->status(), v1::BeginResponse::DUPLICATE);
+  EXPECT_EQ(replay->result(), "kept");
+
+  BeginBatchItem batched{"cc", "batched-after", "args", "batch-owner"};
+  absl::StatusOr<v1::BeginResponse> coalesced = coalescing.Begin(batched);
+  ASSERT_TRUE(coalesced.ok()) << coalesced.status();
+  EXPECT_EQ(coalesced->status(), v1::BeginResponse::STARTED);
+}
+
+TEST_F(ClusterClientTest, CtlClusterStatusShowsEveryNodeAndOneLeader) {
+  for (const std::vector<std::string>& addresses :
+       {AllAddresses(),
+        // One node: the others are found through its member list.
+        std::vector<std::string>{cluster_.client_address(follower_)}}) {
+    CtlResult status = RunCtl({AddressFlag(addresses), "cluster", "status"});
+    ASSERT_EQ(status.exit_code, 0) << status.err << status.out;
+    EXPECT_EQ(status.err, "");
+    const std::vector<StatusRow> rows = ParseStatusTable(status.out);
+    ASSERT_EQ(rows.size(), 3u) << status.out;
+    const std::vector<StatusRow> leaders = Leaders(rows);
+    ASSERT_EQ(leaders.size(), 1u) << status.out;
+    EXPECT_EQ(leaders[0].at("ID"), std::to_string(leader_));
+    EXPECT_EQ(leaders[0].at("ADDRESS"), cluster_.client_address(leader_));
+    EXPECT_EQ(leaders[0].at("LAG"), "0") << status.out;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(rows[i].at("ID"), std::to_string(i + 1)) << status.out;
+      EXPECT_EQ(rows[i].at("LEADER"), std::to_string(leader_)) << status.out;
+      EXPECT_NE(rows[i].at("MATCH"), "-") << status.out;
+    }
+  }
+}
+
+TEST_F(ClusterClientTest, CtlClusterStatusMarksAKilledNodeUnreachable) {
+  const int victim = follower_;
+  cluster_.Kill(victim);
+  CtlResult status = RunCtl({AddressFlag(AllAddresses()), "cluster", "status"});
+  EXPECT_EQ(status.exit_code, 2) << status.err;
+  EXPECT_THAT(status.err,
+              ::testing::HasSubstr(cluster_.client_address(victim)));
+  const std::vector<StatusRow> rows = ParseStatusTable(status.out);
+  ASSERT_EQ(rows.size(), 3u) << status.out;
+  EXPECT_EQ(Leaders(rows).size(), 1u) << status.out;
+  const StatusRow& row = rows[victim - 1];  // Rows are in id order.
+  EXPECT_EQ(row.at("ID"), std::to_string(victim)) << status.out;
+  EXPECT_EQ(row.at("ROLE"), "unreachable") << status.out;
+  EXPECT_EQ(row.at("ADDRESS"), cluster_.client_address(victim));
+}
+
+TEST_F(ClusterClientTest, CtlTransferMovesLeadership) {
+  const int target = follower_ % 3 + 1;
+  // Sent to a follower on purpose: transfer must reach the leader.
+  CtlResult transfer =
+      RunCtl({AddressFlag({cluster_.client_address(follower_)}), "cluster",
+              "transfer", std::to_string(target)});
+  ASSERT_EQ(transfer.exit_code, 0) << transfer.err;
+  EXPECT_EQ(Field(transfer.out, "leader_id"), std::to_string(target));
+
+  // Every node agrees once the new leader's first heartbeat arrived.
+  std::vector<StatusRow> rows;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  bool agreed = false;
+  while (!agreed && absl::Now() < deadline) {
+    CtlResult status =
+        RunCtl({AddressFlag(AllAddresses()), "cluster", "status"});
+    rows = ParseStatusTable(status.out);
+    agreed = status.exit_code == 0 && rows.size() == 3;
+    for (const StatusRow& row : rows) {
+      agreed = agreed && row.at("LEADER") == std::to_string(target);
+    }
+    if (!agreed) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(agreed);
+  const std::vector<StatusRow> leaders = Leaders(rows);
+  ASSERT_EQ(leaders.size(), 1u);
+  EXPECT_EQ(leaders[0].at("ID"), std::to_string(target));
+
+  // Without an ID: any up-to-date voter other than the leader.
+  CtlResult any = RunCtl({AddressFlag(AllAddresses()), "cluster", "transfer"});
+  ASSERT_EQ(any.exit_code, 0) << any.err;
+  EXPECT_NE(Field(any.out, "leader_id"), std::to_string(target)) << any.out;
+}
+
+TEST_F(ClusterClientTest, CtlWithoutFollowingActsOnlyOnTheGivenNode) {
+  absl::StatusOr<v1::ClusterStatusResponse> before = cluster_.Status(leader_);
+  ASSERT_TRUE(before.ok()) << before.status();
+  // As a stop hook uses it: on a follower, transfer must change nothing.
+  CtlResult on_follower =
+      RunCtl({AddressFlag({cluster_.client_address(follower_)}),
+              "--follow_leader=false", "cluster", "transfer"});
+  EXPECT_EQ(on_follower.exit_code, 2) << on_follower.out;
+  EXPECT_THAT(on_follower.err, ::testing::HasSubstr("UNAVAILABLE"));
+  absl::StatusOr<v1::ClusterStatusResponse> status = cluster_.Status(leader_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->role(), "leader");
+  EXPECT_EQ(status->leader_changes(), before->leader_changes());
+
+  CtlResult on_leader =
+      RunCtl({AddressFlag({cluster_.client_address(leader_)}),
+              "--follow_leader=false", "cluster", "transfer"});
+  ASSERT_EQ(on_leader.exit_code, 0) << on_leader.err;
+  EXPECT_NE(Field(on_leader.out, "leader_id"), std::to_string(leader_));
+}
+
+TEST_F(ClusterClientTest, CtlBeginThroughAFollowerReachesTheLeader) {
+  CtlResult begin =
+      RunCtl({AddressFlag({cluster_.client_address(follower_)}), "begin", "cc",
+              "ctl-key", "--owner=ctl-owner", "--args_hash_hex=0a0b"});
+  ASSERT_EQ(begin.exit_code, 0) << begin.err;
+  EXPECT_EQ(Field(begin.out, "status"), "STARTED");
+  uint64_t fence = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(Field(begin.out, "fence"), &fence));
+
+  // Same owner again, through the other follower: re-entrant, same fence.
+  const int other = follower_ % 3 + 1;
+  CtlResult again =
+      RunCtl({AddressFlag({cluster_.client_address(other)}), "begin", "cc",
+              "ctl-key", "--owner=ctl-owner", "--args_hash_hex=0a0b"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(Field(again.out, "status"), "STARTED");
+  EXPECT_EQ(Field(again.out, "fence"), std::to_string(fence));
+
+  CtlResult complete = RunCtl({AddressFlag(AllAddresses()), "complete", "cc",
+                               "ctl-key", std::to_string(fence)});
+  ASSERT_EQ(complete.exit_code, 0) << complete.err;
+  EXPECT_EQ(Field(complete.out, "status"), "OK");
+}
+
+TEST_F(ClusterClientTest, CtlRemoveShrinksTheGroup) {
+  const int removed = follower_;
+  CtlResult remove = RunCtl({AddressFlag(AllAddresses()), "cluster", "remove",
+                             std::to_string(removed)});
+  ASSERT_EQ(remove.exit_code, 0) << remove.err;
+  EXPECT_EQ(Field(remove.out, "removed"), std::to_string(removed));
+
+  absl::StatusOr<v1::ClusterStatusResponse> status = cluster_.Status(leader_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const v1::ClusterMember& member : status->members()) {
+    EXPECT_NE(member.id(), static_cast<uint64_t>(removed));
+  }
+  // The two left still make a majority of the new group.
+  cluster_.Kill(removed);
+  Client client(AllAddresses());
+  BeginOptions owner;
+  owner.owner = "after-remove";
+  absl::StatusOr<v1::BeginResponse> begin =
+      client.Begin("cc", "after-remove", "args", owner);
+  ASSERT_TRUE(begin.ok()) << begin.status();
+  EXPECT_EQ(begin->status(), v1::BeginResponse::STARTED);
+}
+
+}  // namespace
+}  // namespace dedup

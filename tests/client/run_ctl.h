@@ -1,0 +1,26 @@
+// Runs the dedupctl binary (DEDUPCTL_BINARY, set by the test target) as a
+// child process with stdout and stderr captured apart, for tests of its
+// output and exit codes. Thread-compatible.
+#ifndef DEDUP_TESTS_CLIENT_RUN_CTL_H_
+#define DEDUP_TESTS_CLIENT_RUN_CTL_H_
+
+#include <string>
+#include <vector>
+
+namespace dedup::testing {
+
+struct CtlResult {
+  int exit_code = -1;  // 128 + signal when killed by one.
+  std::string out;
+  std::string err;
+};
+
+// Runs dedupctl with `args` (after the program name) and waits for it.
+CtlResult RunCtl(const std::vector<std::string>& args);
+
+// The value of "field: value" in dedupctl output, or "" if absent.
+std::string Field(const std::string& output, const std::string& name);
+
+}  // namespace dedup::testing
+
+#endif  // DEDUP_TESTS_CLIENT_RUN_CTL_H_

@@ -1,0 +1,207 @@
+"""The fault driver: one fault at a time, each after the group has settled
+(every node up, one leader known to all, followers caught up) and a short
+stretch of normal load.
+
+Kinds (the schedule shuffles each round of all seven):
+  leader_kill         SIGKILL the leader, restart it 1-3 s later
+  leader_stop         SIGSTOP the leader, SIGCONT 2-4 s later
+  follower_kill       SIGKILL a follower, restart it 1-3 s later
+  node_term           SIGTERM a random node (a clean stop: a leader hands
+                      over first), restart it 0.5-1.5 s after it exited
+  leader_partition    isolate the leader from both peers for 3-5 s
+  follower_partition  isolate a follower from both peers for 3-5 s
+  oneway_partition    drop what the peers send to a random node (it can
+                      still send to them) for 2-4 s
+
+Clients keep running throughout and reach every node, isolated or not.
+After each fault the driver waits for an acknowledged write invoked after
+the fault (liveness: a group that never recovers fails the run). A fault's
+time (t_inject) is taken once it is in force (the process killed and
+reaped, SIGSTOP sent, the nftables rules loaded); for node_term it is when
+SIGTERM is sent, as the node's drain is part of that fault.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+import signal
+import time
+from typing import Optional
+
+from client import History, is_write_ack
+from cluster import Cluster
+
+KINDS = ["leader_kill", "leader_stop", "follower_kill", "node_term",
+         "leader_partition", "follower_partition", "oneway_partition"]
+# Kinds whose failover is the acceptance figure (p99 < 2 s), and the other
+# leader-affecting ones reported beside it.
+LEADER_KINDS = ["leader_kill", "leader_stop"]
+
+
+class LivenessFailure(Exception):
+    """The group did not settle or serve a write in time."""
+
+
+def schedule(count: int, rng: random.Random, kinds: list[str] = KINDS) -> list[str]:
+    """count faults: rounds of every kind, each round shuffled."""
+    out: list[str] = []
+    while len(out) < count:
+        cycle = list(kinds)
+        rng.shuffle(cycle)
+        out.extend(cycle)
+    return out[:count]
+
+
+def first_write_after(ops: list[dict], t: float) -> Optional[dict]:
+    """The earliest-answered write acknowledgement of an operation invoked
+    at or after t. `ops` in logging order, which is completion order up to
+    thread scheduling (hence the one-second margin when scanning back)."""
+    best = None
+    for o in reversed(ops):
+        if o["t_done"] < t - 1.0:
+            break
+        if o["t_inv"] >= t and is_write_ack(o):
+            if best is None or o["t_done"] < best["t_done"]:
+                best = o
+    return best
+
+
+class Driver:
+    def __init__(self, cluster: Cluster, history: History, rng: random.Random,
+                 hold_scale: float = 1.0, log=print) -> None:
+        self.cluster = cluster
+        self.topology = cluster.topology
+        self.history = history
+        self.rng = rng
+        self.hold_scale = hold_scale
+        self.log = log
+        self.faults: list[dict] = []
+
+    def _hold(self, lo: float, hi: float) -> float:
+        d = self.rng.uniform(lo, hi) * self.hold_scale
+        time.sleep(d)
+        return d
+
+    def settle(self, what: str, timeout_s: float = 60.0, max_lag: int = 256) -> None:
+        reason = self.cluster.wait_settled(timeout_s, max_lag)
+        if reason is not None:
+            raise LivenessFailure(f"{what}: group not settled after {timeout_s} s: {reason}")
+
+    def run_fault(self, n: int, total: int, kind: str) -> dict:
+        self.settle(f"before fault {n}")
+        time.sleep(self.rng.uniform(0.5, 1.0))  # normal load between faults
+        leader = self.cluster.leader()
+        if leader is None:
+            raise LivenessFailure(f"before fault {n}: leader lost while settled")
+        followers = [i for i in self.cluster.nodes if i != leader]
+        nodes = self.cluster.nodes
+        fault = {"n": n, "kind": kind, "leader": leader}
+        if kind == "leader_kill":
+            fault["node"] = leader
+            nodes[leader].kill()
+            fault["t_inject"] = self.history.now()
+            fault["held_s"] = self._hold(1.0, 3.0)
+            nodes[leader].start()
+        elif kind == "leader_stop":
+            fault["node"] = leader
+            nodes[leader].signal(signal.SIGSTOP)
+            fault["t_inject"] = self.history.now()
+            fault["held_s"] = self._hold(2.0, 4.0)
+            nodes[leader].signal(signal.SIGCONT)
+        elif kind == "follower_kill":
+            target = self.rng.choice(followers)
+            fault["node"] = target
+            nodes[target].kill()
+            fault["t_inject"] = self.history.now()
+            fault["held_s"] = self._hold(1.0, 3.0)
+            nodes[target].start()
+        elif kind == "node_term":
+            target = self.rng.choice(list(nodes))
+            fault["node"] = target
+            fault["t_inject"] = self.history.now()
+            fault["exit_code"] = nodes[target].terminate()
+            fault["held_s"] = self._hold(0.5, 1.5)
+            nodes[target].start()
+        elif kind in ("leader_partition", "follower_partition", "oneway_partition"):
+            if kind == "leader_partition":
+                target = leader
+            elif kind == "follower_partition":
+                target = self.rng.choice(followers)
+            else:
+                target = self.rng.choice(list(nodes))
+            fault["node"] = target
+            self.topology.partition(target, inbound=True,
+                                    outbound=kind != "oneway_partition")
+            fault["t_inject"] = self.history.now()
+            fault["held_s"] = self._hold(*((2.0, 4.0) if kind == "oneway_partition"
+                                           else (3.0, 5.0)))
+            self.topology.heal(target)
+        else:
+            raise ValueError(kind)
+        fault["was_leader"] = fault["node"] == leader
+        fault["t_recover"] = self.history.now()
+        # Liveness: some write invoked after the fault must be answered.
+        deadline = time.monotonic() + 30.0
+        while self.history.last_write_ack < fault["t_inject"]:
+            if time.monotonic() > deadline:
+                raise LivenessFailure(
+                    f"fault {n} ({kind} of node {fault['node']}): no write answered "
+                    f"within 30 s of recovery")
+            time.sleep(0.02)
+        w = first_write_after(self.history.snapshot(), fault["t_inject"])
+        fault["first_write_s"] = None if w is None else w["t_done"] - fault["t_inject"]
+        self.faults.append(fault)
+        role = "leader" if fault["was_leader"] else "follower"
+        fw = fault["first_write_s"]
+        self.log(f"fault {n}/{total} {kind:<18} node {fault['node']} ({role}) "
+                 f"held {fault['held_s']:.1f} s; first write after "
+                 f"{'-' if fw is None else f'{fw:.2f} s'}")
+        return fault
+
+
+def percentile(xs: list[float], q: float) -> Optional[float]:
+    """Nearest-rank percentile (q in 0..1)."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[max(1, math.ceil(q * len(s))) - 1]
+
+
+def failover_figures(faults: list[dict], ops: list[dict]) -> dict:
+    """Per fault kind (node_term and oneway_partition split by whether the
+    node led): time from the fault to the first answered write invoked
+    after it."""
+    writes = sorted((o for o in ops if is_write_ack(o)), key=lambda o: o["t_inv"])
+    starts = [o["t_inv"] for o in writes]
+    groups: dict[str, list[float]] = {}
+    missing: dict[str, int] = {}
+    for f in faults:
+        name = f["kind"]
+        if name in ("oneway_partition", "node_term"):
+            name += "_leader" if f["was_leader"] else "_follower"
+        best = None
+        for o in writes[bisect.bisect_left(starts, f["t_inject"]):]:
+            if best is not None and o["t_inv"] > best:
+                break
+            best = o["t_done"] if best is None else min(best, o["t_done"])
+        f["first_write_s"] = None if best is None else best - f["t_inject"]
+        if best is None:
+            missing[name] = missing.get(name, 0) + 1
+        else:
+            groups.setdefault(name, []).append(f["first_write_s"])
+    out = {}
+    for name in sorted(set(groups) | set(missing)):
+        xs = groups.get(name, [])
+        out[name] = {"count": len(xs) + missing.get(name, 0),
+                     "p50_s": percentile(xs, 0.5), "p99_s": percentile(xs, 0.99),
+                     "max_s": max(xs) if xs else None,
+                     "no_write": missing.get(name, 0)}
+    leader = [f["first_write_s"] for f in faults
+              if f["kind"] in LEADER_KINDS and f["first_write_s"] is not None]
+    out["leader_kill+leader_stop"] = {
+        "count": len(leader), "p50_s": percentile(leader, 0.5),
+        "p99_s": percentile(leader, 0.99), "max_s": max(leader) if leader else None,
+        "target_p99_s": 2.0}
+    return out
