@@ -1,10 +1,7 @@
 #include "replication/replicated_store.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -13,58 +10,15 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "storage/state_dir_swap.h"
+#include "replication/parked_begins.h"
+#include "replication/pending_op.h"
+#include "replication/snapshot_transfer.h"
 #include "storage/storage_key.h"
 
 namespace dedup {
 namespace {
-
-// Exit code of a node whose state could not be replaced by a snapshot it
-// fetched (the data dir's own error code: a restart recovers it).
-constexpr int kExitSnapshotInstall = 3;
-
-// One queued operation and whoever waits for its answer (one callback set).
-struct PendingOp {
-  LogOp op;
-  int64_t wait_deadline_ms = 0;  // Begin: park until then while IN_USE
-  bool waited = false;
-  StoreCallback<BeginResult> begin_done;
-  StoreCallback<FencedDecision> fenced_done;
-  StoreCallback<std::optional<Record>> get_done;
-  StoreCallback<bool> forget_done;
-
-  size_t bytes() const {
-    return 64 + op.skey.size() + op.begin.args_hash.size() +
-           op.begin.owner.size() + op.complete.result.size();
-  }
-
-  void Fail(const absl::Status& status) && {
-    if (begin_done) std::move(begin_done)(status);
-    if (fenced_done) std::move(fenced_done)(status);
-    if (get_done) std::move(get_done)(status);
-    if (forget_done) std::move(forget_done)(status);
-  }
-};
-
-// A Begin parked on the leader, with the decision it would get now.
-struct Waiter {
-  PendingOp op;
-  BeginDecision last;
-  int64_t next_check_ms = 0;
-};
-
-absl::Status UnknownOutcome(absl::string_view why) {
-  absl::Status status = absl::AbortedError(absl::StrCat(
-      "outcome unknown: ", why,
-      "; the operation may or may not take effect. Retry a Begin with the "
-      "same owner, a Complete with the same fence and result"));
-  status.SetPayload(kOutcomeUnknownPayload, absl::Cord("unknown"));
-  return status;
-}
 
 class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
  public:
@@ -207,7 +161,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   StoreStats Stats() override {
     StoreStats stats = state_->Stats();
-    stats.waiting_begins = waiting_.load();
+    stats.waiting_begins = parked_.size();
     return stats;
   }
 
@@ -235,23 +189,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   absl::StatusOr<OutgoingCheckpoint> CreateOutgoingCheckpoint() override {
     if (closed_.load()) return absl::UnavailableError("store is closed");
-    std::error_code ec;
-    std::filesystem::create_directories(OutgoingRoot(), ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("cannot create ", OutgoingRoot(), ": ", ec.message()));
-    }
-    OutgoingCheckpoint out;
-    out.dir =
-        absl::StrCat(OutgoingRoot(), "/", outgoing_sequence_.fetch_add(1));
-    std::filesystem::remove_all(out.dir, ec);
-    absl::StatusOr<uint64_t> applied = state_->Checkpoint(out.dir);
-    if (!applied.ok()) {
-      std::filesystem::remove_all(out.dir, ec);
-      return applied.status();
-    }
-    out.applied_index = *applied;
-    {
+    absl::StatusOr<OutgoingCheckpoint> out =
+        MakeOutgoingCheckpoint(state_.get(), OutgoingRoot(),
+                               absl::StrCat(outgoing_sequence_.fetch_add(1)));
+    if (out.ok()) {
       absl::MutexLock lock(&counters_mu_);
       ++counters_.snapshots_sent;
     }
@@ -455,7 +396,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         BeginDecision& d = std::get<BeginDecision>(answer);
         if (d.status == BeginStatus::kInUse && !draining_.load() &&
             now_ms < p.wait_deadline_ms) {
-          Park(std::move(p), std::move(d));
+          parked_.Park(std::move(p), std::move(d));
           return;
         }
         std::move(p.begin_done)(BeginResult{std::move(d), p.waited});
@@ -476,27 +417,9 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     }
   }
 
-  void Park(PendingOp p, BeginDecision last) {
-    p.waited = true;
-    Waiter waiter;
-    waiter.next_check_ms =
-        std::min(p.wait_deadline_ms, last.record.lease_until_ms);
-    waiter.last = std::move(last);
-    const std::string skey = p.op.skey;
-    waiter.op = std::move(p);
-    waiters_[skey].push_back(std::move(waiter));
-    waiting_.fetch_add(1);
-  }
-
-  // Proposes again the Begins parked on `skey` (their owner finished), in
-  // arrival order.
+  // Proposes again the Begins parked on `skey` (their owner finished).
   void WakeKey(const std::string& skey) {
-    auto it = waiters_.find(skey);
-    if (it == waiters_.end()) return;
-    std::vector<Waiter> woken = std::move(it->second);
-    waiters_.erase(it);
-    waiting_.fetch_sub(woken.size());
-    for (Waiter& w : woken) Requeue(std::move(w.op));
+    for (PendingOp& p : parked_.TakeKey(skey)) Requeue(std::move(p));
   }
 
   void Requeue(PendingOp p) {
@@ -509,40 +432,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     consensus_->Post([this] { Drain(); });
   }
 
-  void WakeDue(int64_t now_ms) {
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      std::vector<Waiter>& list = it->second;
-      for (auto w = list.begin(); w != list.end();) {
-        if (w->next_check_ms <= now_ms) {
-          Requeue(std::move(w->op));
-          w = list.erase(w);
-          waiting_.fetch_sub(1);
-        } else {
-          ++w;
-        }
-      }
-      if (list.empty()) {
-        waiters_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-
-  // Answers every parked Begin with its last decision (IN_USE).
-  void AnswerAllWaiters() {
-    auto waiters = std::move(waiters_);
-    waiters_.clear();
-    const int64_t now = options_.clock->NowMillis();
-    for (auto& [skey, list] : waiters) {
-      for (Waiter& w : list) {
-        w.last.retry_after_ms = std::clamp<int64_t>(
-            w.last.record.lease_until_ms - now, 1, kMaxRetryAfterMs);
-        waiting_.fetch_sub(1);
-        std::move(w.op.begin_done)(BeginResult{std::move(w.last), true});
-      }
-    }
-  }
+  void AnswerAllWaiters() { parked_.AnswerAll(options_.clock->NowMillis()); }
 
   void FailQueued(const absl::Status& status) {
     std::deque<PendingOp> queued;
@@ -560,63 +450,24 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       absl::MutexLock lock(&counters_mu_);
       ++counters_.snapshots_taken;
     }
-    return absl::StrCat("dedup-snapshot/1 ", *durable, " ", options_.raft.id);
+    return EncodeSnapshotDescriptor({*durable, options_.raft.id});
   }
 
-  absl::Status Restore(absl::string_view descriptor) override {
-    std::vector<absl::string_view> parts = absl::StrSplit(descriptor, ' ');
-    uint64_t index = 0;
-    uint64_t source = 0;
-    if (parts.size() != 3 || parts[0] != "dedup-snapshot/1" ||
-        !absl::SimpleAtoi(parts[1], &index) ||
-        !absl::SimpleAtoi(parts[2], &source)) {
-      return absl::DataLossError("snapshot descriptor is malformed");
-    }
-    // This node's own snapshot at a restart, or one it already has.
-    if (state_->applied_index() >= index) return absl::OkStatus();
-    if (!options_.fetch_checkpoint) {
-      return absl::UnimplementedError(absl::StrCat(
-          "this node's state is at index ", state_->applied_index(),
-          " and needs the snapshot at index ", index, " from node ", source,
-          ", but it has no way to fetch one"));
-    }
-    // The consensus thread blocks for the transfer: a follower installing a
+  absl::Status Restore(absl::string_view text) override {
+    absl::StatusOr<SnapshotDescriptor> descriptor =
+        DecodeSnapshotDescriptor(text);
+    if (!descriptor.ok()) return descriptor.status();
+    const uint64_t before = state_->applied_index();
+    // The consensus thread blocks for a transfer: a follower installing a
     // snapshot has nothing else to do, and must not apply entries meanwhile.
-    absl::Status last = absl::UnavailableError("no member to fetch from");
-    for (const std::string& address : SnapshotSources(source)) {
-      const std::string incoming = state_->IncomingDir();
-      std::error_code ec;
-      std::filesystem::remove_all(incoming, ec);
-      absl::StatusOr<uint64_t> fetched =
-          options_.fetch_checkpoint(address, index, incoming);
-      if (!fetched.ok()) {
-        last = fetched.status();
-        std::fprintf(stderr, "dedupd: snapshot %llu from %s: %s\n",
-                     static_cast<unsigned long long>(index), address.c_str(),
-                     std::string(last.message()).c_str());
-        std::filesystem::remove_all(incoming, ec);
-        continue;
-      }
-      if (absl::Status s = state_->ReplaceWith(incoming); !s.ok()) {
-        // The old state is closed and maybe moved: nothing can be applied.
-        std::fprintf(stderr,
-                     "dedupd: FATAL: installing the snapshot at index %llu "
-                     "failed: %s; stopping (a restart recovers the data dir)\n",
-                     static_cast<unsigned long long>(index),
-                     std::string(s.message()).c_str());
-        std::fflush(stderr);
-        _exit(kExitSnapshotInstall);
-      }
-      std::fprintf(stderr,
-                   "dedupd: installed a snapshot from %s at index %llu "
-                   "(needed %llu)\n",
-                   address.c_str(), static_cast<unsigned long long>(*fetched),
-                   static_cast<unsigned long long>(index));
+    absl::Status s = InstallSnapshot(state_.get(), *descriptor,
+                                     SnapshotSources(descriptor->taker),
+                                     options_.fetch_checkpoint);
+    if (s.ok() && state_->applied_index() != before) {
       absl::MutexLock lock(&counters_mu_);
       ++counters_.snapshots_installed;
-      return absl::OkStatus();
     }
-    return last;
+    return s;
   }
 
   // Client addresses to fetch a snapshot from: its taker first, then every
@@ -644,14 +495,8 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     if (leaderless_since_ms_ == 0) return;
     const double seconds = (now - leaderless_since_ms_) / 1000.0;
     leaderless_since_ms_ = 0;
-    size_t bucket = 0;
-    while (bucket < std::size(kLeaderlessBucketsS) &&
-           seconds > kLeaderlessBucketsS[bucket]) {
-      ++bucket;
-    }
     absl::MutexLock lock(&counters_mu_);
-    ++counters_.leaderless_buckets[bucket];
-    counters_.leaderless_sum_s += seconds;
+    counters_.ObserveLeaderless(seconds);
   }
 
   void CountUnknown(size_t n) {
@@ -670,7 +515,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       AnswerAllWaiters();
       FailQueued(NotLeader(status.leader_id));
     }
-    if (leader && !waiters_.empty()) WakeDue(options_.clock->NowMillis());
+    if (leader && !parked_.empty()) {
+      for (PendingOp& p : parked_.TakeDue(options_.clock->NowMillis())) {
+        Requeue(std::move(p));
+      }
+    }
   }
 
   const ReplicatedStoreOptions options_;
@@ -683,7 +532,6 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   std::atomic<bool> draining_{false};
   std::atomic<bool> is_leader_{false};
   std::atomic<uint64_t> leader_id_{0};
-  std::atomic<uint64_t> waiting_{0};
 
   absl::Mutex mu_;
   std::deque<PendingOp> queue_ ABSL_GUARDED_BY(mu_);
@@ -698,7 +546,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   std::atomic<uint64_t> outgoing_sequence_{0};
   mutable absl::Mutex counters_mu_;
   ReplicationCounters counters_ ABSL_GUARDED_BY(counters_mu_);
-  absl::flat_hash_map<std::string, std::vector<Waiter>> waiters_;
+  ParkedBegins parked_;
 };
 
 }  // namespace

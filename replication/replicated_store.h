@@ -91,6 +91,16 @@ struct ReplicationCounters {
   std::vector<uint64_t> leaderless_buckets =
       std::vector<uint64_t>(std::size(kLeaderlessBucketsS) + 1, 0);
   double leaderless_sum_s = 0;
+
+  void ObserveLeaderless(double seconds) {
+    size_t bucket = 0;
+    while (bucket < std::size(kLeaderlessBucketsS) &&
+           seconds > kLeaderlessBucketsS[bucket]) {
+      ++bucket;
+    }
+    ++leaderless_buckets[bucket];
+    leaderless_sum_s += seconds;
+  }
   uint64_t entries_proposed = 0;
   uint64_t operations_proposed = 0;
   uint64_t unknown_outcomes = 0;

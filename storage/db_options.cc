@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/memtablerep.h"
@@ -73,6 +75,22 @@ rocksdb::ReadOptions TotalOrderScan() {
   options.fill_cache = false;
   options.readahead_size = 2 << 20;
   return options;
+}
+
+absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRecordDb(
+    const rocksdb::Options& options, const std::string& path) {
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
+  if (s.ok()) return std::unique_ptr<rocksdb::DB>(db);
+  // RocksDB reports a held LOCK file as an IO error mentioning the lock.
+  if (absl::StrContains(s.ToString(), "lock")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data dir ", path,
+        " is locked by another process (is another dedupd running on it?): ",
+        s.ToString()));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("cannot open data dir ", path, ": ", s.ToString()));
 }
 
 }  // namespace dedup

@@ -6,8 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 
+#include "absl/status/statusor.h"
 #include "rocksdb/compaction_filter.h"
+#include "rocksdb/db.h"
 #include "rocksdb/options.h"
 
 namespace dedup {
@@ -24,6 +28,12 @@ struct RecordDbTuning {
 };
 
 [[nodiscard]] rocksdb::Options RecordDbOptions(const RecordDbTuning& tuning);
+
+// Opens the database at `path` with `options`. FailedPreconditionError when
+// another process holds its lock (another dedupd on the same data dir),
+// InvalidArgumentError for any other failure; both name the path.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRecordDb(
+    const rocksdb::Options& options, const std::string& path);
 
 // Options for a scan of the whole key space: with a prefix extractor,
 // iterators otherwise stay within one prefix. Scans read every block once,

@@ -389,20 +389,11 @@ class RocksReplicatedState : public ReplicatedState {
     // drops nothing.
     clock_.now_ms.store(0);
     rocksdb::Options db_options = RecordDbOptions(tuning);
-    rocksdb::DB* db = nullptr;
-    rocksdb::Status s = rocksdb::DB::Open(db_options, options_.path, &db);
-    if (!s.ok()) {
-      if (s.ToString().find("lock") != std::string::npos) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "data dir ", options_.path,
-            " is locked by another process (is another dedupd running on "
-            "it?): ",
-            s.ToString()));
-      }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot open data dir ", options_.path, ": ", s.ToString()));
-    }
-    db_.reset(db);
+    absl::StatusOr<std::unique_ptr<rocksdb::DB>> opened =
+        OpenRecordDb(db_options, options_.path);
+    if (!opened.ok()) return opened.status();
+    db_ = *std::move(opened);
+    rocksdb::DB* const db = db_.get();
     const rocksdb::ReadOptions read;
     absl::StatusOr<uint64_t> applied = ReadMeta(db, read, AppliedIndexKey());
     absl::StatusOr<uint64_t> now = ReadMeta(db, read, NowKey());

@@ -41,21 +41,10 @@ class RocksStore : public Store {
   ~RocksStore() override { (void)Close(); }
 
   absl::Status Init(rocksdb::Options db_options) {
-    rocksdb::DB* db = nullptr;
-    rocksdb::Status s = rocksdb::DB::Open(db_options, options_.path, &db);
-    if (!s.ok()) {
-      // RocksDB reports a held LOCK file as an IO error mentioning the lock.
-      if (absl::StrContains(s.ToString(), "lock")) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "data dir ", options_.path,
-            " is locked by another process (is another dedupd running on "
-            "it?): ",
-            s.ToString()));
-      }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot open data dir ", options_.path, ": ", s.ToString()));
-    }
-    db_.reset(db);
+    absl::StatusOr<std::unique_ptr<rocksdb::DB>> db =
+        OpenRecordDb(db_options, options_.path);
+    if (!db.ok()) return db.status();
+    db_ = *std::move(db);
     absl::StatusOr<std::unique_ptr<FenceAllocator>> fences =
         FenceAllocator::Open(db_.get());
     if (!fences.ok()) return fences.status();

@@ -1,0 +1,112 @@
+#include "replication/snapshot_transfer.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace dedup {
+namespace {
+
+constexpr char kDescriptorTag[] = "dedup-snapshot/1";
+
+// Exit code of a node whose state could not be replaced by a snapshot it
+// fetched (the data dir's own error code: a restart recovers it).
+constexpr int kExitSnapshotInstall = 3;
+
+void RemoveAll(const std::string& dir) {
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+}  // namespace
+
+std::string EncodeSnapshotDescriptor(const SnapshotDescriptor& descriptor) {
+  return absl::StrCat(kDescriptorTag, " ", descriptor.index, " ",
+                      descriptor.taker);
+}
+
+absl::StatusOr<SnapshotDescriptor> DecodeSnapshotDescriptor(
+    absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ' ');
+  SnapshotDescriptor out;
+  if (parts.size() != 3 || parts[0] != kDescriptorTag ||
+      !absl::SimpleAtoi(parts[1], &out.index) ||
+      !absl::SimpleAtoi(parts[2], &out.taker)) {
+    return absl::DataLossError("snapshot descriptor is malformed");
+  }
+  return out;
+}
+
+absl::Status InstallSnapshot(ReplicatedState* state,
+                             const SnapshotDescriptor& descriptor,
+                             const std::vector<std::string>& sources,
+                             const FetchCheckpointFn& fetch) {
+  // This node's own snapshot at a restart, or one it already has.
+  if (state->applied_index() >= descriptor.index) return absl::OkStatus();
+  if (!fetch) {
+    return absl::UnimplementedError(absl::StrCat(
+        "this node's state is at index ", state->applied_index(),
+        " and needs the snapshot at index ", descriptor.index, " from node ",
+        descriptor.taker, ", but it has no way to fetch one"));
+  }
+  absl::Status last = absl::UnavailableError("no member to fetch from");
+  const std::string incoming = state->IncomingDir();
+  for (const std::string& address : sources) {
+    RemoveAll(incoming);
+    absl::StatusOr<uint64_t> fetched =
+        fetch(address, descriptor.index, incoming);
+    if (!fetched.ok()) {
+      last = fetched.status();
+      std::fprintf(stderr, "dedupd: snapshot %llu from %s: %s\n",
+                   static_cast<unsigned long long>(descriptor.index),
+                   address.c_str(), std::string(last.message()).c_str());
+      RemoveAll(incoming);
+      continue;
+    }
+    if (absl::Status s = state->ReplaceWith(incoming); !s.ok()) {
+      // The old state is closed and maybe moved: nothing can be applied.
+      std::fprintf(stderr,
+                   "dedupd: FATAL: installing the snapshot at index %llu "
+                   "failed: %s; stopping (a restart recovers the data dir)\n",
+                   static_cast<unsigned long long>(descriptor.index),
+                   std::string(s.message()).c_str());
+      std::fflush(stderr);
+      _exit(kExitSnapshotInstall);
+    }
+    std::fprintf(stderr,
+                 "dedupd: installed a snapshot from %s at index %llu "
+                 "(needed %llu)\n",
+                 address.c_str(), static_cast<unsigned long long>(*fetched),
+                 static_cast<unsigned long long>(descriptor.index));
+    return absl::OkStatus();
+  }
+  return last;
+}
+
+absl::StatusOr<OutgoingCheckpoint> MakeOutgoingCheckpoint(
+    ReplicatedState* state, const std::string& root, const std::string& name) {
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", root, ": ", ec.message()));
+  }
+  OutgoingCheckpoint out;
+  out.dir = absl::StrCat(root, "/", name);
+  RemoveAll(out.dir);
+  absl::StatusOr<uint64_t> applied = state->Checkpoint(out.dir);
+  if (!applied.ok()) {
+    RemoveAll(out.dir);
+    return applied.status();
+  }
+  out.applied_index = *applied;
+  return out;
+}
+
+}  // namespace dedup
