@@ -29,6 +29,7 @@ struct PendingOp {
   StoreCallback<FencedDecision> fenced_done;
   StoreCallback<std::optional<Record>> get_done;
   StoreCallback<bool> forget_done;
+  StoreCallback<bool> member_done;  // kSetMember
 
   size_t bytes() const {
     return 64 + op.skey.size() + op.begin.args_hash.size() +
@@ -40,6 +41,7 @@ struct PendingOp {
     if (fenced_done) std::move(fenced_done)(status);
     if (get_done) std::move(get_done)(status);
     if (forget_done) std::move(forget_done)(status);
+    if (member_done) std::move(member_done)(status);
   }
 };
 

@@ -28,9 +28,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         state_(std::move(state)),
         incarnation_(std::random_device()() ^
                      (static_cast<uint64_t>(std::random_device()()) << 32)) {
-    for (const ClusterNode& node : options_.nodes) {
-      client_address_[node.id] = node.client_address;
-    }
+    ReloadMembers();
   }
 
   ~ReplicatedStoreImpl() override { (void)Close(); }
@@ -174,7 +172,18 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   ClusterStatus GetClusterStatus() const override {
     ClusterStatus status;
     if (consensus_ != nullptr) status.consensus = consensus_->Status();
-    status.nodes = options_.nodes;
+    {
+      absl::MutexLock lock(&members_mu_);
+      for (const auto& [id, address] : client_address_) {
+        ClusterNode node;
+        node.id = id;
+        node.client_address = address;
+        for (const ClusterNode& configured : options_.nodes) {
+          if (configured.id == id) node.raft_address = configured.raft_address;
+        }
+        status.nodes.push_back(std::move(node));
+      }
+    }
     status.state_applied_index = state_->applied_index();
     status.replicated_now_ms = state_->now_ms();
     status.last_fence = state_->last_fence();
@@ -200,9 +209,31 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   }
 
   void AddMember(ClusterNode node, Done done) override {
-    OnLoop(std::move(done), [this, node](Done done) {
-      return consensus_->AddMember(node.id, node.raft_address, std::move(done));
-    });
+    auto add = [this, node](Done done) {
+      OnLoop(std::move(done), [this, node](Done done) {
+        return consensus_->AddMember(node.id, node.raft_address,
+                                     std::move(done));
+      });
+    };
+    if (node.client_address.empty()) {
+      add(std::move(done));
+      return;
+    }
+    // Every member learns the newcomer's client address first (through the
+    // log), so any of them can name it once it leads.
+    PendingOp p;
+    p.op.type = OpType::kSetMember;
+    p.op.member_id = node.id;
+    p.op.skey = node.client_address;
+    p.member_done = [add, done = std::make_shared<Done>(std::move(done))](
+                        absl::StatusOr<bool> recorded) mutable {
+      if (!recorded.ok()) {
+        std::move (*done)(recorded.status());
+      } else {
+        add(std::move(*done));
+      }
+    };
+    Submit(std::move(p));
   }
 
   void RemoveMember(uint64_t id, Done done) override {
@@ -238,6 +269,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   }
 
   absl::Status NotLeader(uint64_t leader) const {
+    absl::MutexLock lock(&members_mu_);
     auto it = client_address_.find(leader);
     if (leader == 0 || it == client_address_.end()) {
       return absl::UnavailableError(
@@ -383,6 +415,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       }
     }
     for (const std::string& skey : applied->settled_keys) WakeKey(skey);
+    if (applied->members_changed) ReloadMembers();
     return absl::OkStatus();
   }
 
@@ -413,6 +446,9 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         return;
       case OpType::kForget:
         std::move(p.forget_done)(std::get<bool>(answer));
+        return;
+      case OpType::kSetMember:
+        std::move(p.member_done)(std::get<bool>(answer));
         return;
     }
   }
@@ -464,6 +500,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
                                      SnapshotSources(descriptor->taker),
                                      options_.fetch_checkpoint);
     if (s.ok() && state_->applied_index() != before) {
+      ReloadMembers();
       absl::MutexLock lock(&counters_mu_);
       ++counters_.snapshots_installed;
     }
@@ -474,15 +511,27 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   // other member this node knows.
   std::vector<std::string> SnapshotSources(uint64_t taker) const {
     std::vector<std::string> out;
+    absl::MutexLock lock(&members_mu_);
     if (auto it = client_address_.find(taker); it != client_address_.end()) {
       out.push_back(it->second);
     }
-    for (const ClusterNode& node : options_.nodes) {
-      if (node.id != taker && node.id != options_.raft.id) {
-        out.push_back(node.client_address);
-      }
+    for (const auto& [id, address] : client_address_) {
+      if (id != taker && id != options_.raft.id) out.push_back(address);
     }
     return out;
+  }
+
+  // Client addresses: the configured peers, then what the replicated state
+  // recorded (members added later).
+  void ReloadMembers() {
+    absl::StatusOr<std::map<uint64_t, std::string>> recorded =
+        state_->Members();
+    absl::MutexLock lock(&members_mu_);
+    for (const ClusterNode& node : options_.nodes) {
+      client_address_[node.id] = node.client_address;
+    }
+    if (!recorded.ok()) return;  // the state is closed
+    for (const auto& [id, address] : *recorded) client_address_[id] = address;
   }
 
   // Times each spell without a known leader.
@@ -525,7 +574,9 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   const ReplicatedStoreOptions options_;
   const std::unique_ptr<ReplicatedState> state_;
   const uint64_t incarnation_;
-  absl::flat_hash_map<uint64_t, std::string> client_address_;
+  mutable absl::Mutex members_mu_;
+  absl::flat_hash_map<uint64_t, std::string> client_address_
+      ABSL_GUARDED_BY(members_mu_);
   std::unique_ptr<Consensus> consensus_;
 
   std::atomic<bool> closed_{false};

@@ -109,6 +109,9 @@ void EncodeOp(const LogOp& op, Writer& w) {
       w.U64(op.fence);
       w.I64(op.lease_ms);
       break;
+    case OpType::kSetMember:
+      w.U64(op.member_id);
+      break;
     case OpType::kGet:
     case OpType::kForget:
       break;
@@ -140,6 +143,8 @@ bool DecodeOp(Reader& r, LogOp* op) {
       return r.U64(&op->fence);
     case OpType::kRenew:
       return r.U64(&op->fence) && r.I64(&op->lease_ms);
+    case OpType::kSetMember:
+      return r.U64(&op->member_id);
     case OpType::kGet:
     case OpType::kForget:
       return true;

@@ -25,6 +25,9 @@ enum class OpType : uint8_t {
   kRenew = 4,
   kGet = 5,
   kForget = 6,
+  // Records a member's client address in the replicated state, so every
+  // node can name a leader it was not started with (membership changes).
+  kSetMember = 7,
 };
 
 // One operation on one record. Only the fields of its type are encoded.
@@ -35,6 +38,7 @@ struct LogOp {
   CompleteParams complete;  // kComplete
   uint64_t fence = 0;       // kRelease, kRenew
   int64_t lease_ms = 0;     // kRenew
+  uint64_t member_id = 0;   // kSetMember (skey holds the client address)
 };
 
 struct LogEntry {

@@ -1,6 +1,7 @@
 #include "storage/replicated_state.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -34,6 +35,13 @@ const std::string& FenceKey() {
   return *key;
 }
 constexpr int kMetaKeys = 3;
+// Member client addresses: "<meta>replicated.member.<id, 8 bytes BE>".
+std::string MemberKeyPrefix() { return MetaKey("member."); }
+std::string MemberKey(uint64_t id) {
+  std::string key = MemberKeyPrefix();
+  for (int i = 7; i >= 0; --i) key.push_back(static_cast<char>(id >> (8 * i)));
+  return key;
+}
 
 std::string EncodeU64(uint64_t v) {
   std::string out(8, '\0');
@@ -182,6 +190,12 @@ class RocksReplicatedState : public ReplicatedState {
     EntryBatch batch(db_.get());
     out.answers.reserve(entry.ops.size());
     for (const LogOp& op : entry.ops) {
+      if (op.type == OpType::kSetMember) {
+        batch.batch().Put(MemberKey(op.member_id), op.skey);
+        out.members_changed = true;
+        out.answers.emplace_back(true);
+        continue;
+      }
       absl::StatusOr<std::optional<Record>> stored = batch.Read(op.skey);
       if (!stored.ok()) {
         // A record that does not decode is refused alone, and kept as it is.
@@ -219,6 +233,8 @@ class RocksReplicatedState : public ReplicatedState {
         }
         case OpType::kGet:
           out.answers.emplace_back(LiveRecord(*stored, now));
+          break;
+        case OpType::kSetMember:  // handled above
           break;
         case OpType::kForget: {
           const bool existed = LiveRecord(*stored, now).has_value();
@@ -282,6 +298,28 @@ class RocksReplicatedState : public ReplicatedState {
       return s;
     }
     return AppliedIndexOf(dir);
+  }
+
+  absl::StatusOr<std::map<uint64_t, std::string>> Members() override {
+    absl::ReaderMutexLock lock(&db_mu_);
+    if (closed_) return absl::UnavailableError("state is closed");
+    std::map<uint64_t, std::string> members;
+    const std::string prefix = MemberKeyPrefix();
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+         it->Next()) {
+      const absl::string_view key(it->key().data(), it->key().size());
+      if (key.size() != prefix.size() + 8) continue;
+      uint64_t id = 0;
+      for (size_t i = prefix.size(); i < key.size(); ++i) {
+        id = (id << 8) | static_cast<unsigned char>(key[i]);
+      }
+      members[id] = it->value().ToString();
+    }
+    if (absl::Status s = FromRocks(it->status(), "members scan"); !s.ok()) {
+      return s;
+    }
+    return members;
   }
 
   absl::StatusOr<StateDigest> ComputeDigest() override {

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,7 +54,8 @@ struct ReplicatedStateOptions {
 
 // The answer to one operation of an entry, by its type: BeginDecision
 // (kBegin), FencedDecision (kComplete, kRelease, kRenew), the live record or
-// nullopt (kGet), whether a live record was removed (kForget), or the error
+// nullopt (kGet), whether a live record was removed (kForget), true
+// (kSetMember), or the error
 // that refused this operation alone.
 using OpAnswer = std::variant<BeginDecision, FencedDecision,
                               std::optional<Record>, bool, absl::Status>;
@@ -69,6 +71,8 @@ struct AppliedEntry {
   // Keys whose owner finished with them in this entry (Complete, Release,
   // Forget wrote them): what parked Begins wait for.
   std::vector<std::string> settled_keys;
+  // A kSetMember changed Members().
+  bool members_changed = false;
 };
 
 // A digest of the replicated state at one applied index: equal on replicas
@@ -135,6 +139,10 @@ class ReplicatedState {
       const std::string& dir);
 
   [[nodiscard]] virtual absl::StatusOr<StateDigest> ComputeDigest() = 0;
+  // Member id -> client address, as recorded by kSetMember operations.
+  // O(members).
+  [[nodiscard]] virtual absl::StatusOr<std::map<uint64_t, std::string>>
+  Members() = 0;
   [[nodiscard]] virtual StoreStats Stats() = 0;
   [[nodiscard]] virtual absl::Status CompactAll() = 0;
   // Counts record keys physically present (expired or not). O(records).

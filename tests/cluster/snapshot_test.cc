@@ -168,6 +168,20 @@ TEST_F(SnapshotTest, NodeReplacedUnderLoadCatchesUpAndServes) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(transferred.leader_id(), static_cast<uint64_t>(joiner));
   ExpectDuplicates(joiner, written);
+  // The founding members learnt the newcomer's client address through the
+  // log: a follower sends callers to it.
+  const int founder = leader_;  // led before the transfer
+  std::string hint;
+  for (int i = 0; i < 50 && hint != cluster_.client_address(joiner); ++i) {
+    grpc::ClientContext context;
+    v1::BeginResponse response;
+    grpc::Status s = cluster_.DedupStub(founder)->Begin(
+        &context, BeginOf("k", "o"), &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    hint = LeaderHint(context);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(hint, cluster_.client_address(joiner));
 }
 
 }  // namespace

@@ -63,6 +63,21 @@ TEST(LogEntryTest, RoundTripsEveryField) {
   EXPECT_EQ(out->ops[3].type, OpType::kGet);
 }
 
+TEST(LogEntryTest, RoundTripsSetMember) {
+  LogEntry in;
+  LogOp member;
+  member.type = OpType::kSetMember;
+  member.member_id = 4;
+  member.skey = "10.0.0.4:50051";
+  in.ops.push_back(member);
+  absl::StatusOr<LogEntry> out = DecodeLogEntry(EncodeLogEntry(in));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->ops.size(), 1u);
+  EXPECT_EQ(out->ops[0].type, OpType::kSetMember);
+  EXPECT_EQ(out->ops[0].member_id, 4u);
+  EXPECT_EQ(out->ops[0].skey, "10.0.0.4:50051");
+}
+
 // libraft 0.15 mishandles entries whose length is not a multiple of 8.
 TEST(LogEntryTest, EncodingIsAMultipleOfEightBytes) {
   LogEntry entry = SampleEntry();

@@ -1,6 +1,7 @@
 #include "storage/replicated_state.h"
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -216,6 +217,30 @@ TEST_F(ReplicatedStateTest, ReplaceWithInstallsAnotherReplicasCheckpoint) {
   const auto& record = std::get<std::optional<Record>>(read->answers[0]);
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->result, "r");
+}
+
+TEST_F(ReplicatedStateTest, SetMemberRecordsAClientAddressEveryReplicaKeeps) {
+  {
+    auto state = Open("a");
+    ASSERT_NE(state, nullptr);
+    LogOp member;
+    member.type = OpType::kSetMember;
+    member.member_id = 4;
+    member.skey = "10.0.0.4:50051";
+    absl::StatusOr<AppliedEntry> applied =
+        state->Apply(1, Entry(1000, {member, BeginOp("k", "o")}));
+    ASSERT_TRUE(applied.ok()) << applied.status();
+    EXPECT_TRUE(applied->members_changed);
+    ASSERT_EQ(applied->answers.size(), 2u);
+    EXPECT_TRUE(std::get<bool>(applied->answers[0]));
+    // It is not a record: the key's Begin starts the first fence.
+    EXPECT_EQ(std::get<BeginDecision>(applied->answers[1]).record.fence, 1u);
+  }
+  auto reopened = Open("a");
+  ASSERT_NE(reopened, nullptr);
+  absl::StatusOr<std::map<uint64_t, std::string>> members = reopened->Members();
+  ASSERT_TRUE(members.ok()) << members.status();
+  EXPECT_EQ(*members, (std::map<uint64_t, std::string>{{4, "10.0.0.4:50051"}}));
 }
 
 // A crash between the swap's two renames leaves `<dir>.old` and
