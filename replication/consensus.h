@@ -45,6 +45,11 @@ struct ConsensusStatus {
   uint64_t applied_index = 0;
   uint64_t last_index = 0;
   uint64_t leader_changes = 0;  // seen by this node since it started
+  // Append requests to this node's log since it started, and the entries
+  // in them. Each request is written and synced (the I/O backend may merge
+  // several requests into one sync: an upper bound on log fsyncs).
+  uint64_t log_appends = 0;
+  uint64_t log_appended_entries = 0;
   std::vector<Member> members;
 };
 

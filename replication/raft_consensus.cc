@@ -10,6 +10,7 @@ extern "C" {
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -130,10 +131,11 @@ class RaftConsensus : public Consensus {
     if (int rv = raft_uv_tcp_init(&transport_, &loop_); rv != 0) {
       return RaftError(rv, "raft transport", nullptr);
     }
-    if (int rv = raft_uv_init(&io_, &loop_, options_.dir.c_str(), &transport_);
+    if (int rv =
+            raft_uv_init(&io_.io, &loop_, options_.dir.c_str(), &transport_);
         rv != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("raft log in ", options_.dir, ": ", io_.errmsg));
+          absl::StrCat("raft log in ", options_.dir, ": ", io_.io.errmsg));
     }
     // Version 2: Debian's raft_uv has no async_work, which asynchronous
     // snapshots (version 3) need. Snapshot() is cheap instead (a WAL fsync).
@@ -143,7 +145,7 @@ class RaftConsensus : public Consensus {
     fsm_.snapshot = &RaftConsensus::FsmSnapshot;
     fsm_.restore = &RaftConsensus::FsmRestore;
     fsm_.snapshot_finalize = &RaftConsensus::FsmSnapshotFinalize;
-    if (int rv = raft_init(&raft_, &io_, &fsm_, options_.id,
+    if (int rv = raft_init(&raft_, &io_.io, &fsm_, options_.id,
                            options_.raft_address.c_str());
         rv != 0) {
       return absl::UnavailableError(
@@ -157,7 +159,11 @@ class RaftConsensus : public Consensus {
     // A node cut off from the others must not disrupt the group with
     // elections it cannot win when it comes back.
     raft_set_pre_vote(&raft_, true);
-    raft_uv_set_connect_retry_delay(&io_, 100);
+    raft_uv_set_connect_retry_delay(&io_.io, 100);
+    // Count appends on their way to the backend (see ConsensusStatus).
+    io_.self = this;
+    io_.append = io_.io.append;
+    io_.io.append = &RaftConsensus::CountingAppend;
     if (!options_.bootstrap.empty()) {
       struct raft_configuration configuration;
       raft_configuration_init(&configuration);
@@ -378,6 +384,15 @@ class RaftConsensus : public Consensus {
     return 0;
   }
 
+  static int CountingAppend(struct raft_io* io, struct raft_io_append* req,
+                            const struct raft_entry entries[], unsigned n,
+                            raft_io_append_cb cb) {
+    auto* counted = reinterpret_cast<CountedIo*>(io);
+    counted->self->log_appends_.fetch_add(1);
+    counted->self->log_appended_entries_.fetch_add(n);
+    return counted->append(io, req, entries, n, cb);
+  }
+
   static void OnApplied(struct raft_apply* req, int status, void*) {
     auto* request = static_cast<ApplyRequest*>(req->data);
     std::move(request->done)(
@@ -448,7 +463,7 @@ class RaftConsensus : public Consensus {
 
   static void OnRaftClosed(struct raft* r) {
     auto* self = static_cast<RaftConsensus*>(r->data);
-    raft_uv_close(&self->io_);
+    raft_uv_close(&self->io_.io);
     raft_uv_tcp_close(&self->transport_);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
@@ -492,6 +507,8 @@ class RaftConsensus : public Consensus {
     }
     last_leader_id_ = status.leader_id;
     status.leader_changes = leader_changes_;
+    status.log_appends = log_appends_.load();
+    status.log_appended_entries = log_appended_entries_.load();
     {
       absl::MutexLock lock(&status_mu_);
       status_ = status;
@@ -506,7 +523,18 @@ class RaftConsensus : public Consensus {
   uv_async_t async_;
   uv_timer_t timer_;
   struct raft_uv_transport transport_ {};
-  struct raft_io io_ {};
+  // The backend's raft_io, first member so that libraft's raft_io pointer
+  // leads back here, with the append it was given.
+  struct CountedIo {
+    struct raft_io io;
+    RaftConsensus* self = nullptr;
+    int (*append)(struct raft_io*, struct raft_io_append*,
+                  const struct raft_entry[], unsigned,
+                  raft_io_append_cb) = nullptr;
+  };
+  CountedIo io_{};
+  std::atomic<uint64_t> log_appends_{0};
+  std::atomic<uint64_t> log_appended_entries_{0};
   struct raft_fsm fsm_ {};
   struct raft raft_ {};
   bool closing_ = false;  // consensus thread

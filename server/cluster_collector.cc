@@ -93,6 +93,14 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
   }
   out.push_back(std::move(lag));
 
+  out.push_back(Counter(
+      "dedup_raft_log_appends_total",
+      "Append requests to this node's Raft log, each written and synced (the "
+      "backend may merge some into one sync: an upper bound on log fsyncs)",
+      c.log_appends));
+  out.push_back(Counter("dedup_raft_log_appended_entries_total",
+                        "Entries in those append requests",
+                        c.log_appended_entries));
   out.push_back(Counter("dedup_raft_entries_proposed_total",
                         "Log entries this node proposed as leader",
                         n.entries_proposed));

@@ -81,6 +81,12 @@ TEST_F(SnapshotTest, LaggingFollowerInstallsASnapshotThenTheLog) {
   EXPECT_GE(Metric(leader_, "dedup_raft_operations_proposed_total"),
             Metric(leader_, "dedup_raft_entries_proposed_total"));
   EXPECT_GE(Metric(leader_, "dedup_raft_entries_proposed_total"), 400);
+  // Every proposed entry went through the leader's log and the follower's.
+  EXPECT_GE(Metric(leader_, "dedup_raft_log_appended_entries_total"), 400);
+  EXPECT_GE(Metric(leader_, "dedup_raft_log_appends_total"), 1);
+  EXPECT_LE(Metric(leader_, "dedup_raft_log_appends_total"),
+            Metric(leader_, "dedup_raft_log_appended_entries_total"));
+  EXPECT_GE(Metric(follower, "dedup_raft_log_appended_entries_total"), 1);
   EXPECT_GE(
       Metric(leader_, absl::StrCat("dedup_raft_follower_lag_entries{node=\"",
                                    follower, "\"}")),
