@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -162,16 +164,24 @@ absl::StatusOr<std::string> MakeTempDir(const std::string& prefix) {
 }
 
 int FreePort(const std::string& ip) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  inet_pton(AF_INET, ip.c_str(), &addr.sin_addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  // The kernel hands out a port just released again soon: never give one
+  // twice in this process (a node's client and Raft ports must differ).
+  static std::mutex mu;
+  static std::set<int>* const given = new std::set<int>();
+  for (;;) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = 0;
+    inet_pton(AF_INET, ip.c_str(), &addr.sin_addr);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    const int port = ntohs(addr.sin_port);
+    std::lock_guard<std::mutex> lock(mu);
+    if (given->insert(port).second) return port;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::StartGroup(

@@ -119,8 +119,9 @@ struct ProcessResult {
     const std::string& binary, const std::vector<std::string>& args,
     std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
-// A TCP port free right now on `ip` (another process could take it before
-// it is bound; the odds are small on a test machine).
+// A TCP port free right now on `ip`, never one this process was given
+// before (another process could still take it before it is bound; the odds
+// are small on a test machine). Thread-safe.
 [[nodiscard]] int FreePort(const std::string& ip);
 
 // Creates a fresh directory under $TMPDIR (or /tmp); the caller removes it.
