@@ -15,9 +15,11 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/load/grpc_backend.h"
 #include "bench/load/pg_backend.h"
@@ -44,8 +46,10 @@ ABSL_FLAG(int, connections, 4,
           "over them");
 ABSL_FLAG(double, seconds, 10, "measured duration");
 ABSL_FLAG(double, warmup, 1, "seconds run before measuring");
-ABSL_FLAG(int32_t, server_pid, 0,
-          "the server under test, to report its CPU per unit (0 = none)");
+ABSL_FLAG(std::vector<std::string>, server_pid, {},
+          "the server under test, to report its CPU per unit (none by "
+          "default); comma-separated PIDs for the nodes of a replicated "
+          "group, whose CPU is summed (each node does the whole work)");
 ABSL_FLAG(double, rate, 0,
           "open loop: operations/s across all slots (0 = closed loop)");
 ABSL_FLAG(int, batch, 100, "keys per BeginBatch/CompleteBatch");
@@ -126,7 +130,15 @@ int Main() {
   o.warmup_s = absl::GetFlag(FLAGS_warmup);
   o.duration_s = absl::GetFlag(FLAGS_seconds);
   o.rate = absl::GetFlag(FLAGS_rate);
-  o.server_pid = absl::GetFlag(FLAGS_server_pid);
+  for (const std::string& pid : absl::GetFlag(FLAGS_server_pid)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(pid, &n) || n <= 0) {
+      std::cerr << "dedup-bench: bad --server_pid " << pid << "\n";
+      backend->Stop();
+      return 2;
+    }
+    o.server_pids.push_back(n);
+  }
   if (std::string e = workload->Prepare(*backend, o.outstanding); !e.empty()) {
     std::cerr << "dedup-bench: " << e << "\n";
     backend->Stop();

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Turns bench/run's JSON lines into bench/results/<date>.md: the figures,
 ratios to dedup and to the bare-gRPC baseline, the targets, and the machine.
+A 3-node replicated group of dedupd (configs starting with 3-node) is set
+beside the single node.
 
 A cell measured in several rounds shows its median round (by throughput; by
 p99 for open-loop cells) and the rounds' spread; a ratio is the median of the
@@ -22,6 +24,16 @@ VOLATILE = {"dedup": "none", "redis": "persistence=off",
             "postgres": "synchronous_commit=off"}
 WORKLOADS = ["unique", "begin", "duplicates", "hot", "batch", "beginbatch"]
 SYSTEMS = ["dedup", "redis", "postgres"]
+GROUP = "3-node"  # configs of the replicated group start with this
+
+
+def single_node_of(config):
+    """The single node's config a 3-node group's config is set beside
+    ("3-node-coalesced@256" -> "sync-coalesced@256"); None if not the
+    group's."""
+    if not config.startswith(GROUP) or "half-peak" in config:
+        return None
+    return "sync" + config[len(GROUP):]
 
 
 def median_row(rounds):
@@ -42,17 +54,23 @@ def split_at(config):
 
 def table_order(key):
     system, config, workload = key
-    if config == "bare-grpc-half-peak":  # beside the cell it is the floor of
-        return (WORKLOADS.index("begin"), False, 0, 0, 2)
+    begin = WORKLOADS.index("begin")
+    # Open-loop cells beside the closed-loop cell their rate comes from.
+    if config == "bare-grpc-half-peak":  # the floor of sync-half-peak
+        return (begin, False, 0, 0, 0, 2)
+    if config == "sync-at-3-node-half-peak":  # the single node at that rate
+        return (begin, False, 0, 0, 1, 2)
     config, at = split_at(config)
     base = config.removesuffix("-coalesced")
+    group = config.startswith(GROUP)
     cls = (-1 if config == "bare-grpc" else
-           0 if DURABLE.get(system) == base or config == "sync-half-peak" else
+           0 if DURABLE.get(system) == base or group
+           or config == "sync-half-peak" else
            1 if VOLATILE.get(system) == base else 2)
     w = (WORKLOADS + ["setnx", "echo"]).index(workload) \
         if workload in WORKLOADS + ["setnx", "echo"] else 99
     return (w, bool(at), cls, SYSTEMS.index(system) if system in SYSTEMS else 9,
-            config == "sync-half-peak", config.endswith("-coalesced"))
+            group, config.endswith("half-peak"), config.endswith("-coalesced"))
 
 
 def sh(cmd):
@@ -102,8 +120,19 @@ def main():
     p.add_argument("--smoke", default="0")
     p.add_argument("--dedupd", default="")
     p.add_argument("--data_dir", default="/tmp")
-    p.add_argument("--systems", default="dedup redis postgres")
+    p.add_argument("--systems", default="dedup dedup3 redis postgres")
+    p.add_argument("--leader_changes", default="",
+                   help="JSON lines: the 3-node cells during which the leader or "
+                   "its term changed")
+    p.add_argument("--command", default="",
+                   help="the command line that made these figures")
+    p.add_argument("--cells", type=int, default=0,
+                   help="cells measured")
+    p.add_argument("--busy_cells", type=int, default=0,
+                   help="cells started while the machine was still busy")
     a = p.parse_args()
+    changes = ([json.loads(l) for l in open(a.leader_changes) if l.strip()]
+               if a.leader_changes and os.path.exists(a.leader_changes) else [])
     all_rows = [json.loads(l) for l in open(a.results) if l.strip()]
     # A cell's rounds, in the order they ran.
     rounds_of = {}
@@ -155,7 +184,8 @@ def main():
     w(f"# dedup benchmark, {datetime.date.today().isoformat()}"
       + (" (smoke: figures not meaningful)" if a.smoke == "1" else ""))
     w("")
-    w(f"Command: `bench/run{' --smoke' if a.smoke == '1' else ''}`; "
+    command = a.command or f"bench/run{' --smoke' if a.smoke == '1' else ''}"
+    w(f"Command: `{command}`; "
       f"{a.rounds} round(s) of {a.seconds} s measured per cell after a "
       f"warmup, closed loop with {a.outstanding} operations in flight "
       f"(dedupd and Redis: 4 connections; PostgreSQL: 32), every system on "
@@ -172,6 +202,17 @@ def main():
       f"Configs ending in `@{a.high_outstanding}` measure durable pairs again "
       f"with {a.high_outstanding} operations in flight (same connections).")
     w("")
+    if any(k[1].startswith(GROUP) for k in rounds_of):
+        w("Configs starting with `3-node` are a replicated group of three "
+          "dedupd nodes (cluster mode, Raft) on this same machine, driven "
+          "through its leader: the three nodes and the load generator share "
+          "its cores, and every node does the whole work (each fsyncs the "
+          "Raft log and applies every entry to its own RocksDB). Their "
+          "`dedup ÷ this` is the single node (`sync`, same config otherwise) "
+          "÷ the group, and their `server µs/unit` is the three nodes' CPU "
+          "summed. A cell during which the leader or its term changed fails "
+          "and is listed under Leader changes.")
+        w("")
     w("**The load generator shares the machine's cores with the server under "
       "test**: on a small machine the figures are bounded by both. "
       "`client cpu` is the load generator's CPU use (100% = one core); "
@@ -194,6 +235,13 @@ def main():
       "shared by concurrent writers); dedup `none` ~ Redis persistence off ~ "
       "PostgreSQL `synchronous_commit=off` (PostgreSQL still writes its WAL).")
     w("")
+    if a.cells:
+        w(f"**This machine is shared** with other users, whose builds and "
+          f"tests may run at the same time: {a.busy_cells} of {a.cells} cells started on a "
+          f"machine still more than 5% busy after {1 if a.smoke == '1' else 15} s "
+          f"of waiting for it to go quiet; those figures are depressed, which "
+          f"the spread between rounds shows.")
+        w("")
     stolen = [r.get("steal_fraction", -1) for r in all_rows]
     stolen = [f for f in stolen if f >= 0]
     if stolen and statistics.median(stolen) > 0.10:
@@ -215,6 +263,11 @@ def main():
         # Against dedup with as many operations in flight.
         vs = (round_ratio(("dedup", cls["dedup"] + at, r["workload"]), key)
               if cls else None)
+        # The group against the single node, same config otherwise.
+        single = (single_node_of(r["config"]) if r["system"] == "dedup"
+                  else None)
+        if single:
+            vs = round_ratio(("dedup", single, r["workload"]), key)
         vs_dedup = f"{vs:.2f}×" if vs else ""
         ve = (round_ratio(key, echo_key)
               if r["unit"] == "calls" and r["system"] == "dedup"
@@ -275,7 +328,37 @@ def main():
          round_ratio(("dedup", "sync", "beginbatch"),
                      ("redis", "appendfsync=always", "setnx")), 1.0, "×"),
     ]
+    group_high = GROUP + high
+    targets += [
+        ("3-node group: BeginBatch keys/s ≥ 0.5× the single node (sync)",
+         round_ratio(("dedup", GROUP, "beginbatch"),
+                     ("dedup", "sync", "beginbatch")), 0.5, "×"),
+        ("3-node group: durable pairs through the CoalescingClient ≥ 0.5× "
+         "the single node (sync-coalesced)",
+         round_ratio(("dedup", GROUP + "-coalesced", "unique"),
+                     ("dedup", "sync-coalesced", "unique")), 0.5, "×"),
+        (f"3-node group ÷ single node: coalesced durable pairs with "
+         f"{a.high_outstanding} in flight (for reference)",
+         round_ratio(("dedup", GROUP + "-coalesced" + high, "unique"),
+                     ("dedup", "sync-coalesced" + high, "unique")), None, "×"),
+        ("3-node group ÷ single node: unary durable pairs (for reference)",
+         round_ratio(("dedup", GROUP, "unique"), ("dedup", "sync", "unique")),
+         None, "×"),
+        (f"3-node group ÷ single node: unary durable pairs with "
+         f"{a.high_outstanding} in flight (for reference)",
+         round_ratio(("dedup", group_high, "unique"),
+                     ("dedup", "sync" + high, "unique")), None, "×"),
+        ("3-node group ÷ single node: unary Begin calls, closed loop (for "
+         "reference)",
+         round_ratio(("dedup", GROUP, "begin"), ("dedup", "sync", "begin")),
+         None, "×"),
+    ]
     half = by.get(("dedup", "sync-half-peak", "begin"))
+
+    def rounds_p99(key):  # " (rounds: a, b, c)", p99 of each, sorted
+        all_p99 = sorted(x["latency_ms"]["p99"] for x in rounds_of[key])
+        return (f" (rounds: {', '.join(f'{v:.1f}' for v in all_p99)})"
+                if len(all_p99) > 1 else "")
     w("## Targets")
     w("")
     w("| target | measured | met |")
@@ -289,17 +372,38 @@ def main():
             w(f"| {name} | {value:.2f}{suffix} | {met} |")
     if half:
         p99 = half["latency_ms"]["p99"]
-        all_p99 = sorted(x["latency_ms"]["p99"]
-                         for x in rounds_of[("dedup", "sync-half-peak", "begin")])
-        each = (f" (rounds: {', '.join(f'{v:.1f}' for v in all_p99)})"
-                if len(all_p99) > 1 else "")
+        each = rounds_p99(("dedup", "sync-half-peak", "begin"))
         floor = by.get(("dedup", "bare-grpc-half-peak", "echo"))
         floor_text = (f"; bare gRPC Echo at the same rate: "
                       f"{floor['latency_ms']['p99']:.3f} ms" if floor else "")
         w(f"| p99 Begin latency at half of peak rate ({fmt(half['rate'])}/s, "
           f"open loop), durable < 2 ms | {p99:.3f} ms{each}{floor_text} | "
           f"{'yes' if p99 < 2 else 'NO'} |")
+    half3 = by.get(("dedup", GROUP + "-half-peak", "begin"))
+    if half3:
+        same = by.get(("dedup", "sync-at-3-node-half-peak", "begin"))
+        same_text = (f"; the single node at the same rate: "
+                     f"{same['latency_ms']['p99']:.3f} ms" if same else "")
+        own_text = (f"; the single node at half its own peak "
+                    f"({fmt(half['rate'])}/s): {half['latency_ms']['p99']:.3f} ms"
+                    if half else "")
+        w(f"| p99 Begin latency at half of the 3-node group's peak "
+          f"({fmt(half3['rate'])}/s, open loop), beside the single node | "
+          f"{half3['latency_ms']['p99']:.3f} ms"
+          f"{rounds_p99(('dedup', GROUP + '-half-peak', 'begin'))}"
+          f"{same_text}{own_text} | (reported) |")
     w("")
+    if changes:
+        w("## Leader changes")
+        w("")
+        w("The 3-node group's leader (or its term) changed during these "
+          "cells: their figures and errors include the change of leader, so "
+          "they do not measure a steady group.")
+        w("")
+        for c in changes:
+            w(f"- round {c.get('round', '?')}, dedup {c['config']} "
+              f"{c['workload']}: {c['before']} → {c.get('after') or 'no leader'}")
+        w("")
     w("## Answers per cell")
     w("")
     for r in rows:  # the median round's answers
@@ -333,10 +437,21 @@ def main():
         expected += [("postgres", c, wl) for c in ("synchronous_commit=on", "synchronous_commit=off")
                      for wl in WORKLOADS + ["echo"]]
         expected += [("postgres", "synchronous_commit=on" + high, "unique")]
+    if "dedup3" in systems:
+        expected += [("dedup", c, "unique")
+                     for c in (GROUP, GROUP + "-coalesced", group_high,
+                               GROUP + "-coalesced" + high)]
+        expected += [("dedup", c, wl) for c, wl in (
+            (GROUP, "begin"), (GROUP + "-half-peak", "begin"),
+            (GROUP, "beginbatch"))]
+        if "dedup" in systems:
+            expected += [("dedup", "sync-at-3-node-half-peak", "begin")]
     bad = [f"missing {e}" for e in expected if e not in by]
     bad += [f"{r['system']} {r['config']} {r['workload']}: units={r['units']} "
             f"errors={r['errors']} {r['first_error']}"
             for r in all_rows if r["units"] <= 0 or r["errors"] > 0]
+    bad += [f"leader changed during dedup {c['config']} {c['workload']} "
+            f"(round {c.get('round', '?')})" for c in changes]
     for b in bad:
         print("report: " + b, file=sys.stderr)
     return 1 if bad else 0

@@ -34,6 +34,18 @@ double ProcessCpuSeconds(int pid) {
   return ticks / sysconf(_SC_CLK_TCK);
 }
 
+// The sum over `pids` (the nodes of a group); -1 if empty or one is gone.
+double ProcessesCpuSeconds(const std::vector<int>& pids) {
+  if (pids.empty()) return -1;
+  double sum = 0;
+  for (int pid : pids) {
+    const double s = ProcessCpuSeconds(pid);
+    if (s < 0) return -1;
+    sum += s;
+  }
+  return sum;
+}
+
 // Total and steal jiffies of the whole machine (/proc/stat's "cpu" line).
 struct MachineTicks {
   double total = 0, steal = 0;
@@ -142,13 +154,11 @@ RunResult Run(Backend& backend, Workload& workload, const RunOptions& o) {
   // around the window.
   std::this_thread::sleep_until(st.measure_from);
   have_before = getrusage(RUSAGE_SELF, &before) == 0;
-  const double server_before =
-      o.server_pid > 0 ? ProcessCpuSeconds(o.server_pid) : -1;
+  const double server_before = ProcessesCpuSeconds(o.server_pids);
   const MachineTicks machine_before = ReadMachineTicks();
   std::this_thread::sleep_until(st.end);
   getrusage(RUSAGE_SELF, &after);
-  const double server_after =
-      o.server_pid > 0 ? ProcessCpuSeconds(o.server_pid) : -1;
+  const double server_after = ProcessesCpuSeconds(o.server_pids);
   const MachineTicks machine_after = ReadMachineTicks();
 
   RunResult r;

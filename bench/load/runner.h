@@ -8,6 +8,7 @@
 #define DEDUP_BENCH_LOAD_RUNNER_H_
 
 #include <string>
+#include <vector>
 
 #include "bench/load/backend.h"
 #include "bench/load/histogram.h"
@@ -20,7 +21,10 @@ struct RunOptions {
   double warmup_s = 1;
   double duration_s = 10;
   double rate = 0;     // operations/s across all slots; 0 = closed loop
-  int server_pid = 0;  // the server under test on this machine; 0 = unknown
+  // The server under test on this machine: one process, or every node of a
+  // replicated group (each does the whole work: their CPU is summed).
+  // Empty = unknown.
+  std::vector<int> server_pids;
 };
 
 struct RunResult {
@@ -31,7 +35,9 @@ struct RunResult {
   SlotCounters counters;    // whole run, warmup included
   uint64_t unfinished = 0;  // operations still outstanding at the end
   double cpu_user_s = 0, cpu_sys_s = 0;  // this process, in the window
-  double server_cpu_s = -1;  // server_pid's user + system CPU; -1 = unknown
+  // server_pids' user + system CPU, summed; -1 = unknown (none given, or
+  // one was gone).
+  double server_cpu_s = -1;
   // Share of the machine's CPU time the hypervisor gave to others (steal) in
   // the window, 0..1; -1 = unknown. High values mean a noisy neighbour.
   double steal_fraction = -1;
