@@ -20,7 +20,7 @@ struct RunOptions {
   int outstanding = 64;
   double warmup_s = 1;
   double duration_s = 10;
-  double rate = 0;     // operations/s across all slots; 0 = closed loop
+  double rate = 0;  // operations/s across all slots; 0 = closed loop
   // The server under test on this machine: one process, or every node of a
   // replicated group (each does the whole work: their CPU is summed).
   // Empty = unknown.
