@@ -20,6 +20,7 @@ extern "C" {
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "replication/no_delay_transport.h"
 
 namespace dedup {
 
@@ -128,11 +129,11 @@ class RaftConsensus : public Consensus {
       return absl::InternalError(
           absl::StrCat("uv_loop_init: ", uv_strerror(rv)));
     }
-    if (int rv = raft_uv_tcp_init(&transport_, &loop_); rv != 0) {
+    if (int rv = NoDelayTcpTransportInit(&transport_, &loop_); rv != 0) {
       return RaftError(rv, "raft transport", nullptr);
     }
-    if (int rv =
-            raft_uv_init(&io_.io, &loop_, options_.dir.c_str(), &transport_);
+    if (int rv = raft_uv_init(&io_.io, &loop_, options_.dir.c_str(),
+                              &transport_.transport);
         rv != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("raft log in ", options_.dir, ": ", io_.io.errmsg));
@@ -464,7 +465,7 @@ class RaftConsensus : public Consensus {
   static void OnRaftClosed(struct raft* r) {
     auto* self = static_cast<RaftConsensus*>(r->data);
     raft_uv_close(&self->io_.io);
-    raft_uv_tcp_close(&self->transport_);
+    raft_uv_tcp_close(&self->transport_.transport);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
     self->RefreshStatus();
@@ -522,7 +523,7 @@ class RaftConsensus : public Consensus {
   uv_loop_t loop_;
   uv_async_t async_;
   uv_timer_t timer_;
-  struct raft_uv_transport transport_ {};
+  NoDelayTransport transport_;
   // The backend's raft_io, first member so that libraft's raft_io pointer
   // leads back here, with the append it was given.
   struct CountedIo {

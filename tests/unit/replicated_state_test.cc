@@ -2,9 +2,12 @@
 
 #include <filesystem>
 #include <map>
+#include <random>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "storage/record.h"
 #include "storage/state_dir_swap.h"
 #include "storage/storage_key.h"
 #include "tests/testing/server_process.h"
@@ -96,6 +99,106 @@ TEST_F(ReplicatedStateTest, DecidesWithTheEntrysTimeAndCountsFences) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(std::get<FencedDecision>(b->answers[0]).status, FencedStatus::kOk);
   ASSERT_EQ(b->settled_keys.size(), 1u);
+}
+
+LogOp ForgetOp(const std::string& key) {
+  LogOp op;
+  op.type = OpType::kForget;
+  op.skey = EncodeStorageKey("ns", key);
+  return op;
+}
+
+// An answer as text, every field that reaches a client included.
+std::string Describe(const OpAnswer& answer) {
+  if (const auto* d = std::get_if<BeginDecision>(&answer)) {
+    return absl::StrCat("begin ", static_cast<int>(d->status), " ", d->takeover,
+                        d->reentry, " ", EncodeRecord(d->record));
+  }
+  if (const auto* d = std::get_if<FencedDecision>(&answer)) {
+    return absl::StrCat("fenced ", static_cast<int>(d->status), " ",
+                        EncodeRecord(d->record));
+  }
+  if (const auto* r = std::get_if<std::optional<Record>>(&answer)) {
+    return r->has_value() ? absl::StrCat("get ", EncodeRecord(**r))
+                          : "get none";
+  }
+  if (const auto* existed = std::get_if<bool>(&answer)) {
+    return absl::StrCat("forget ", *existed);
+  }
+  return std::get<absl::Status>(answer).ToString();
+}
+
+// Reads are batched per entry (one MultiGet of its keys, some in the
+// memtable, some in SST files, some absent): an entry of many operations,
+// several on the same key, must decide exactly as its operations applied one
+// entry each.
+TEST_F(ReplicatedStateTest, AnEntryDecidesAsItsOperationsOneEntryEach) {
+  auto batched = Open("batched");
+  auto single = Open("single");
+  ASSERT_NE(batched, nullptr);
+  ASSERT_NE(single, nullptr);
+  std::vector<LogOp> seed;
+  for (int k = 0; k < 20; ++k)
+    seed.push_back(BeginOp(absl::StrCat("k", k), "o"));
+  for (int k = 0; k < 10; ++k) {
+    seed.push_back(CompleteOp(absl::StrCat("k", k), k + 1, "r"));
+  }
+  for (auto* state : {batched.get(), single.get()}) {
+    ASSERT_TRUE(state->Apply(2, Entry(1000, seed)).ok());
+  }
+  // Half the stored records move to SST files; later ones stay in memory.
+  ASSERT_TRUE(batched->CompactAll().ok());
+  ASSERT_TRUE(single->CompactAll().ok());
+  std::vector<LogOp> more;
+  for (int k = 20; k < 30; ++k)
+    more.push_back(BeginOp(absl::StrCat("k", k), "o"));
+  for (auto* state : {batched.get(), single.get()}) {
+    ASSERT_TRUE(state->Apply(3, Entry(1000, more)).ok());
+  }
+
+  std::mt19937 random(7);
+  std::vector<LogOp> ops;
+  for (int i = 0; i < 400; ++i) {
+    const std::string key = absl::StrCat("k", random() % 40);
+    switch (random() % 5) {
+      case 0:
+        ops.push_back(BeginOp(key, absl::StrCat("o", random() % 2)));
+        break;
+      case 1:
+        ops.push_back(CompleteOp(key, 1 + random() % 40, "done"));
+        break;
+      case 2:
+        ops.push_back(GetOp(key));
+        break;
+      case 3:
+        ops.push_back(ForgetOp(key));
+        break;
+      default:
+        ops.push_back(BeginOp(key, "o", /*lease_ms=*/1));
+        break;
+    }
+  }
+  absl::StatusOr<AppliedEntry> all = batched->Apply(4, Entry(5000, ops));
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->answers.size(), ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    absl::StatusOr<AppliedEntry> one =
+        single->Apply(4 + i, Entry(5000, {ops[i]}));
+    ASSERT_TRUE(one.ok()) << one.status();
+    ASSERT_EQ(Describe(all->answers[i]), Describe(one->answers[0]))
+        << "operation " << i;
+  }
+  EXPECT_EQ(batched->last_fence(), single->last_fence());
+  // And the same records stay behind.
+  std::vector<LogOp> reads;
+  for (int k = 0; k < 40; ++k) reads.push_back(GetOp(absl::StrCat("k", k)));
+  absl::StatusOr<AppliedEntry> a = batched->Apply(1000, Entry(5000, reads));
+  absl::StatusOr<AppliedEntry> b = single->Apply(1000, Entry(5000, reads));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  for (size_t k = 0; k < reads.size(); ++k) {
+    EXPECT_EQ(Describe(a->answers[k]), Describe(b->answers[k])) << "k" << k;
+  }
 }
 
 TEST_F(ReplicatedStateTest, ReplicatedTimeNeverGoesBackwards) {
