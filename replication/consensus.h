@@ -50,6 +50,10 @@ struct ConsensusStatus {
   // several requests into one sync: an upper bound on log fsyncs).
   uint64_t log_appends = 0;
   uint64_t log_appended_entries = 0;
+  // Entries between snapshots and kept behind one, as fitted to the log's
+  // byte budget (see RaftOptions::log_budget_bytes).
+  unsigned snapshot_threshold = 0;
+  unsigned snapshot_trailing = 0;
   std::vector<Member> members;
 };
 

@@ -20,6 +20,7 @@ extern "C" {
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "replication/log_budget.h"
 #include "replication/no_delay_transport.h"
 
 namespace dedup {
@@ -114,7 +115,10 @@ using Done = absl::AnyInvocable<void(absl::Status) &&>;
 class RaftConsensus : public Consensus {
  public:
   RaftConsensus(const RaftOptions& options, StateMachine* machine)
-      : options_(options), machine_(machine) {}
+      : options_(options),
+        machine_(machine),
+        log_budget_(options.log_budget_bytes, options.snapshot_threshold,
+                    options.snapshot_trailing) {}
 
   ~RaftConsensus() override { Stop(); }
 
@@ -334,7 +338,19 @@ class RaftConsensus : public Consensus {
                    std::string(s.message()).c_str());
       return RAFT_IOERR;
     }
+    self->FitLogToBudget(buf->len);
     return 0;
+  }
+
+  // Consensus thread: libraft reads both counts after each apply.
+  void FitLogToBudget(size_t entry_bytes) {
+    log_budget_.Observe(entry_bytes);
+    if (log_budget_.threshold() != raft_.snapshot.threshold) {
+      raft_set_snapshot_threshold(&raft_, log_budget_.threshold());
+    }
+    if (log_budget_.trailing() != raft_.snapshot.trailing) {
+      raft_set_snapshot_trailing(&raft_, log_budget_.trailing());
+    }
   }
 
   static int FsmSnapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[],
@@ -510,6 +526,8 @@ class RaftConsensus : public Consensus {
     status.leader_changes = leader_changes_;
     status.log_appends = log_appends_.load();
     status.log_appended_entries = log_appended_entries_.load();
+    status.snapshot_threshold = raft_.snapshot.threshold;
+    status.snapshot_trailing = raft_.snapshot.trailing;
     {
       absl::MutexLock lock(&status_mu_);
       status_ = status;
@@ -519,6 +537,7 @@ class RaftConsensus : public Consensus {
 
   const RaftOptions options_;
   StateMachine* const machine_;
+  LogBudget log_budget_;  // consensus thread
 
   uv_loop_t loop_;
   uv_async_t async_;

@@ -34,6 +34,9 @@ struct RaftOptions {
   // a briefly lagging follower catches up from the log, not a snapshot.
   unsigned snapshot_threshold = 4096;
   unsigned snapshot_trailing = 4096;
+  // Bytes of entries the log may hold (libraft keeps them in memory as well
+  // as on disk): large entries lower both counts above (log_budget.h).
+  uint64_t log_budget_bytes = 256 << 20;
 };
 
 // Starts the engine and its thread. `machine` is not owned and must outlive

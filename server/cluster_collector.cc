@@ -101,6 +101,14 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
   out.push_back(Counter("dedup_raft_log_appended_entries_total",
                         "Entries in those append requests",
                         c.log_appended_entries));
+  out.push_back(
+      Gauge("dedup_raft_snapshot_threshold_entries",
+            "Entries between snapshots, as fitted to --raft_log_budget_mb",
+            c.snapshot_threshold));
+  out.push_back(
+      Gauge("dedup_raft_snapshot_trailing_entries",
+            "Entries kept behind a snapshot, as fitted to --raft_log_budget_mb",
+            c.snapshot_trailing));
   out.push_back(Counter("dedup_raft_entries_proposed_total",
                         "Log entries this node proposed as leader",
                         n.entries_proposed));

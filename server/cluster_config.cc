@@ -34,6 +34,10 @@ ABSL_FLAG(uint32_t, snapshot_threshold, 4096,
 ABSL_FLAG(uint32_t, snapshot_trailing, 4096,
           "cluster mode: log entries kept behind a snapshot for lagging "
           "followers");
+ABSL_FLAG(uint32_t, raft_log_budget_mb, 256,
+          "cluster mode: MiB of entries the Raft log may hold (in memory as "
+          "well as on disk); large entries lower --snapshot_threshold and "
+          "--snapshot_trailing to fit, down to 16 entries each");
 
 namespace dedup {
 namespace {
@@ -161,6 +165,11 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   if (store.raft.snapshot_threshold < 16) {
     return absl::InvalidArgumentError("--snapshot_threshold: must be >= 16");
   }
+  const uint32_t log_budget_mb = absl::GetFlag(FLAGS_raft_log_budget_mb);
+  if (log_budget_mb < 16) {
+    return absl::InvalidArgumentError("--raft_log_budget_mb: must be >= 16");
+  }
+  store.raft.log_budget_bytes = uint64_t{log_budget_mb} << 20;
   store.state.path = (data / "state").string();
   store.state.memory_budget_bytes = single.memory_budget_bytes;
   store.state.compaction_grace_ms = single.compaction_grace_ms;
