@@ -84,6 +84,9 @@ TEST_F(SnapshotTest, LaggingFollowerInstallsASnapshotThenTheLog) {
   // Every proposed entry went through the leader's log and the follower's.
   EXPECT_GE(Metric(leader_, "dedup_raft_log_appended_entries_total"), 400);
   EXPECT_GE(Metric(leader_, "dedup_raft_log_appends_total"), 1);
+  // Small entries: the configured counts (the byte budget would allow more).
+  EXPECT_EQ(Metric(leader_, "dedup_raft_snapshot_threshold_entries"), 16);
+  EXPECT_EQ(Metric(follower, "dedup_raft_snapshot_trailing_entries"), 16);
   EXPECT_LE(Metric(leader_, "dedup_raft_log_appends_total"),
             Metric(leader_, "dedup_raft_log_appended_entries_total"));
   EXPECT_GE(
