@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 #include "storage/db_options.h"
+#include "storage/lease_tracker.h"
 #include "storage/state_dir_swap.h"
 #include "storage/storage_key.h"
 #include "storage/ttl_compaction_filter.h"
@@ -119,10 +121,10 @@ class EntryBatch {
     for (uint32_t i : order) {
       if (keys.empty() || keys.back() != rocksdb::Slice(ops[i].skey)) {
         keys.emplace_back(ops[i].skey);
+        slots_.emplace_back().skey = &ops[i].skey;
       }
       slot_of_[i] = static_cast<uint32_t>(keys.size() - 1);
     }
-    slots_.resize(keys.size());
     if (keys.empty()) return;
     std::vector<rocksdb::PinnableSlice> values(keys.size());
     std::vector<rocksdb::Status> statuses(keys.size());
@@ -159,11 +161,13 @@ class EntryBatch {
       case WriteKind::kPut:
         slot.value = EncodeRecord(record);
         slot.status = absl::OkStatus();
+        slot.written = true;
         batch_.Put(skey, *slot.value);
         return;
       case WriteKind::kDelete:
         slot.value.reset();
         slot.status = absl::OkStatus();
+        slot.written = true;
         batch_.Delete(skey);
         return;
     }
@@ -171,12 +175,26 @@ class EntryBatch {
 
   rocksdb::WriteBatch& batch() { return batch_; }
 
+  // Each written key's final value (nullptr: deleted). Valid while the
+  // batch is.
+  std::vector<LeaseTracker::Write> Writes() const {
+    std::vector<LeaseTracker::Write> writes;
+    for (const Slot& slot : slots_) {
+      if (!slot.written) continue;
+      writes.emplace_back(*slot.skey,
+                          slot.value.has_value() ? &*slot.value : nullptr);
+    }
+    return writes;
+  }
+
  private:
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   // One per distinct key: its current record.
   struct Slot {
-    absl::Status status;               // not OK: the read failed
-    std::optional<std::string> value;  // nullopt: no record
+    const std::string* skey = nullptr;  // the entry's own
+    absl::Status status;                // not OK: the read failed
+    std::optional<std::string> value;   // nullopt: no record
+    bool written = false;
   };
   std::vector<uint32_t> slot_of_;  // per operation
   std::vector<Slot> slots_;
@@ -187,7 +205,8 @@ class RocksReplicatedState : public ReplicatedState {
  public:
   explicit RocksReplicatedState(ReplicatedStateOptions options)
       : options_(std::move(options)),
-        filter_(&clock_, options_.compaction_grace_ms) {}
+        filter_(&clock_, options_.compaction_grace_ms),
+        leases_(options_.max_tracked_leases) {}
 
   ~RocksReplicatedState() override { (void)Close(); }
 
@@ -196,8 +215,12 @@ class RocksReplicatedState : public ReplicatedState {
       return absl::InvalidArgumentError(absl::StrCat(
           "cannot recover data dir ", options_.path, ": ", s.message()));
     }
-    absl::WriterMutexLock lock(&db_mu_);
-    return OpenDb();
+    {
+      absl::WriterMutexLock lock(&db_mu_);
+      if (absl::Status s = OpenDb(); !s.ok()) return s;
+    }
+    StartSeeding();
+    return absl::OkStatus();
   }
 
   std::string IncomingDir() const override {
@@ -205,14 +228,19 @@ class RocksReplicatedState : public ReplicatedState {
   }
 
   absl::Status ReplaceWith(const std::string& incoming) override {
-    absl::WriterMutexLock lock(&db_mu_);
-    if (closed_) return absl::UnavailableError("state is closed");
-    if (absl::Status s = FromRocks(db_->Close(), "close"); !s.ok()) return s;
-    db_.reset();
-    if (absl::Status s = SwapInStateDir(incoming, options_.path); !s.ok()) {
-      return s;
+    StopSeeding();
+    {
+      absl::WriterMutexLock lock(&db_mu_);
+      if (closed_) return absl::UnavailableError("state is closed");
+      if (absl::Status s = FromRocks(db_->Close(), "close"); !s.ok()) return s;
+      db_.reset();
+      if (absl::Status s = SwapInStateDir(incoming, options_.path); !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = OpenDb(); !s.ok()) return s;
     }
-    return OpenDb();
+    StartSeeding();
+    return absl::OkStatus();
   }
 
   absl::StatusOr<AppliedEntry> Apply(uint64_t index,
@@ -301,6 +329,7 @@ class RocksReplicatedState : public ReplicatedState {
         !s.ok()) {
       return s;
     }
+    leases_.OnWrites(batch.Writes(), now);
     fence_.store(fence);
     clock_.now_ms.store(now);
     applied_.store(index);
@@ -418,8 +447,7 @@ class RocksReplicatedState : public ReplicatedState {
     stats.block_cache_usage_bytes = property("rocksdb.block-cache-usage");
     stats.memtable_bytes = property("rocksdb.cur-size-all-mem-tables");
     stats.expired_dropped = filter_.dropped();
-    // Lease figures are not tracked in cluster mode yet: say they undercount.
-    stats.inflight_tracking_saturated = true;
+    leases_.AddStats(clock_.now_ms.load(), stats);
     return stats;
   }
 
@@ -448,6 +476,7 @@ class RocksReplicatedState : public ReplicatedState {
   }
 
   absl::Status Close() override {
+    StopSeeding();
     absl::WriterMutexLock lock(&db_mu_);
     if (closed_) return absl::OkStatus();
     closed_ = true;
@@ -460,6 +489,45 @@ class RocksReplicatedState : public ReplicatedState {
   }
 
  private:
+  // One pass over the records after an open, reading only their headers, so
+  // lease statistics need no scan per scrape. Runs on seeder_ while entries
+  // apply (LeaseTracker: their writes win).
+  void StartSeeding() {
+    leases_.BeginSeeding();
+    seeder_ = std::thread([this] { SeedLeases(); });
+  }
+
+  // Not with db_mu_ held: the scan holds it shared until it sees the flag.
+  void StopSeeding() {
+    stop_seeding_.store(true);
+    if (seeder_.joinable()) seeder_.join();
+    stop_seeding_.store(false);
+  }
+
+  void SeedLeases() {
+    absl::ReaderMutexLock lock(&db_mu_);
+    if (closed_ || db_ == nullptr) {
+      leases_.FinishSeeding(false);
+      return;
+    }
+    const int64_t now_ms = clock_.now_ms.load();
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
+    uint64_t scanned = 0;
+    bool stopped = false;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (++scanned % 4096 == 0 && stop_seeding_.load()) {
+        stopped = true;
+        break;
+      }
+      const absl::string_view skey(it->key().data(), it->key().size());
+      if (!IsRecordKey(skey)) break;  // metadata sorts after every record
+      leases_.Seed(skey,
+                   absl::string_view(it->value().data(), it->value().size()),
+                   now_ms);
+    }
+    leases_.FinishSeeding(!stopped && it->status().ok());
+  }
+
   // Opens the database at options_.path and loads the metadata.
   absl::Status OpenDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_) {
     RecordDbTuning tuning;
@@ -498,6 +566,9 @@ class RocksReplicatedState : public ReplicatedState {
   std::atomic<uint64_t> applied_{0};
   std::atomic<uint64_t> fence_{0};
   std::atomic<bool> closed_{false};
+  LeaseTracker leases_;
+  std::thread seeder_;  // Init, ReplaceWith and Close start and join it
+  std::atomic<bool> stop_seeding_{false};
 };
 
 }  // namespace

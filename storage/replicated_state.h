@@ -50,6 +50,8 @@ struct ReplicatedStateOptions {
   // time) after expiry.
   int64_t compaction_grace_ms = 60'000;
   uint64_t periodic_compaction_s = 6 * 3600;
+  // In-flight records whose leases are tracked for StoreStats.
+  size_t max_tracked_leases = 1'000'000;
 };
 
 // The answer to one operation of an entry, by its type: BeginDecision

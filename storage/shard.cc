@@ -23,7 +23,11 @@ void Fail(Op& op, const absl::Status& status) {
 }  // namespace
 
 Shard::Shard(const ShardContext& context)
-    : context_(context), thread_([this] { Run(); }) {}
+    : context_(context),
+      leases_(context.max_tracked_inflight),
+      thread_([this] { Run(); }) {
+  leases_.BeginSeeding();  // before anything is submitted
+}
 
 Shard::~Shard() { Stop(); }
 
@@ -259,78 +263,24 @@ absl::Status Shard::ProcessBatch(Batch& batch, std::vector<Operation>& ops,
   return committed;
 }
 
-uint64_t Shard::InflightId(absl::string_view skey) {
-  return absl::Hash<absl::string_view>{}(skey);
+void Shard::SeedInflight(absl::string_view skey, absl::string_view value,
+                         int64_t now_ms) {
+  leases_.Seed(skey, value, now_ms);
 }
 
-void Shard::SeedInflight(absl::string_view skey, InflightLease lease) {
-  const uint64_t id = InflightId(skey);
-  absl::MutexLock lock(&inflight_mu_);
-  if (!seeding_ || written_while_seeding_.contains(id)) return;
-  TrackInflightLocked(id, lease);
-}
-
-void Shard::FinishSeeding(bool complete) {
-  absl::MutexLock lock(&inflight_mu_);
-  seeding_ = false;
-  seed_incomplete_ = !complete;
-  absl::flat_hash_set<uint64_t>().swap(written_while_seeding_);
-}
-
-void Shard::TrackInflightLocked(uint64_t id, InflightLease lease) {
-  // Bounded: a client that Begins and never Completes must not grow memory
-  // without limit. Past the cap, lease statistics undercount and say so.
-  if (inflight_.size() >= context_.max_tracked_inflight &&
-      !inflight_.contains(id)) {
-    inflight_saturated_ = true;
-    return;
-  }
-  inflight_.insert_or_assign(id, lease);
-}
+void Shard::FinishSeeding(bool complete) { leases_.FinishSeeding(complete); }
 
 void Shard::AddLeaseStats(int64_t now_ms, StoreStats& stats) const {
-  absl::MutexLock lock(&inflight_mu_);
-  stats.inflight_tracking_saturated |=
-      inflight_saturated_ || seeding_ || seed_incomplete_;
-  for (const auto& [id, lease] : inflight_) {
-    if (now_ms >= lease.expire_at_ms) continue;  // expired: absent
-    if (now_ms < lease.lease_until_ms) {
-      ++stats.inflight_leases;
-    } else {
-      ++stats.lapsed_leases;
-      stats.oldest_lapsed_lease_ms =
-          std::max(stats.oldest_lapsed_lease_ms, now_ms - lease.lease_until_ms);
-    }
-  }
+  leases_.AddStats(now_ms, stats);
 }
 
 void Shard::UpdateInflight(Batch& batch, int64_t now_ms) {
-  // Sweeping is rare: an expired entry only costs a skipped line in
-  // AddLeaseStats until then.
-  constexpr int64_t kSweepIntervalMs = 60'000;
-  absl::MutexLock lock(&inflight_mu_);
+  std::vector<LeaseTracker::Write> writes;
   batch.ForEachFinalWrite(
-      [this](absl::string_view skey, const std::string* value) {
-        const uint64_t id = InflightId(skey);
-        if (seeding_) written_while_seeding_.insert(id);
-        std::optional<LeaseHeader> header;
-        if (value != nullptr) header = PeekLeaseHeader(*value);
-        if (header.has_value() && header->state == RecordState::kInFlight) {
-          TrackInflightLocked(
-              id, InflightLease{header->lease_until_ms, header->expire_at_ms});
-        } else {
-          inflight_.erase(id);
-        }
+      [&writes](absl::string_view skey, const std::string* value) {
+        writes.emplace_back(skey, value);
       });
-  if (now_ms >= next_inflight_sweep_ms_) {
-    next_inflight_sweep_ms_ = now_ms + kSweepIntervalMs;
-    absl::erase_if(inflight_, [now_ms](const auto& entry) {
-      return now_ms >= entry.second.expire_at_ms;
-    });
-    if (inflight_.size() < context_.max_tracked_inflight / 2) {
-      inflight_saturated_ = false;
-    }
-  }
+  leases_.OnWrites(writes, now_ms);
 }
 
 void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {

@@ -21,12 +21,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "rocksdb/db.h"
 #include "storage/fence_allocator.h"
+#include "storage/lease_tracker.h"
 #include "storage/store.h"
 #include "storage/wal_syncer.h"
 
@@ -89,12 +89,6 @@ struct ShardContext {
   WalSyncer* syncer = nullptr;
 };
 
-// Lease bookkeeping of one in-flight record.
-struct InflightLease {
-  int64_t lease_until_ms = 0;
-  int64_t expire_at_ms = 0;
-};
-
 class Shard {
  public:
   // Starts the thread.
@@ -130,7 +124,9 @@ class Shard {
   // is older than anything the shard wrote since it began, so a record the
   // shard has written meanwhile keeps the shard's state. Any thread; no-op
   // after FinishSeeding.
-  void SeedInflight(absl::string_view skey, InflightLease lease);
+  // `value`: the record as stored; `now_ms`: the clock at the scan.
+  void SeedInflight(absl::string_view skey, absl::string_view value,
+                    int64_t now_ms);
   // Ends seeding. Until then the lease figures undercount and say so (as
   // saturated); with `complete` false (the scan failed or was cut short by
   // Close) they keep saying so.
@@ -157,9 +153,6 @@ class Shard {
   // Records are tracked by a 64-bit hash of their key, not the key: no
   // allocation per Begin, and a collision (odds ~1e-7 at the cap) only
   // merges two entries of a statistic.
-  static uint64_t InflightId(absl::string_view skey);
-  void TrackInflightLocked(uint64_t id, InflightLease lease)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(inflight_mu_);
   // Writes `batch` (then mirrors it into inflight_ and tells the observer).
   // Its answers are not released: see Release.
   absl::Status Commit(Batch& batch, int64_t now_ms)
@@ -169,7 +162,7 @@ class Shard {
   // Runs `release` once the state it saw is durable: at once without a
   // syncer (the write itself was), else after the WAL fsync covering it.
   void WhenDurable(WalSyncer::Release release);
-  // Mirrors a committed batch's final states into inflight_.
+  // Mirrors a committed batch's final states into leases_.
   void UpdateInflight(Batch& batch, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -219,17 +212,8 @@ class Shard {
 
   // In-flight records of this shard, so lease statistics need no scan.
   // Written by the shard thread after each commit, read by Stats().
-  mutable absl::Mutex inflight_mu_;
-  absl::flat_hash_map<uint64_t, InflightLease> inflight_
-      ABSL_GUARDED_BY(inflight_mu_);
-  bool inflight_saturated_ ABSL_GUARDED_BY(inflight_mu_) = false;
-  bool seeding_ ABSL_GUARDED_BY(inflight_mu_) = true;
-  bool seed_incomplete_ ABSL_GUARDED_BY(inflight_mu_) = false;
-  // Records the shard wrote while seeding_, whose state the scan must not
-  // overwrite with its older view.
-  absl::flat_hash_set<uint64_t> written_while_seeding_
-      ABSL_GUARDED_BY(inflight_mu_);
-  int64_t next_inflight_sweep_ms_ ABSL_GUARDED_BY(process_mu_) = 0;
+  // Leases of the shard's in-flight records (seeding from construction).
+  LeaseTracker leases_;
 
   std::thread thread_;
 };

@@ -234,14 +234,9 @@ class RocksStore : public Store {
       if (++scanned % 4096 == 0 && closed_.load()) break;
       const absl::string_view skey(it->key().data(), it->key().size());
       if (!IsRecordKey(skey)) break;  // metadata sorts after every record
-      std::optional<LeaseHeader> header = PeekLeaseHeader(
-          absl::string_view(it->value().data(), it->value().size()));
-      if (!header.has_value() || header->state != RecordState::kInFlight ||
-          now_ms >= header->expire_at_ms) {
-        continue;
-      }
       shards_[ShardOf(skey)]->SeedInflight(
-          skey, InflightLease{header->lease_until_ms, header->expire_at_ms});
+          skey, absl::string_view(it->value().data(), it->value().size()),
+          now_ms);
     }
     return FromRocks(it->status(), "scanning in-flight records");
   }

@@ -3,6 +3,7 @@
 // nodes are replaced under load. Snapshots are taken every 16 entries here,
 // so a few hundred writes are enough to truncate the log past a node.
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 
@@ -193,6 +194,41 @@ TEST_F(SnapshotTest, NodeReplacedUnderLoadCatchesUpAndServes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(hint, cluster_.client_address(joiner));
+}
+
+// Every replica tracks the leases of in-flight records from the entries it
+// applies: the lease gauges (and the lapsed-lease alert) work in cluster
+// mode, on whichever node is scraped.
+TEST_F(SnapshotTest, EveryNodeReportsInFlightLeases) {
+  v1::BeginResponse begun;
+  grpc::Status s =
+      Call(cluster_.client_address(leader_), &v1::Dedup::Stub::Begin,
+           BeginOf("leased", "w"), &begun);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // Polls until `series` reads `want` on every node (followers apply once
+  // they learn of the commit), for at most 10 s.
+  auto expect_everywhere = [this](const std::string& series, double want) {
+    for (int id = 1; id <= 3; ++id) {
+      double got = Metric(id, series);
+      for (int i = 0; i < 200 && got != want; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        got = Metric(id, series);
+      }
+      EXPECT_EQ(got, want) << series << " on node " << id;
+    }
+  };
+  expect_everywhere("dedup_inflight_tracking_saturated", 0);
+  expect_everywhere("dedup_inflight_leases", 1);
+  v1::CompleteRequest complete;
+  complete.set_namespace_("cluster");
+  complete.set_key("leased");
+  complete.set_fence(begun.fence());
+  complete.set_outcome(v1::SUCCESS);
+  v1::CompleteResponse completed;
+  s = Call(cluster_.client_address(leader_), &v1::Dedup::Stub::Complete,
+           complete, &completed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  expect_everywhere("dedup_inflight_leases", 0);
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "storage/replicated_state.h"
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -199,6 +201,53 @@ TEST_F(ReplicatedStateTest, AnEntryDecidesAsItsOperationsOneEntryEach) {
   for (size_t k = 0; k < reads.size(); ++k) {
     EXPECT_EQ(Describe(a->answers[k]), Describe(b->answers[k])) << "k" << k;
   }
+}
+
+// Lease statistics come from memory (seeded by a scan after each open), so
+// waits here are for that scan, bounded.
+StoreStats SeededStats(ReplicatedState& state) {
+  StoreStats stats = state.Stats();
+  for (int i = 0; i < 500 && stats.inflight_tracking_saturated; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stats = state.Stats();
+  }
+  return stats;
+}
+
+TEST_F(ReplicatedStateTest, LeaseFiguresFollowAppliedEntriesAndReopens) {
+  {
+    auto state = Open("a");
+    ASSERT_NE(state, nullptr);
+    ASSERT_TRUE(
+        state
+            ->Apply(2, Entry(1000, {BeginOp("k1", "o", 10'000),
+                                    BeginOp("k2", "o", 500), BeginOp("k3", "o"),
+                                    CompleteOp("k3", 3, "r")}))
+            .ok());
+    StoreStats stats = SeededStats(*state);
+    EXPECT_FALSE(stats.inflight_tracking_saturated);
+    EXPECT_EQ(stats.inflight_leases, 2u);  // k1, k2 (k3 completed)
+    EXPECT_EQ(stats.lapsed_leases, 0u);
+    // Replicated time moves on: k2's lease (until 1,500) has lapsed.
+    ASSERT_TRUE(state->Apply(3, Entry(5000, {GetOp("k1")})).ok());
+    stats = state->Stats();
+    EXPECT_EQ(stats.inflight_leases, 1u);
+    EXPECT_EQ(stats.lapsed_leases, 1u);
+    EXPECT_EQ(stats.oldest_lapsed_lease_ms, 3500);
+    // A takeover ends the lapse.
+    ASSERT_TRUE(state->Apply(4, Entry(5000, {BeginOp("k2", "other")})).ok());
+    stats = state->Stats();
+    EXPECT_EQ(stats.inflight_leases, 2u);
+    EXPECT_EQ(stats.lapsed_leases, 0u);
+    ASSERT_TRUE(state->Apply(5, Entry(6000, {GetOp("k1")})).ok());
+  }
+  // After a restart the scan finds the same leases.
+  auto state = Open("a");
+  ASSERT_NE(state, nullptr);
+  StoreStats stats = SeededStats(*state);
+  EXPECT_FALSE(stats.inflight_tracking_saturated);
+  EXPECT_EQ(stats.inflight_leases, 2u);  // k1 until 11,000; k2 (other)
+  EXPECT_EQ(stats.lapsed_leases, 0u);
 }
 
 TEST_F(ReplicatedStateTest, ReplicatedTimeNeverGoesBackwards) {
