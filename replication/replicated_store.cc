@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "replication/member_directory.h"
 #include "replication/parked_begins.h"
 #include "replication/pending_op.h"
 #include "replication/snapshot_transfer.h"
@@ -27,7 +28,8 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       : options_(std::move(options)),
         state_(std::move(state)),
         incarnation_(std::random_device()() ^
-                     (static_cast<uint64_t>(std::random_device()()) << 32)) {
+                     (static_cast<uint64_t>(std::random_device()()) << 32)),
+        members_(options_.nodes) {
     ReloadMembers();
   }
 
@@ -120,7 +122,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   absl::Status CheckServing() const override {
     if (closed_.load()) return absl::UnavailableError("store is closed");
-    if (!is_leader_.load()) return NotLeader(leader_id_.load());
+    if (!is_leader_.load()) return members_.NotLeader(leader_id_.load());
     return absl::OkStatus();
   }
 
@@ -172,18 +174,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   ClusterStatus GetClusterStatus() const override {
     ClusterStatus status;
     if (consensus_ != nullptr) status.consensus = consensus_->Status();
-    {
-      absl::MutexLock lock(&members_mu_);
-      for (const auto& [id, address] : client_address_) {
-        ClusterNode node;
-        node.id = id;
-        node.client_address = address;
-        for (const ClusterNode& configured : options_.nodes) {
-          if (configured.id == id) node.raft_address = configured.raft_address;
-        }
-        status.nodes.push_back(std::move(node));
-      }
-    }
+    status.nodes = members_.Nodes();
     status.state_applied_index = state_->applied_index();
     status.replicated_now_ms = state_->now_ms();
     status.last_fence = state_->last_fence();
@@ -268,20 +259,6 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     });
   }
 
-  absl::Status NotLeader(uint64_t leader) const {
-    absl::MutexLock lock(&members_mu_);
-    auto it = client_address_.find(leader);
-    if (leader == 0 || it == client_address_.end()) {
-      return absl::UnavailableError(
-          "not the leader, and no leader is known yet (an election is in "
-          "progress); retry with backoff");
-    }
-    absl::Status status = absl::UnavailableError(absl::StrCat(
-        "not the leader; the leader is node ", leader, " at ", it->second));
-    status.SetPayload(kLeaderAddressPayload, absl::Cord(it->second));
-    return status;
-  }
-
   void Submit(PendingOp p) {
     if (absl::Status s = CheckServing(); !s.ok()) {
       std::move(p).Fail(s);
@@ -318,7 +295,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         if (queue_.empty()) break;
         if (!is_leader_.load()) {
           refused.swap(queue_);
-          refusal = NotLeader(leader_id_.load());
+          refusal = members_.NotLeader(leader_id_.load());
           break;
         }
         if (inflight_entries_ >= options_.max_inflight_entries) break;
@@ -352,7 +329,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     if (!proposed.ok()) {
       const absl::Status error =
           absl::IsFailedPrecondition(proposed)
-              ? NotLeader(leader_id_.load())
+              ? members_.NotLeader(leader_id_.load())
               : absl::UnavailableError(proposed.message());
       for (PendingOp& p : ops) std::move(p).Fail(error);
       return;
@@ -496,9 +473,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     const uint64_t before = state_->applied_index();
     // The consensus thread blocks for a transfer: a follower installing a
     // snapshot has nothing else to do, and must not apply entries meanwhile.
-    absl::Status s = InstallSnapshot(state_.get(), *descriptor,
-                                     SnapshotSources(descriptor->taker),
-                                     options_.fetch_checkpoint);
+    absl::Status s = InstallSnapshot(
+        state_.get(), *descriptor,
+        members_.SnapshotSources(descriptor->taker, options_.raft.id),
+        options_.fetch_checkpoint);
     if (s.ok() && state_->applied_index() != before) {
       ReloadMembers();
       absl::MutexLock lock(&counters_mu_);
@@ -507,31 +485,13 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     return s;
   }
 
-  // Client addresses to fetch a snapshot from: its taker first, then every
-  // other member this node knows.
-  std::vector<std::string> SnapshotSources(uint64_t taker) const {
-    std::vector<std::string> out;
-    absl::MutexLock lock(&members_mu_);
-    if (auto it = client_address_.find(taker); it != client_address_.end()) {
-      out.push_back(it->second);
-    }
-    for (const auto& [id, address] : client_address_) {
-      if (id != taker && id != options_.raft.id) out.push_back(address);
-    }
-    return out;
-  }
-
-  // Client addresses: the configured peers, then what the replicated state
-  // recorded (members added later).
+  // The directory learns the client addresses the state recorded.
   void ReloadMembers() {
     absl::StatusOr<std::map<uint64_t, std::string>> recorded =
         state_->Members();
-    absl::MutexLock lock(&members_mu_);
-    for (const ClusterNode& node : options_.nodes) {
-      client_address_[node.id] = node.client_address;
-    }
-    if (!recorded.ok()) return;  // the state is closed
-    for (const auto& [id, address] : *recorded) client_address_[id] = address;
+    // A closed state records nothing more: the configured peers stay.
+    members_.Reload(recorded.ok() ? *recorded
+                                  : std::map<uint64_t, std::string>());
   }
 
   // Times each spell without a known leader.
@@ -562,7 +522,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     const bool was_leader = is_leader_.exchange(leader);
     if (was_leader && !leader) {
       AnswerAllWaiters();
-      FailQueued(NotLeader(status.leader_id));
+      FailQueued(members_.NotLeader(status.leader_id));
     }
     if (leader && !parked_.empty()) {
       for (PendingOp& p : parked_.TakeDue(options_.clock->NowMillis())) {
@@ -574,9 +534,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   const ReplicatedStoreOptions options_;
   const std::unique_ptr<ReplicatedState> state_;
   const uint64_t incarnation_;
-  mutable absl::Mutex members_mu_;
-  absl::flat_hash_map<uint64_t, std::string> client_address_
-      ABSL_GUARDED_BY(members_mu_);
+  MemberDirectory members_;
   std::unique_ptr<Consensus> consensus_;
 
   std::atomic<bool> closed_{false};

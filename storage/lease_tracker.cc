@@ -1,10 +1,13 @@
 #include "storage/lease_tracker.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 
 #include "absl/hash/hash.h"
+#include "storage/db_options.h"
 #include "storage/record.h"
+#include "storage/storage_key.h"
 
 namespace dedup {
 namespace {
@@ -91,6 +94,21 @@ void LeaseTracker::AddStats(int64_t now_ms, StoreStats& stats) const {
           std::max(stats.oldest_lapsed_lease_ms, now_ms - lease.lease_until_ms);
     }
   }
+}
+
+bool ScanRecordsForLeases(
+    rocksdb::DB* db, const std::atomic<bool>& stop,
+    absl::FunctionRef<void(absl::string_view skey, absl::string_view value)>
+        seed) {
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(TotalOrderScan()));
+  uint64_t scanned = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (++scanned % 4096 == 0 && stop.load()) return false;
+    const absl::string_view skey(it->key().data(), it->key().size());
+    if (!IsRecordKey(skey)) break;  // metadata sorts after every record
+    seed(skey, absl::string_view(it->value().data(), it->value().size()));
+  }
+  return it->status().ok();
 }
 
 }  // namespace dedup

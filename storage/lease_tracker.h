@@ -12,6 +12,7 @@
 #ifndef DEDUP_STORAGE_LEASE_TRACKER_H_
 #define DEDUP_STORAGE_LEASE_TRACKER_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -21,8 +22,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "rocksdb/db.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -65,6 +68,14 @@ class LeaseTracker {
   absl::flat_hash_set<uint64_t> written_while_seeding_ ABSL_GUARDED_BY(mu_);
   int64_t next_sweep_ms_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// The seeding scan: hands every record of `db` (key and stored value) to
+// `seed`, in key order, checking `stop` every few thousand records. True when
+// it read them all (not stopped, no read error).
+[[nodiscard]] bool ScanRecordsForLeases(
+    rocksdb::DB* db, const std::atomic<bool>& stop,
+    absl::FunctionRef<void(absl::string_view skey, absl::string_view value)>
+        seed);
 
 }  // namespace dedup
 

@@ -151,9 +151,8 @@ class EntryBatch {
     return std::optional<Record>(*std::move(record));
   }
 
-  // Operation `i` (on `skey`) writes `record` or deletes it.
-  void Apply(size_t i, const std::string& skey, WriteKind kind,
-             const Record& record) {
+  // Operation `i` writes `record` to its key, or deletes it.
+  void Apply(size_t i, WriteKind kind, const Record& record) {
     Slot& slot = slots_[slot_of_[i]];
     switch (kind) {
       case WriteKind::kNone:
@@ -162,13 +161,13 @@ class EntryBatch {
         slot.value = EncodeRecord(record);
         slot.status = absl::OkStatus();
         slot.written = true;
-        batch_.Put(skey, *slot.value);
+        batch_.Put(*slot.skey, *slot.value);
         return;
       case WriteKind::kDelete:
         slot.value.reset();
         slot.status = absl::OkStatus();
         slot.written = true;
-        batch_.Delete(skey);
+        batch_.Delete(*slot.skey);
         return;
     }
   }
@@ -280,7 +279,7 @@ class RocksReplicatedState : public ReplicatedState {
         case OpType::kBegin: {
           BeginDecision d =
               DecideBegin(*stored, op.begin, now, [&fence] { return ++fence; });
-          batch.Apply(i, op.skey, d.write, d.record);
+          batch.Apply(i, d.write, d.record);
           out.answers.emplace_back(std::move(d));
           break;
         }
@@ -295,7 +294,7 @@ class RocksReplicatedState : public ReplicatedState {
           } else {
             d = DecideRenew(*stored, op.fence, op.lease_ms, now);
           }
-          batch.Apply(i, op.skey, d.write, d.record);
+          batch.Apply(i, d.write, d.record);
           if (d.write != WriteKind::kNone && op.type != OpType::kRenew) {
             out.settled_keys.push_back(op.skey);
           }
@@ -311,7 +310,7 @@ class RocksReplicatedState : public ReplicatedState {
           const bool existed = LiveRecord(*stored, now).has_value();
           // Delete even an expired leftover so Forget always frees space.
           if (stored->has_value()) {
-            batch.Apply(i, op.skey, WriteKind::kDelete, Record());
+            batch.Apply(i, WriteKind::kDelete, Record());
             out.settled_keys.push_back(op.skey);
           }
           out.answers.emplace_back(existed);
@@ -511,21 +510,11 @@ class RocksReplicatedState : public ReplicatedState {
       return;
     }
     const int64_t now_ms = clock_.now_ms.load();
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
-    uint64_t scanned = 0;
-    bool stopped = false;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (++scanned % 4096 == 0 && stop_seeding_.load()) {
-        stopped = true;
-        break;
-      }
-      const absl::string_view skey(it->key().data(), it->key().size());
-      if (!IsRecordKey(skey)) break;  // metadata sorts after every record
-      leases_.Seed(skey,
-                   absl::string_view(it->value().data(), it->value().size()),
-                   now_ms);
-    }
-    leases_.FinishSeeding(!stopped && it->status().ok());
+    leases_.FinishSeeding(ScanRecordsForLeases(
+        db_.get(), stop_seeding_,
+        [this, now_ms](absl::string_view skey, absl::string_view value) {
+          leases_.Seed(skey, value, now_ms);
+        }));
   }
 
   // Opens the database at options_.path and loads the metadata.

@@ -13,6 +13,7 @@
 #include "rocksdb/options.h"
 #include "storage/db_options.h"
 #include "storage/fence_allocator.h"
+#include "storage/lease_tracker.h"
 #include "storage/shard.h"
 #include "storage/storage_key.h"
 #include "storage/ttl_compaction_filter.h"
@@ -221,24 +222,14 @@ class RocksStore : public Store {
   // statistics need no scan per scrape. Runs on seeder_ while the shards
   // serve (see Shard::SeedInflight for why their writes win).
   void SeedInflightLeases() {
-    const absl::Status scanned = ScanInflightLeases();
-    const bool complete = scanned.ok() && !closed_.load();
-    for (auto& shard : shards_) shard->FinishSeeding(complete);
-  }
-
-  absl::Status ScanInflightLeases() {
     const int64_t now_ms = options_.clock->NowMillis();
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
-    uint64_t scanned = 0;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (++scanned % 4096 == 0 && closed_.load()) break;
-      const absl::string_view skey(it->key().data(), it->key().size());
-      if (!IsRecordKey(skey)) break;  // metadata sorts after every record
-      shards_[ShardOf(skey)]->SeedInflight(
-          skey, absl::string_view(it->value().data(), it->value().size()),
-          now_ms);
-    }
-    return FromRocks(it->status(), "scanning in-flight records");
+    const bool scanned = ScanRecordsForLeases(
+        db_.get(), closed_,
+        [this, now_ms](absl::string_view skey, absl::string_view value) {
+          shards_[ShardOf(skey)]->SeedInflight(skey, value, now_ms);
+        });
+    const bool complete = scanned && !closed_.load();
+    for (auto& shard : shards_) shard->FinishSeeding(complete);
   }
 
   // From the slot the storage key carries: hashing the key again costs a
