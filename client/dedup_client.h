@@ -60,7 +60,8 @@ struct ClientOptions {
   int max_leader_hops = 3;
   // Opens the channel to a leader the client learns of (and, for the address
   // constructors, to every address). Empty: insecure channels. Set it when
-  // the channel constructor is used with credentials.
+  // the channel constructor is used with credentials. For TLS, mTLS and a
+  // bearer token: SecureChannelFactory (client/channel_security.h).
   ChannelFactory channel_factory;
 };
 

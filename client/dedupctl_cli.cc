@@ -18,7 +18,8 @@ namespace dedup::ctl {
 
 const char kSynopsis[] =
     R"(usage: dedupctl [--address=HOST:PORT[,HOST:PORT...]] [--deadline_ms=N]
-                [--follow_leader=false] COMMAND ARGS...
+                [--follow_leader=false] [--tls_ca_file=PEM] [--token_file=F]
+                [--tls_cert_file=PEM --tls_key_file=PEM] COMMAND ARGS...
 
 commands:
   begin NS KEY [--args_hash_hex=HEX] [--owner=ID] [--lease_ms=N]
@@ -50,6 +51,11 @@ flags:
   --deadline_ms  per-attempt deadline in ms (default 5000; begin adds
                  --wait_ms); UNAVAILABLE is retried with backoff (5 attempts
                  for one address, 10 for several)
+  --tls_ca_file  PEM CA that signed the server's certificate: TLS on
+  --tls_cert_file, --tls_key_file  client certificate and key (mTLS)
+  --tls_server_name  name expected in the server's certificate (default:
+                 the host of --address)
+  --token_file   file holding a bearer token sent with every call (tenants)
   --follow_leader=false  one attempt at the first --address only: no
                  redirect, no retry (a follower answers exit 2), e.g. for a
                  hook that should act only if this node is the leader

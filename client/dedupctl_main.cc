@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "client/channel_security.h"
 #include "client/dedup_client.h"
 #include "client/dedupctl_cli.h"
 #include "client/dedupctl_commands.h"
@@ -24,6 +25,17 @@ ABSL_FLAG(bool, follow_leader, true,
           "leader and no retry.");
 ABSL_FLAG(int64_t, deadline_ms, 5000,
           "Per-attempt deadline in ms (begin adds --wait_ms).");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "PEM CA bundle that signed the server's certificate; turns TLS on.");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM client certificate (mTLS); with --tls_key_file.");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM key of --tls_cert_file.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name to check in the server's certificate instead of the host of "
+          "--address.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding a bearer token sent with every call (a file, not a "
+          "flag value, so it does not show in the process list).");
 ABSL_FLAG(std::optional<std::string>, args_hash_hex, std::nullopt,
           "begin: digest of the operation's arguments, hex.");
 ABSL_FLAG(std::optional<std::string>, owner, std::nullopt,
@@ -82,6 +94,16 @@ int main(int argc, char** argv) {
   }
   dedup::ClientOptions options;
   options.deadline = absl::Milliseconds(deadline_ms);
+  absl::StatusOr<dedup::ChannelSecurity> security =
+      dedup::ChannelSecurityFromFiles(
+          absl::GetFlag(FLAGS_tls_ca_file), absl::GetFlag(FLAGS_tls_cert_file),
+          absl::GetFlag(FLAGS_tls_key_file), absl::GetFlag(FLAGS_token_file));
+  if (!security.ok()) return UsageError(std::string(security.status().message()));
+  security->server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (!security->server_name.empty() && !security->tls) {
+    return UsageError("--tls_server_name needs --tls_ca_file");
+  }
+  options.channel_factory = dedup::SecureChannelFactory(*std::move(security));
   if (!absl::GetFlag(FLAGS_follow_leader)) {
     options.max_leader_hops = 0;
     options.max_attempts = 1;

@@ -7,15 +7,25 @@
 
 namespace dedup {
 
-AdminService::AdminService(Store* store, Metrics* metrics, BuildInfo build)
+AdminService::AdminService(Store* store, Metrics* metrics,
+                           const Authorizer* auth, BuildInfo build)
     : store_(store),
       metrics_(metrics),
+      auth_(auth),
       build_(std::move(build)),
       started_(std::chrono::steady_clock::now()) {}
 
 grpc::ServerUnaryReactor* AdminService::Stats(
     grpc::CallbackServerContext* context, const v1::StatsRequest* /*request*/,
     v1::StatsResponse* response) {
+  if (absl::Status a =
+          auth_->Authorize(*context, TenantRole::kOperator, "Admin.Stats")
+              .status();
+      !a.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(a));
+    return reactor;
+  }
   const StoreStats s = store_->Stats();
   response->set_version(build_.version);
   response->set_git_sha(build_.git_sha);
@@ -47,6 +57,13 @@ grpc::ServerUnaryReactor* AdminService::Compact(
     grpc::CallbackServerContext* context, const v1::CompactRequest* /*request*/,
     v1::CompactResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status a =
+          auth_->Authorize(*context, TenantRole::kOperator, "Admin.Compact")
+              .status();
+      !a.ok()) {
+    reactor->Finish(ToGrpcStatus(a));
+    return reactor;
+  }
   if (compacting_.exchange(true)) {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  "a compaction is already running"));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dedup/v1/admin.grpc.pb.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "storage/store.h"
 
@@ -18,12 +19,13 @@ struct BuildInfo {
   std::string durability;
 };
 
-// Thread-safe. Does not own `store` or `metrics`; both must outlive every
-// call. Compaction runs on a thread of its own: never on gRPC's few
-// callback threads.
+// Thread-safe. Does not own `store`, `metrics` or `auth`; they must outlive
+// every call. Every call needs the operator role. Compaction runs on a thread
+// of its own: never on gRPC's few callback threads.
 class AdminService final : public v1::Admin::CallbackService {
  public:
-  AdminService(Store* store, Metrics* metrics, BuildInfo build);
+  AdminService(Store* store, Metrics* metrics, const Authorizer* auth,
+               BuildInfo build);
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
@@ -35,6 +37,7 @@ class AdminService final : public v1::Admin::CallbackService {
  private:
   Store* const store_;
   Metrics* const metrics_;
+  const Authorizer* const auth_;
   const BuildInfo build_;
   const std::chrono::steady_clock::time_point started_;
   std::atomic<bool> compacting_{false};

@@ -30,12 +30,29 @@ bool RefusedOffLeader(ReplicatedStore* store,
   return true;
 }
 
+// A stream refused before its first message.
+class RefusedCheckpointStream final
+    : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
+ public:
+  explicit RefusedCheckpointStream(const grpc::Status& status) {
+    Finish(status);
+  }
+  void OnDone() override { delete this; }
+};
+
+grpc::ServerWriteReactor<v1::CheckpointChunk>* RefusedStream(
+    const grpc::Status& status) {
+  return new RefusedCheckpointStream(status);
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ClusterService::Status(
     grpc::CallbackServerContext* context,
     const v1::ClusterStatusRequest* /*request*/,
     v1::ClusterStatusResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (Refused(context, reactor, "Cluster.Status")) return reactor;
   const ClusterStatus status = store_->GetClusterStatus();
   const ConsensusStatus& c = status.consensus;
   response->set_node_id(c.id);
@@ -67,7 +84,6 @@ grpc::ServerUnaryReactor* ClusterService::Status(
       out->set_lag(c.last_index > match ? c.last_index - match : 0);
     }
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -76,6 +92,7 @@ grpc::ServerUnaryReactor* ClusterService::Digest(
     grpc::CallbackServerContext* context, const v1::DigestRequest* /*request*/,
     v1::DigestResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (Refused(context, reactor, "Cluster.Digest")) return reactor;
   // A full scan: never on a gRPC callback thread.
   std::thread([this, reactor, response] {
     absl::StatusOr<StateDigest> digest = store_->Digest();
@@ -96,6 +113,7 @@ grpc::ServerUnaryReactor* ClusterService::AddNode(
     grpc::CallbackServerContext* context, const v1::AddNodeRequest* request,
     v1::AddNodeResponse* /*response*/) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (Refused(context, reactor, "Cluster.AddNode")) return reactor;
   if (request->node_id() == 0) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "node_id: must be > 0"));
@@ -120,6 +138,7 @@ grpc::ServerUnaryReactor* ClusterService::RemoveNode(
     grpc::CallbackServerContext* context, const v1::RemoveNodeRequest* request,
     v1::RemoveNodeResponse* /*response*/) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (Refused(context, reactor, "Cluster.RemoveNode")) return reactor;
   if (request->node_id() == 0) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "node_id: must be > 0"));
@@ -137,6 +156,7 @@ grpc::ServerUnaryReactor* ClusterService::TransferLeadership(
     const v1::TransferLeadershipRequest* request,
     v1::TransferLeadershipResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (Refused(context, reactor, "Cluster.TransferLeadership")) return reactor;
   if (RefusedOffLeader(store_, context, reactor)) return reactor;
   store_->TransferLeadership(
       request->node_id(), [this, context, reactor, response](absl::Status s) {
@@ -146,9 +166,23 @@ grpc::ServerUnaryReactor* ClusterService::TransferLeadership(
   return reactor;
 }
 
+bool ClusterService::Refused(grpc::CallbackServerContext* context,
+                             grpc::ServerUnaryReactor* reactor,
+                             absl::string_view what) const {
+  absl::Status allowed =
+      auth_->Authorize(*context, TenantRole::kOperator, what).status();
+  if (allowed.ok()) return false;
+  reactor->Finish(ToGrpcStatus(allowed));
+  return true;
+}
+
 grpc::ServerWriteReactor<v1::CheckpointChunk>* ClusterService::FetchCheckpoint(
-    grpc::CallbackServerContext* /*context*/,
+    grpc::CallbackServerContext* context,
     const v1::FetchCheckpointRequest* request) {
+  absl::Status allowed =
+      auth_->Authorize(*context, TenantRole::kOperator, "Cluster.FetchCheckpoint")
+          .status();
+  if (!allowed.ok()) return RefusedStream(ToGrpcStatus(allowed));
   return StartCheckpointStream(store_, request->min_applied_index());
 }
 

@@ -5,16 +5,20 @@
 
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "replication/replicated_store.h"
+#include "server/auth.h"
 
 namespace dedup {
 
-// Thread-safe. Does not own `store`, which must outlive every call. Slow
+// Thread-safe. Does not own `store` or `auth`, which must outlive every
+// call. Every call needs the operator role (FetchCheckpoint copies the whole
+// database; nodes call it with --peer_token_file's token). Slow
 // work (a digest scan, membership changes) never runs on gRPC's callback
 // threads: digests run on a thread of their own, membership changes finish
 // from the consensus thread.
 class ClusterService final : public v1::Cluster::CallbackService {
  public:
-  explicit ClusterService(ReplicatedStore* store) : store_(store) {}
+  ClusterService(ReplicatedStore* store, const Authorizer* auth)
+      : store_(store), auth_(auth) {}
 
   grpc::ServerUnaryReactor* Status(
       grpc::CallbackServerContext* context,
@@ -40,7 +44,12 @@ class ClusterService final : public v1::Cluster::CallbackService {
       const v1::FetchCheckpointRequest* request) override;
 
  private:
+  // True (and the call finished) unless the caller is an operator.
+  bool Refused(grpc::CallbackServerContext* context,
+               grpc::ServerUnaryReactor* reactor, absl::string_view what) const;
+
   ReplicatedStore* const store_;
+  const Authorizer* const auth_;
 };
 
 }  // namespace dedup

@@ -80,10 +80,22 @@ bool DedupService::NotServing(const RpcCall& call) const {
   return true;
 }
 
+absl::Status DedupService::Authorize(const grpc::CallbackServerContext& context,
+                                     TenantRole role, absl::string_view what,
+                                     absl::string_view ns) const {
+  absl::StatusOr<Caller> caller = auth_->Authorize(context, role, what);
+  if (!caller.ok()) return caller.status();
+  return auth_->AllowNamespace(*caller, ns);
+}
+
 grpc::ServerUnaryReactor* DedupService::Begin(
     grpc::CallbackServerContext* context, const v1::BeginRequest* request,
     v1::BeginResponse* response) {
   const RpcCall call(context, Method::kBegin, metrics_);
+  if (call.Refused(Authorize(*context, TenantRole::kClient, "Begin",
+                             request->namespace_()))) {
+    return call.reactor();
+  }
   if (call.Rejected(ValidateBegin(*request, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
   // The request stays valid until the call finishes, so the callback reads
@@ -119,6 +131,10 @@ grpc::ServerUnaryReactor* DedupService::Complete(
     grpc::CallbackServerContext* context, const v1::CompleteRequest* request,
     v1::CompleteResponse* response) {
   const RpcCall call(context, Method::kComplete, metrics_);
+  if (call.Refused(Authorize(*context, TenantRole::kClient, "Complete",
+                             request->namespace_()))) {
+    return call.reactor();
+  }
   if (call.Rejected(ValidateComplete(*request, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
   store_->Complete(request->namespace_(), request->key(),
@@ -131,6 +147,10 @@ grpc::ServerUnaryReactor* DedupService::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* response) {
   const RpcCall call(context, Method::kRelease, metrics_);
+  if (call.Refused(Authorize(*context, TenantRole::kClient, "Release",
+                             request->namespace_()))) {
+    return call.reactor();
+  }
   if (call.Rejected(ValidateRelease(*request, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
   store_->Release(request->namespace_(), request->key(), request->fence(),
@@ -142,6 +162,10 @@ grpc::ServerUnaryReactor* DedupService::Renew(
     grpc::CallbackServerContext* context, const v1::RenewRequest* request,
     v1::RenewResponse* response) {
   const RpcCall call(context, Method::kRenew, metrics_);
+  if (call.Refused(Authorize(*context, TenantRole::kClient, "Renew",
+                             request->namespace_()))) {
+    return call.reactor();
+  }
   if (call.Rejected(ValidateRenew(*request, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
   store_->Renew(request->namespace_(), request->key(), request->fence(),
@@ -154,6 +178,10 @@ grpc::ServerUnaryReactor* DedupService::Get(
     grpc::CallbackServerContext* context, const v1::GetRequest* request,
     v1::GetResponse* response) {
   const RpcCall call(context, Method::kGet, metrics_);
+  if (call.Refused(Authorize(*context, TenantRole::kClient, "Get",
+                             request->namespace_()))) {
+    return call.reactor();
+  }
   if (call.Rejected(ValidateGet(*request, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
   store_->Get(request->namespace_(), request->key(),
@@ -172,6 +200,10 @@ grpc::ServerUnaryReactor* DedupService::Forget(
     grpc::CallbackServerContext* context, const v1::ForgetRequest* request,
     v1::ForgetResponse* response) {
   const RpcCall call(context, Method::kForget, metrics_);
+  if (call.Refused(Authorize(*context, TenantRole::kOperator, "Forget",
+                             request->namespace_()))) {
+    return call.reactor();
+  }
   if (call.Rejected(ValidateForget(*request, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
   store_->Forget(request->namespace_(), request->key(),

@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "dedup/v1/dedup.grpc.pb.h"
+#include "server/auth.h"
 #include "server/event_log.h"
 #include "server/limits.h"
 #include "server/metrics.h"
@@ -17,14 +18,18 @@
 
 namespace dedup {
 
-// Thread-safe. Owns none of its pointers: `store`, `metrics` and `events`
-// (null: no event log) must outlive every call (shut the gRPC server down
-// before closing the store).
+// Thread-safe. Owns none of its pointers: `store`, `metrics`, `auth` and
+// `events` (null: no event log) must outlive every call (shut the gRPC server
+// down before closing the store).
 class DedupService final : public v1::Dedup::CallbackService {
  public:
   DedupService(Store* store, const Limits& limits, Metrics* metrics,
-               EventLog* events)
-      : store_(store), limits_(limits), metrics_(metrics), events_(events) {}
+               const Authorizer* auth, EventLog* events)
+      : store_(store),
+        limits_(limits),
+        metrics_(metrics),
+        auth_(auth),
+        events_(events) {}
 
   // For shutdown: from now on every call is answered UNAVAILABLE (with the
   // leader's address in cluster mode), so clients retry elsewhere instead
@@ -63,6 +68,10 @@ class DedupService final : public v1::Dedup::CallbackService {
   // True (and the call finished) when the store cannot take operations now,
   // e.g. a follower in cluster mode: UNAVAILABLE naming the leader.
   bool NotServing(const RpcCall& call) const;
+  // The whole check of a unary call (Authorizer::Authorize, then its
+  // namespace); `what` names the method in a refusal.
+  absl::Status Authorize(const grpc::CallbackServerContext& context, TenantRole role,
+                         absl::string_view what, absl::string_view ns) const;
   std::atomic<bool> lame_duck_{false};
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).
@@ -82,6 +91,7 @@ class DedupService final : public v1::Dedup::CallbackService {
   Store* const store_;
   const Limits limits_;
   Metrics* const metrics_;
+  const Authorizer* const auth_;
   EventLog* const events_;
 };
 

@@ -46,6 +46,9 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
     grpc::CallbackServerContext* context, const v1::BeginBatchRequest* request,
     v1::BeginBatchResponse* response) {
   const RpcCall call(context, Method::kBeginBatch, metrics_);
+  absl::StatusOr<Caller> caller =
+      auth_->Authorize(*context, TenantRole::kClient, "BeginBatch");
+  if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
@@ -58,6 +61,13 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
   for (int i = 0; i < n; ++i) {
     const v1::BeginRequest* item = &request->items(i);
     v1::BeginBatchResponse::Item* out = response->mutable_items(i);
+    // Judged item by item: one foreign namespace refuses only its item.
+    if (absl::Status a = auth_->AllowNamespace(*caller, item->namespace_());
+        !a.ok()) {
+      SetItemError(out->mutable_error(), i, a, /*prefix_field=*/true);
+      completion->ItemDone();
+      continue;
+    }
     if (absl::Status v = ValidateBatchBegin(*item, limits_); !v.ok()) {
       metrics_->RecordInvalid(Method::kBeginBatch, FieldOf(v));
       SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
@@ -88,6 +98,9 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
     const v1::CompleteBatchRequest* request,
     v1::CompleteBatchResponse* response) {
   const RpcCall call(context, Method::kCompleteBatch, metrics_);
+  absl::StatusOr<Caller> caller =
+      auth_->Authorize(*context, TenantRole::kClient, "CompleteBatch");
+  if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
@@ -98,6 +111,13 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
   for (int i = 0; i < n; ++i) {
     const v1::CompleteRequest* item = &request->items(i);
     v1::CompleteBatchResponse::Item* out = response->mutable_items(i);
+    // Judged item by item: one foreign namespace refuses only its item.
+    if (absl::Status a = auth_->AllowNamespace(*caller, item->namespace_());
+        !a.ok()) {
+      SetItemError(out->mutable_error(), i, a, /*prefix_field=*/true);
+      completion->ItemDone();
+      continue;
+    }
     if (absl::Status v = ValidateComplete(*item, limits_); !v.ok()) {
       metrics_->RecordInvalid(Method::kCompleteBatch, FieldOf(v));
       SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);

@@ -28,6 +28,7 @@
 #include "prometheus/exposer.h"
 #include "replication/replicated_store.h"
 #include "server/admin_service.h"
+#include "server/auth.h"
 #include "server/bench_service.h"
 #include "server/cluster_collector.h"
 #include "server/cluster_config.h"
@@ -36,7 +37,9 @@
 #include "server/dedup_service.h"
 #include "server/event_log.h"
 #include "server/metrics.h"
+#include "server/security_config.h"
 #include "server/server_config.h"
+#include "server/tls.h"
 #include "storage/store.h"
 
 ABSL_DECLARE_FLAG(std::string, durability);
@@ -48,6 +51,10 @@ constexpr int kExitBadFlags = 2;
 constexpr int kExitDataDir = 3;
 constexpr int kExitListen = 4;
 constexpr int kExitShutdownError = 1;
+
+// How often the tenants file is checked for a change (SIGHUP reloads at
+// once).
+constexpr int kTenantsFileCheckSeconds = 2;
 
 // Headroom over the result limit for the rest of a CompleteRequest.
 constexpr int kMessageOverheadBytes = 64 << 10;
@@ -139,6 +146,16 @@ int main(int argc, char** argv) {
     Log(std::string(config.status().message()));
     return kExitBadFlags;
   }
+  absl::StatusOr<dedup::SecurityConfig> security =
+      dedup::SecurityConfigFromFlags(config->address);
+  if (!security.ok()) {
+    Log(std::string(security.status().message()));
+    return kExitBadFlags;
+  }
+  if (absl::Status s = dedup::CheckTlsFiles(*security); !s.ok()) {
+    Log(std::string(s.message()));
+    return kExitBadFlags;
+  }
 
   // Signals are taken synchronously by main (sigwait), so every thread
   // started from here on must have them blocked.
@@ -146,10 +163,25 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // reloads the tenants file
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   dedup::Metrics metrics(config->metrics_namespaces);
+  std::unique_ptr<dedup::Authorizer> auth;
+  if (security->tenants_file.empty()) {
+    auth = std::make_unique<dedup::Authorizer>(metrics.registry().get());
+  } else {
+    absl::StatusOr<std::unique_ptr<dedup::Authorizer>> loaded =
+        dedup::Authorizer::FromFile(security->tenants_file,
+                                    metrics.registry().get());
+    if (!loaded.ok()) {
+      Log(absl::StrCat("--tenants_file: ", loaded.status().message()));
+      return kExitBadFlags;
+    }
+    auth = *std::move(loaded);
+    auth->WatchFile(absl::Seconds(kTenantsFileCheckSeconds));
+  }
   absl::StatusOr<std::unique_ptr<dedup::EventLog>> events =
       dedup::EventLog::Open(config->event_log, &metrics);
   if (!events.ok()) {
@@ -199,20 +231,21 @@ int main(int argc, char** argv) {
   }
 
   dedup::DedupService service(store->get(), config->limits, &metrics,
-                              events->get());
-  dedup::AdminService admin(store->get(), &metrics,
+                              auth.get(), events->get());
+  dedup::AdminService admin(store->get(), &metrics, auth.get(),
                             {DEDUP_VERSION, DEDUP_GIT_SHA, durability});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config->address, grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort(config->address,
+                           dedup::ServerCredentialsFor(*security), &port);
   builder.RegisterService(&service);
   builder.RegisterService(&admin);
   std::unique_ptr<dedup::ClusterService> cluster_service;
   if (replicated != nullptr) {
-    cluster_service = std::make_unique<dedup::ClusterService>(replicated);
+    cluster_service =
+        std::make_unique<dedup::ClusterService>(replicated, auth.get());
     builder.RegisterService(cluster_service.get());
   }
   dedup::BenchService bench;
@@ -228,9 +261,14 @@ int main(int argc, char** argv) {
   }
   // Tests and scripts wait for this exact line to learn the port.
   std::fprintf(stderr,
-               "dedupd listening on %s:%d (data_dir=%s durability=%s%s)\n",
+               "dedupd listening on %s:%d (data_dir=%s durability=%s tls=%s "
+               "auth=%s%s)\n",
                HostOf(config->address).c_str(), port,
                config->store.path.c_str(), durability.c_str(),
+               !security->tls()                         ? "off"
+               : security->tls_client_ca_file.empty() ? "on"
+                                                        : "mtls",
+               auth->enabled() ? "tenants" : "off",
                cluster->enabled
                    ? absl::StrCat(" node=", cluster->store.raft.id,
                                   " raft=", cluster->store.raft.raft_address)
@@ -239,7 +277,13 @@ int main(int argc, char** argv) {
   std::fflush(stderr);
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&stop_signals, &signal_number) == 0 &&
+         signal_number == SIGHUP) {
+    if (auth->enabled()) {
+      Log("received SIGHUP, reloading the tenants file");
+      auth->Reload().IgnoreError();  // logged; the old tenants stay
+    }
+  }
   Log(absl::StrCat("received ", strsignal(signal_number),
                    ", draining in-flight calls"));
   server->GetHealthCheckService()->Shutdown();

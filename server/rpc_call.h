@@ -47,6 +47,15 @@ class RpcCall {
     return true;
   }
 
+  // True (and the call finished with it) when `auth`, the answer of the
+  // Authorizer, refuses the call. Refusals are counted by the Authorizer and
+  // as errors, not as invalid requests.
+  bool Refused(const absl::Status& auth) const {
+    if (auth.ok()) return false;
+    Finish(ToGrpcStatus(auth));
+    return true;
+  }
+
   // Finishes with `error`, passing what its payloads say on to the client
   // as trailing metadata: "dedup-leader" (the leader's address, on a
   // follower's UNAVAILABLE) and "dedup-outcome: unknown" (ABORTED after

@@ -384,6 +384,7 @@ describe(`deploy/k8s (${manifestDir})`, () => {
         `--metrics_address=0.0.0.0:${METRICS_PORT}`,
         '--data_dir=/var/lib/dedup/data',
         '--shutdown_grace_ms=10000',
+        '--insecure',
       ]);
     }
   });

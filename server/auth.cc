@@ -1,0 +1,259 @@
+#include "server/auth.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpc/grpc_security_constants.h"
+#include "prometheus/family.h"
+
+namespace dedup {
+namespace {
+
+constexpr const char* kRefusalNames[kRefusalCount] = {
+    "no_credential", "unknown_token", "unknown_certificate", "role",
+    "namespace"};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read tenants file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::DataLossError(
+        absl::StrCat("error reading tenants file ", path));
+  }
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<const TenantTable>> ParseFile(
+    const std::string& path, const std::string& contents) {
+  absl::StatusOr<TenantTable> table = TenantTable::Parse(contents);
+  if (!table.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", table.status().message()));
+  }
+  return std::make_shared<const TenantTable>(*std::move(table));
+}
+
+// The token of "authorization: Bearer <token>", or empty.
+absl::string_view BearerToken(const grpc::ServerContextBase& context,
+                              bool* present) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  *present = it != metadata.end();
+  if (!*present) return {};
+  absl::string_view value(it->second.data(), it->second.size());
+  constexpr absl::string_view kScheme = "bearer ";
+  if (value.size() <= kScheme.size() ||
+      !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+    return {};
+  }
+  return absl::StripAsciiWhitespace(value.substr(kScheme.size()));
+}
+
+std::string TenantRoleName(TenantRole role) {
+  return role == TenantRole::kOperator ? "operator" : "client";
+}
+
+}  // namespace
+
+Authorizer::Authorizer(prometheus::Registry* registry)
+    : Authorizer("", nullptr, "", registry) {}
+
+Authorizer::Authorizer(std::string path,
+                       std::shared_ptr<const TenantTable> table,
+                       std::string contents, prometheus::Registry* registry)
+    : path_(std::move(path)),
+      table_(std::move(table)),
+      contents_(std::move(contents)) {
+  auto& refusals = prometheus::BuildCounter()
+                       .Name("dedup_auth_refusals_total")
+                       .Help("Calls refused by authentication or "
+                             "authorization, by reason")
+                       .Register(*registry);
+  for (int i = 0; i < kRefusalCount; ++i) {
+    refusals_[i] = &refusals.Add({{"reason", kRefusalNames[i]}});
+  }
+  auto& reloads = prometheus::BuildCounter()
+                      .Name("dedup_tenants_reloads_total")
+                      .Help("Reloads of the tenants file, by result (a "
+                            "failed one keeps the tenants in use)")
+                      .Register(*registry);
+  reloads_ok_ = &reloads.Add({{"result", "ok"}});
+  reloads_failed_ = &reloads.Add({{"result", "error"}});
+  tenants_ = &prometheus::BuildGauge()
+                  .Name("dedup_tenants")
+                  .Help("Tenants in use (0 with authentication off)")
+                  .Register(*registry)
+                  .Add({});
+  tenants_->Set(table_ == nullptr ? 0 : table_->tenants().size());
+}
+
+absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::FromFile(
+    const std::string& path, prometheus::Registry* registry) {
+  absl::StatusOr<std::string> contents = ReadFile(path);
+  if (!contents.ok()) return contents.status();
+  auto table = ParseFile(path, *contents);
+  if (!table.ok()) return table.status();
+  return std::unique_ptr<Authorizer>(
+      new Authorizer(path, *std::move(table), *std::move(contents), registry));
+}
+
+Authorizer::~Authorizer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (watcher_.joinable()) watcher_.join();
+}
+
+std::shared_ptr<const TenantTable> Authorizer::table() const {
+  absl::MutexLock lock(&mu_);
+  return table_;
+}
+
+void Authorizer::Refuse(Refusal reason) const {
+  refusals_[static_cast<int>(reason)]->Increment();
+}
+
+absl::StatusOr<Caller> Authorizer::Authenticate(
+    const grpc::ServerContextBase& context) const {
+  if (!enabled()) return Caller();
+  std::shared_ptr<const TenantTable> tenants = table();
+  bool has_token = false;
+  const absl::string_view token = BearerToken(context, &has_token);
+  // A token, when sent, decides: a wrong one is refused even beside a good
+  // certificate, so a misconfigured client learns of it.
+  if (has_token) {
+    const Tenant* tenant =
+        token.empty() ? nullptr : tenants->FindByToken(token);
+    if (tenant == nullptr) {
+      Refuse(Refusal::kUnknownToken);
+      return absl::UnauthenticatedError(
+          token.empty() ? "authorization: expected \"Bearer <token>\""
+                        : "authorization: the bearer token is not known");
+    }
+    return Caller(std::move(tenants), tenant);
+  }
+  std::vector<std::string> sans;
+  if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+      auth != nullptr) {
+    for (const grpc::string_ref& san :
+         auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
+      sans.emplace_back(san.data(), san.size());
+    }
+  }
+  if (sans.empty()) {
+    Refuse(Refusal::kNoCredential);
+    return absl::UnauthenticatedError(
+        "no credential: send \"authorization: Bearer <token>\" metadata or a "
+        "client certificate");
+  }
+  const Tenant* tenant = tenants->FindBySan(sans);
+  if (tenant == nullptr) {
+    Refuse(Refusal::kUnknownCertificate);
+    return absl::UnauthenticatedError(
+        absl::StrCat("the client certificate's names (",
+                     absl::StrJoin(sans, ", "), ") are in no tenant"));
+  }
+  return Caller(std::move(tenants), tenant);
+}
+
+absl::Status Authorizer::RequireRole(const Caller& caller, TenantRole role,
+                                     absl::string_view what) const {
+  const Tenant* tenant = caller.tenant();
+  if (tenant == nullptr || tenant->HasRole(role)) return absl::OkStatus();
+  Refuse(Refusal::kRole);
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, " needs the ", TenantRoleName(role), " role; tenant \"",
+                   tenant->name, "\" does not have it"));
+}
+
+absl::StatusOr<Caller> Authorizer::Authorize(
+    const grpc::ServerContextBase& context, TenantRole role,
+    absl::string_view what) const {
+  absl::StatusOr<Caller> caller = Authenticate(context);
+  if (!caller.ok()) return caller.status();
+  if (absl::Status s = RequireRole(*caller, role, what); !s.ok()) return s;
+  return caller;
+}
+
+absl::Status Authorizer::AllowNamespace(const Caller& caller,
+                                        absl::string_view ns) const {
+  const Tenant* tenant = caller.tenant();
+  if (tenant == nullptr || tenant->AllowsNamespace(ns)) {
+    return absl::OkStatus();
+  }
+  Refuse(Refusal::kNamespace);
+  // Names the rule, never the record: the same answer whether or not the
+  // key exists.
+  return absl::PermissionDeniedError(absl::StrCat(
+      "namespace: \"", absl::CHexEscape(ns), "\" is not allowed for tenant \"",
+      tenant->name, "\" (its namespace prefixes: ",
+      tenant->namespace_prefixes.empty()
+          ? "none"
+          : absl::StrCat("\"", absl::StrJoin(tenant->namespace_prefixes, "\", \""),
+                         "\""),
+      ")"));
+}
+
+absl::Status Authorizer::Reload() {
+  if (!enabled()) return absl::OkStatus();
+  absl::StatusOr<std::string> contents = ReadFile(path_);
+  absl::StatusOr<std::shared_ptr<const TenantTable>> table =
+      contents.ok() ? ParseFile(path_, *contents) : contents.status();
+  if (!table.ok()) {
+    reloads_failed_->Increment();
+    std::fprintf(stderr,
+                 "dedupd: tenants file not reloaded, the previous tenants "
+                 "stay in use: %s\n",
+                 std::string(table.status().message()).c_str());
+    return table.status();
+  }
+  size_t count = (*table)->tenants().size();
+  {
+    absl::MutexLock lock(&mu_);
+    table_ = *std::move(table);
+    contents_ = *std::move(contents);
+  }
+  reloads_ok_->Increment();
+  tenants_->Set(count);
+  std::fprintf(stderr, "dedupd: tenants file %s loaded: %zu tenants\n",
+               path_.c_str(), count);
+  return absl::OkStatus();
+}
+
+void Authorizer::WatchFile(absl::Duration interval) {
+  if (!enabled() || watcher_.joinable()) return;
+  watcher_ = std::thread([this, interval] {
+    std::string failed_contents;  // a bad file is reported once, not per poll
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval)) {
+          return;
+        }
+      }
+      absl::StatusOr<std::string> now = ReadFile(path_);
+      if (!now.ok() || *now == failed_contents) continue;
+      bool changed;
+      {
+        absl::MutexLock lock(&mu_);
+        changed = *now != contents_;
+      }
+      if (changed && !Reload().ok()) failed_contents = *now;
+    }
+  });
+}
+
+}  // namespace dedup

@@ -1,0 +1,126 @@
+// Authentication and authorization of each call: who is calling (a bearer
+// token or a verified client certificate, looked up in the tenants file) and
+// whether that tenant may use this method on this namespace.
+//
+// Order in every handler: authenticate, then authorize the role, then the
+// namespace, then validate the request. A refusal never depends on stored
+// data, so PERMISSION_DENIED says nothing about whether a key exists.
+//
+// Answers:
+//   UNAUTHENTICATED    no credential, an unknown token, or a certificate
+//                      whose names are in no tenant
+//   PERMISSION_DENIED  the tenant lacks the role, or the namespace is outside
+//                      its prefixes (batches: per item)
+// Refusals are counted in dedup_auth_refusals_total{reason}; never by token.
+#ifndef DEDUP_SERVER_AUTH_H_
+#define DEDUP_SERVER_AUTH_H_
+
+#include <array>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/server_context.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "server/tenants.h"
+
+namespace dedup {
+
+// The authenticated caller of one call. Copyable; keeps the tenant table it
+// was found in alive, so a reload during the call changes nothing for it.
+class Caller {
+ public:
+  // Auth off: allowed everything.
+  Caller() = default;
+  Caller(std::shared_ptr<const TenantTable> table, const Tenant* tenant)
+      : table_(std::move(table)), tenant_(tenant) {}
+
+  // Null when auth is off.
+  const Tenant* tenant() const { return tenant_; }
+
+ private:
+  std::shared_ptr<const TenantTable> table_;
+  const Tenant* tenant_ = nullptr;
+};
+
+// Why a call was refused, for metrics.
+enum class Refusal {
+  kNoCredential,
+  kUnknownToken,
+  kUnknownCertificate,
+  kRole,
+  kNamespace
+};
+inline constexpr int kRefusalCount = 5;
+
+// Thread-safe.
+class Authorizer {
+ public:
+  // Auth off: every call is allowed (local development; dedupd allows it
+  // only on a loopback address unless told --insecure).
+  explicit Authorizer(prometheus::Registry* registry);
+  // Auth on, from the tenants file at `path`. The error names the file and,
+  // for a bad file, the line.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Authorizer>> FromFile(
+      const std::string& path, prometheus::Registry* registry);
+  // Stops the file watcher, if any.
+  ~Authorizer();
+
+  bool enabled() const { return !path_.empty(); }
+
+  // The caller of `context`, or UNAUTHENTICATED.
+  [[nodiscard]] absl::StatusOr<Caller> Authenticate(
+      const grpc::ServerContextBase& context) const;
+  // PERMISSION_DENIED unless `caller` has `role`; `what` names the method
+  // for the message ("Forget").
+  [[nodiscard]] absl::Status RequireRole(const Caller& caller, TenantRole role,
+                                         absl::string_view what) const;
+  // Authenticate, then RequireRole: the whole check of a call that names
+  // no namespace, or of a batch before its items.
+  [[nodiscard]] absl::StatusOr<Caller> Authorize(
+      const grpc::ServerContextBase& context, TenantRole role,
+      absl::string_view what) const;
+  // PERMISSION_DENIED unless `ns` is within the caller's prefixes.
+  [[nodiscard]] absl::Status AllowNamespace(const Caller& caller,
+                                            absl::string_view ns) const;
+
+  // Re-reads the tenants file. On error the tables in use stay as they were
+  // and the error (file, line, field) is returned and logged. No-op when
+  // auth is off.
+  absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
+  // Reloads whenever the file's contents change, checking every `interval`
+  // on a thread of its own (for rotation without SIGHUP). At most once.
+  void WatchFile(absl::Duration interval) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Authorizer(std::string path, std::shared_ptr<const TenantTable> table,
+             std::string contents, prometheus::Registry* registry);
+  void Refuse(Refusal reason) const;
+  std::shared_ptr<const TenantTable> table() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::string path_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const TenantTable> table_ ABSL_GUARDED_BY(mu_);
+  // The text the table was parsed from: the watcher reloads on a change.
+  std::string contents_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watcher_;
+
+  std::array<prometheus::Counter*, kRefusalCount> refusals_{};
+  prometheus::Counter* reloads_ok_ = nullptr;
+  prometheus::Counter* reloads_failed_ = nullptr;
+  prometheus::Gauge* tenants_ = nullptr;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_AUTH_H_

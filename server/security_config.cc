@@ -1,0 +1,85 @@
+#include "server/security_config.h"
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate chain the server presents; with --tls_key_file "
+          "turns TLS on. Reloaded when the file changes");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA bundle verifying client certificates (mTLS): a client that "
+          "presents one must present a valid one, and its names (SANs) can "
+          "identify a tenant (cert_sans)");
+ABSL_FLAG(int32_t, tls_reload_interval_s, 10,
+          "how often the TLS files are checked for a rotation, seconds");
+ABSL_FLAG(std::string, tenants_file, "",
+          "JSON file of tenants: credentials (token digests, certificate "
+          "names), namespace prefixes, roles, limits (see README). Empty: "
+          "authentication off. Reloaded on SIGHUP and when it changes");
+ABSL_FLAG(bool, insecure, false,
+          "allow plaintext (no --tls_cert_file) or authentication off (no "
+          "--tenants_file) on a non-loopback --address");
+
+namespace dedup {
+
+bool IsLoopbackAddress(absl::string_view address) {
+  absl::string_view host = address;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(1, host.find(']') - 1);
+  } else if (const size_t colon = host.rfind(':');
+             colon != absl::string_view::npos &&
+             host.find(':') == colon) {  // one colon: host:port
+    host = host.substr(0, colon);
+  }
+  if (absl::StartsWith(host, "ipv4:")) host.remove_prefix(5);
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<SecurityConfig> SecurityConfigFromFlags(
+    const std::string& address) {
+  SecurityConfig config;
+  config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  config.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  config.tls_reload_interval_s = absl::GetFlag(FLAGS_tls_reload_interval_s);
+  config.tenants_file = absl::GetFlag(FLAGS_tenants_file);
+  config.insecure = absl::GetFlag(FLAGS_insecure);
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert_file and --tls_key_file: give both or neither");
+  }
+  if (!config.tls_client_ca_file.empty() && !config.tls()) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca_file: needs --tls_cert_file and --tls_key_file "
+        "(client certificates are only asked for over TLS)");
+  }
+  if (config.tls_reload_interval_s < 1) {
+    return absl::InvalidArgumentError("--tls_reload_interval_s: must be >= 1");
+  }
+  if (IsLoopbackAddress(address)) return config;
+  std::vector<std::string> missing;
+  if (!config.tls()) missing.push_back("plaintext (no --tls_cert_file)");
+  if (config.tenants_file.empty()) {
+    missing.push_back("authentication off (no --tenants_file)");
+  }
+  if (missing.empty()) return config;
+  const std::string what = absl::StrJoin(missing, " and ");
+  if (!config.insecure) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--address ", address, " is not loopback: refusing to serve ", what,
+        " on it; give --tls_cert_file/--tls_key_file and --tenants_file, or "
+        "--insecure to accept the risk"));
+  }
+  std::fprintf(stderr,
+               "dedupd: WARNING: serving %s on %s (--insecure): anyone who "
+               "can reach it can read and forget every key\n",
+               what.c_str(), address.c_str());
+  return config;
+}
+
+}  // namespace dedup

@@ -1,0 +1,221 @@
+// The C++ client and dedupctl over TLS, mTLS and bearer tokens against the
+// real dedupd with a tenants file (certificates from make-test-pki).
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "client/channel_security.h"
+#include "client/coalescing_client.h"
+#include "client/dedup_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/client/run_ctl.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/test_pki.h"
+
+namespace dedup {
+namespace {
+
+using ::dedup::testing::CtlResult;
+using ::dedup::testing::Field;
+using ::dedup::testing::RunCtl;
+using ::testing::HasSubstr;
+
+class ClientSecurityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> pki = testing::MakeTestPki();
+    ASSERT_TRUE(pki.ok()) << pki.status();
+    pki_ = new std::string(*pki);
+    tenants_file_ = new std::string(*pki_ + "/tenants.json");
+    for (const auto& [name, token] :
+         {std::pair<const char*, const char*>{"billing.token",
+                                              testing::kBillingToken},
+          {"ops.token", testing::kOpsToken},
+          {"wrong.token", "not-a-token"}}) {
+      testing::WriteFileAtomically(*pki_ + "/" + name,
+                                   std::string(token) + "\n");
+    }
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*pki_);
+    delete pki_;
+    delete tenants_file_;
+  }
+
+  void SetUp() override {
+    testing::WriteFileAtomically(*tenants_file_,
+                                 testing::StandardTenantsJson());
+    absl::StatusOr<std::unique_ptr<testing::ServerProcess>> server =
+        testing::ServerProcess::Start(
+            {"--durability=none", "--tls_cert_file=" + Pki("server.pem"),
+             "--tls_key_file=" + Pki("server.key"),
+             "--tls_client_ca_file=" + Pki("ca.pem"),
+             "--tenants_file=" + *tenants_file_});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  static std::string Pki(const std::string& name) {
+    return *pki_ + "/" + name;
+  }
+
+  // A client over TLS with ca.pem, `token_file` and the client certificate
+  // `cert` (each "" for none). Two attempts: refusals must not be retried,
+  // and handshake failures should fail fast here.
+  std::unique_ptr<Client> MakeClient(const std::string& token_file,
+                                     const std::string& cert = "") const {
+    absl::StatusOr<ChannelSecurity> security = ChannelSecurityFromFiles(
+        Pki("ca.pem"), cert.empty() ? "" : Pki(cert + ".pem"),
+        cert.empty() ? "" : Pki(cert + ".key"),
+        token_file.empty() ? "" : Pki(token_file));
+    EXPECT_TRUE(security.ok()) << security.status();
+    ClientOptions options;
+    options.deadline = absl::Seconds(3);
+    options.max_attempts = 2;
+    options.channel_factory = SecureChannelFactory(*security);
+    return std::make_unique<Client>(server_->address(), options);
+  }
+
+  CtlResult Ctl(std::vector<std::string> args) const {
+    args.insert(args.begin(), {"--address=" + server_->address(),
+                               "--tls_ca_file=" + Pki("ca.pem")});
+    return RunCtl(args);
+  }
+
+  static std::string* pki_;
+  static std::string* tenants_file_;
+  std::unique_ptr<testing::ServerProcess> server_;
+};
+
+std::string* ClientSecurityTest::pki_ = nullptr;
+std::string* ClientSecurityTest::tenants_file_ = nullptr;
+
+TEST_F(ClientSecurityTest, ClientSendsItsTokenOverTls) {
+  std::unique_ptr<Client> billing = MakeClient("billing.token");
+  absl::StatusOr<v1::BeginResponse> begun =
+      billing->Begin("billing:orders", "o-1", "args");
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  ASSERT_EQ(begun->status(), v1::BeginResponse::STARTED);
+  absl::StatusOr<v1::CompleteResponse> completed = billing->Complete(
+      "billing:orders", "o-1", begun->fence(), v1::SUCCESS, "charged");
+  ASSERT_TRUE(completed.ok()) << completed.status();
+
+  // Refusals come back as they are, at once (not retried as UNAVAILABLE).
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::BeginResponse> foreign =
+      billing->Begin("ops:jobs", "o-1", "args");
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(billing->Forget("billing:orders", "o-1").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(MakeClient("")->Begin("billing:orders", "o-2", "args")
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(MakeClient("wrong.token")
+                ->Begin("billing:orders", "o-2", "args")
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+
+  // The operator forgets it.
+  absl::StatusOr<v1::ForgetResponse> forgot =
+      MakeClient("ops.token")->Forget("billing:orders", "o-1");
+  ASSERT_TRUE(forgot.ok()) << forgot.status();
+  EXPECT_TRUE(forgot->existed());
+}
+
+TEST_F(ClientSecurityTest, ClientCertificateIdentifiesTheTenant) {
+  std::unique_ptr<Client> billing = MakeClient("", "client-billing");
+  absl::StatusOr<v1::BeginResponse> begun =
+      billing->Begin("billing:orders", "c-1", "args");
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  EXPECT_EQ(begun->status(), v1::BeginResponse::STARTED);
+  EXPECT_EQ(billing->Begin("ops:jobs", "c-1", "args").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(MakeClient("", "client-stranger")
+                ->Begin("billing:orders", "c-1", "args")
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(ClientSecurityTest, CoalescedItemsAreJudgedOneByOne) {
+  absl::StatusOr<ChannelSecurity> security = ChannelSecurityFromFiles(
+      Pki("ca.pem"), "", "", Pki("billing.token"));
+  ASSERT_TRUE(security.ok()) << security.status();
+  CoalescingOptions options;
+  options.rpc.deadline = absl::Seconds(3);
+  options.rpc.channel_factory = SecureChannelFactory(*security);
+  CoalescingClient client(std::vector<std::string>{server_->address()},
+                          options);
+  absl::StatusOr<v1::BeginResponse> mine =
+      client.Begin({"billing:orders", "b-1", "args", "owner-1"});
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->status(), v1::BeginResponse::STARTED);
+  absl::StatusOr<v1::BeginResponse> foreign =
+      client.Begin({"ops:jobs", "b-1", "args", "owner-1"});
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(ClientSecurityTest, DedupctlTakesTlsAndTokenOptions) {
+  CtlResult begin = Ctl({"--token_file=" + Pki("billing.token"), "begin",
+                         "billing:ctl", "k-1"});
+  ASSERT_EQ(begin.exit_code, 0) << begin.err;
+  EXPECT_EQ(Field(begin.out, "status"), "STARTED");
+
+  CtlResult anonymous = Ctl({"get", "billing:ctl", "k-1"});
+  EXPECT_EQ(anonymous.exit_code, 2) << anonymous.out;
+  EXPECT_THAT(anonymous.err, HasSubstr("UNAUTHENTICATED"));
+  CtlResult forget = Ctl({"--token_file=" + Pki("billing.token"), "forget",
+                          "billing:ctl", "k-1"});
+  EXPECT_EQ(forget.exit_code, 2) << forget.out;
+  EXPECT_THAT(forget.err, HasSubstr("PERMISSION_DENIED"));
+  CtlResult stats =
+      Ctl({"--token_file=" + Pki("billing.token"), "stats"});
+  EXPECT_EQ(stats.exit_code, 2) << stats.out;
+  EXPECT_THAT(stats.err, HasSubstr("PERMISSION_DENIED"));
+
+  // The operator by its client certificate.
+  CtlResult ops_stats = Ctl({"--tls_cert_file=" + Pki("client-ops.pem"),
+                             "--tls_key_file=" + Pki("client-ops.key"),
+                             "stats"});
+  EXPECT_EQ(ops_stats.exit_code, 0) << ops_stats.err;
+
+  // Plaintext to the TLS port fails to connect; a missing token file is a
+  // usage error.
+  CtlResult plaintext =
+      RunCtl({"--address=" + server_->address(), "--deadline_ms=500",
+              "--follow_leader=false", "get", "billing:ctl", "k-1"});
+  EXPECT_EQ(plaintext.exit_code, 2);
+  EXPECT_THAT(plaintext.err, HasSubstr("UNAVAILABLE"));
+  CtlResult no_file = Ctl({"--token_file=" + Pki("absent.token"), "stats"});
+  EXPECT_EQ(no_file.exit_code, 64);
+  EXPECT_THAT(no_file.err, HasSubstr("absent.token"));
+
+  // A reload that revokes billing's token.
+  testing::WriteFileAtomically(
+      *tenants_file_,
+      testing::StandardTenantsJson(/*with_billing_token=*/false));
+  ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
+  CtlResult revoked;
+  for (int i = 0; i < 50; ++i) {
+    revoked = Ctl({"--token_file=" + Pki("billing.token"), "get",
+                   "billing:ctl", "k-1"});
+    if (revoked.exit_code != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(revoked.exit_code, 2) << revoked.out;
+  EXPECT_THAT(revoked.err, HasSubstr("UNAUTHENTICATED"));
+}
+
+}  // namespace
+}  // namespace dedup
