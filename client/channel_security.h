@@ -12,11 +12,16 @@
 #include <memory>
 #include <string>
 
+#include <functional>
+
 #include "absl/status/statusor.h"
-#include "client/leader_router.h"
 #include "grpcpp/channel.h"
 
 namespace dedup {
+
+// Opens a channel to "host:port" (as in client/leader_router.h).
+using ChannelFactory =
+    std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
 
 struct ChannelSecurity {
   // TLS when true. An empty root CA uses the system's roots.

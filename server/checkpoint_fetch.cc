@@ -87,13 +87,13 @@ bool PlainFileName(const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<uint64_t> FetchCheckpoint(const std::string& address,
+absl::StatusOr<uint64_t> FetchCheckpoint(const ChannelFactory& open,
+                                         const std::string& address,
                                          uint64_t min_applied_index,
                                          const std::string& dir,
                                          absl::Duration timeout) {
   if (::mkdir(dir.c_str(), 0755) != 0) return Errno("cannot create", dir);
-  auto stub = v1::Cluster::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Cluster::NewStub(open(address));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::FetchCheckpointRequest request;

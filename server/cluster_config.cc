@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/channel_security.h"
 #include "server/checkpoint_fetch.h"
 
 ABSL_FLAG(uint64_t, node_id, 0,
@@ -25,6 +26,13 @@ ABSL_FLAG(bool, join, false,
 ABSL_FLAG(std::string, raft_address, "",
           "cluster mode: host:port this node serves Raft on (default: its "
           "--peers entry); peers belong on a private network (no TLS)");
+ABSL_FLAG(std::string, peer_token_file, "",
+          "cluster mode with --tenants_file: file holding the bearer token "
+          "this node sends to other nodes (its tenant needs the operator "
+          "role: snapshot transfers copy the whole database)");
+ABSL_FLAG(std::string, peer_tls_ca_file, "",
+          "cluster mode with TLS: PEM CA that signed the other nodes' "
+          "certificates (default: --tls_client_ca_file)");
 ABSL_FLAG(uint32_t, election_timeout_ms, 500,
           "cluster mode: Raft election timeout (randomized up to 2x)");
 ABSL_FLAG(uint32_t, heartbeat_timeout_ms, 100,
@@ -88,8 +96,37 @@ absl::StatusOr<ClusterNode> ParsePeer(absl::string_view text) {
   return node;
 }
 
+namespace {
+
+// Channels to other nodes, secured as clients reach this one.
+absl::StatusOr<ChannelFactory> PeerChannels(const SecurityConfig& security) {
+  const std::string token_file = absl::GetFlag(FLAGS_peer_token_file);
+  if (!security.tenants_file.empty() && token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_token_file: needed with --tenants_file in cluster mode (nodes "
+        "copy snapshots from each other with an operator's token)");
+  }
+  std::string ca_file = absl::GetFlag(FLAGS_peer_tls_ca_file);
+  if (ca_file.empty()) ca_file = security.tls_client_ca_file;
+  if (security.tls() && ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_tls_ca_file: needed with TLS in cluster mode (the CA of the "
+        "other nodes' certificates) unless --tls_client_ca_file is that CA");
+  }
+  absl::StatusOr<ChannelSecurity> peer = ChannelSecurityFromFiles(
+      security.tls() ? ca_file : "", "", "", token_file);
+  if (!peer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--peer_token_file/--peer_tls_ca_file: ",
+                     peer.status().message()));
+  }
+  return SecureChannelFactory(*std::move(peer));
+}
+
+}  // namespace
+
 absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
-    const StoreOptions& single) {
+    const StoreOptions& single, const SecurityConfig& security) {
   ClusterConfig config;
   const uint64_t id = absl::GetFlag(FLAGS_node_id);
   const std::vector<std::string> peers = absl::GetFlag(FLAGS_peers);
@@ -175,10 +212,13 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   store.state.compaction_grace_ms = single.compaction_grace_ms;
   store.state.periodic_compaction_s = single.periodic_compaction_s;
   store.clock = single.clock;
-  store.fetch_checkpoint = [](const std::string& address,
-                              uint64_t min_applied_index,
-                              const std::string& dir) {
-    return FetchCheckpoint(address, min_applied_index, dir,
+  absl::StatusOr<ChannelFactory> open_peer = PeerChannels(security);
+  if (!open_peer.ok()) return open_peer.status();
+  store.fetch_checkpoint = [open = *std::move(open_peer)](
+                               const std::string& address,
+                               uint64_t min_applied_index,
+                               const std::string& dir) {
+    return FetchCheckpoint(open, address, min_applied_index, dir,
                            absl::Seconds(kCheckpointFetchTimeoutS));
   };
   return config;

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "replication/replicated_store.h"
+#include "server/security_config.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -18,11 +19,14 @@ struct ClusterConfig {
 };
 
 // Reads the cluster flags after absl::ParseCommandLine; `single` supplies
-// the data directory and RocksDB tuning. Resolves host names in raft
-// addresses to IPv4 literals (libraft 0.15 takes nothing else). Fails with
-// INVALID_ARGUMENT naming the flag.
+// the data directory and RocksDB tuning, `security` how this node's own
+// calls to other nodes (snapshot transfers) are secured: with TLS on they
+// use TLS (--peer_tls_ca_file, default --tls_client_ca_file), with tenants
+// they send --peer_token_file's token (an operator's). Resolves host names
+// in raft addresses to IPv4 literals (libraft 0.15 takes nothing else).
+// Fails with INVALID_ARGUMENT naming the flag.
 [[nodiscard]] absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
-    const StoreOptions& single);
+    const StoreOptions& single, const SecurityConfig& security);
 
 // Parses one --peers item, "ID=RAFT_HOST:PORT=CLIENT_HOST:PORT".
 [[nodiscard]] absl::StatusOr<ClusterNode> ParsePeer(absl::string_view text);

@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
   }
 
   absl::StatusOr<dedup::ClusterConfig> cluster =
-      dedup::ClusterConfigFromFlags(config->store);
+      dedup::ClusterConfigFromFlags(config->store, *security);
   if (!cluster.ok()) {
     Log(std::string(cluster.status().message()));
     return kExitBadFlags;

@@ -41,8 +41,7 @@ grpc::Status CallService(const std::string& address, Method method,
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
-    auto stub = Service::NewStub(
-        grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    auto stub = Service::NewStub(testing::TestChannel(target));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(5));
@@ -167,6 +166,39 @@ class ClusterTest : public ::testing::Test {
       EXPECT_EQ(d.digest(), digests->front().digest());
       EXPECT_EQ(d.live_records(), digests->front().live_records());
     }
+  }
+
+  // Begins and Completes `n` keys one call at a time (one log entry each)
+  // through `via`; returns key -> (fence, result).
+  std::map<std::string, std::pair<uint64_t, std::string>> WriteOneByOne(
+      int via, int n, const std::string& prefix) {
+    std::map<std::string, std::pair<uint64_t, std::string>> done;
+    for (int i = 0; i < n; ++i) {
+      const std::string key = absl::StrCat(prefix, i);
+      v1::BeginResponse begun;
+      grpc::Status s = Call(cluster_.client_address(via),
+                            &v1::Dedup::Stub::Begin, BeginOf(key, "w"), &begun);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) return done;
+      v1::CompleteRequest complete;
+      complete.set_namespace_("cluster");
+      complete.set_key(key);
+      complete.set_fence(begun.fence());
+      complete.set_outcome(v1::SUCCESS);
+      complete.set_result(absl::StrCat("result-", key));
+      v1::CompleteResponse completed;
+      s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Complete,
+               complete, &completed);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) return done;
+      done[key] = {begun.fence(), complete.result()};
+    }
+    return done;
+  }
+
+  bool InstalledASnapshot(int id) {
+    return cluster_.process(id)->captured_stderr().find(
+               "installed a snapshot") != std::string::npos;
   }
 
   ClusterHarness cluster_;

@@ -19,8 +19,7 @@ namespace {
 
 template <typename Service>
 std::unique_ptr<typename Service::Stub> StubFor(const std::string& address) {
-  return Service::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return Service::NewStub(TestChannel(address));
 }
 
 }  // namespace

@@ -87,6 +87,9 @@ class Node:
                  f"--address={self.client_address}",
                  f"--data_dir={self.data_dir}",
                  "--event_log=off", "--metrics_address=",
+                 # Each node is alone in a network namespace on a 10.77/16
+                 # address: not loopback, so plaintext needs --insecure.
+                 "--insecure",
                  *self.extra_flags],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.cwd)
         self.starts += 1

@@ -216,8 +216,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::StartGroup(
   const auto deadline = Clock::now() + kStartTimeout;
   while (Clock::now() < deadline) {
     for (const auto& member : group->members_) {
-      auto stub = v1::Cluster::NewStub(grpc::CreateChannel(
-          member->address(), grpc::InsecureChannelCredentials()));
+      auto stub = v1::Cluster::NewStub(TestChannel(member->address()));
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::seconds(1));
@@ -485,6 +484,27 @@ absl::StatusOr<ProcessResult> RunProcess(const std::string& binary,
   }
   result.exit_code = code;
   return result;
+}
+
+namespace {
+std::mutex channel_factory_mu;
+TestChannelFactory& channel_factory() {
+  static auto* factory = new TestChannelFactory();
+  return *factory;
+}
+}  // namespace
+
+void SetTestChannelFactory(TestChannelFactory factory) {
+  std::lock_guard<std::mutex> lock(channel_factory_mu);
+  channel_factory() = std::move(factory);
+}
+
+std::shared_ptr<grpc::Channel> TestChannel(const std::string& address) {
+  {
+    std::lock_guard<std::mutex> lock(channel_factory_mu);
+    if (channel_factory()) return channel_factory()(address);
+  }
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
 }
 
 std::unique_ptr<dedup::v1::Dedup::Stub> NewStub(const std::string& address) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dedup/v1/dedup.grpc.pb.h"
+#include "grpcpp/channel.h"
 
 namespace dedup::testing {
 
@@ -127,6 +129,16 @@ struct ProcessResult {
 // Creates a fresh directory under $TMPDIR (or /tmp); the caller removes it.
 [[nodiscard]] absl::StatusOr<std::string> MakeTempDir(
     const std::string& prefix = "dedup-test");
+
+// Opens the channels the test support uses to reach servers (the group
+// start-up check here, the cluster harness and fixture). Insecure unless a
+// test of a secured group sets another with SetTestChannelFactory, once,
+// before it starts servers. Thread-safe.
+using TestChannelFactory =
+    std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
+void SetTestChannelFactory(TestChannelFactory factory);
+[[nodiscard]] std::shared_ptr<grpc::Channel> TestChannel(
+    const std::string& address);
 
 // A stub on a fresh insecure channel to `address`. Channels made here do not
 // share connections, so several stubs spread load over several connections.

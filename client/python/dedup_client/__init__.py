@@ -13,6 +13,9 @@
   batches by hand).
 - with_idempotency / @idempotent: Begin -> your function -> Complete (or
   Release on RetryableError), waiting out IN_USE and replaying duplicates.
+- TlsConfig, token=/token_file=: TLS, mTLS and a bearer token on every
+  call (Client(..., tls=TlsConfig(root_ca="ca.pem"), token=...));
+  open_channel() secures a channel the same way for dedupd's other services.
 - args_hash: SHA-256 of the RFC 8785 canonical JSON of the tool arguments,
   identical in every dedup client.
 
@@ -51,9 +54,11 @@ from dedup_client.idempotency import (
     with_idempotency,
 )
 from dedup_client.outcome import is_outcome_unknown
+from dedup_client.security import BearerToken, TlsConfig, open_channel
 
 __all__ = [
     "Backoff",
+    "BearerToken",
     "CanonicalJsonError",
     "Claim",
     "Client",
@@ -68,6 +73,7 @@ __all__ = [
     "ReplayedError",
     "RetryableError",
     "StaleFenceError",
+    "TlsConfig",
     "args_hash",
     "args_hash_hex",
     "args_hash_of_json_text",
@@ -79,5 +85,6 @@ __all__ = [
     "idempotent",
     "is_outcome_unknown",
     "is_retryable_rpc_error",
+    "open_channel",
     "with_idempotency",
 ]

@@ -24,12 +24,21 @@ leader for later calls. A call whose outcome is unknown (ABORTED with
 way (see dedup_client.outcome); if that runs out it raises
 DedupRpcError(ABORTED) with outcome_unknown=True.
 
+Security (see dedup_client.security): tls=TlsConfig(root_ca=...,
+client_cert=..., client_key=..., server_name=...) opens TLS (mTLS with a
+client certificate) channels; token= / token_file= sends
+`authorization: Bearer <token>` on every call, batches and leader redirects
+included. UNAUTHENTICATED and PERMISSION_DENIED are answers, never retried: they
+raise at once with the server's code. A failed TLS handshake is UNAVAILABLE
+(nothing happened) and is retried like any other.
+
 Thread-safe: a Client may be shared by threads (the gRPC channels are). It is
 not fork-safe: create it after forking.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Any, Callable, Optional, Sequence, Union
@@ -47,6 +56,13 @@ from dedup_client.outcome import (
     outcome_unknown_error,
 )
 from dedup_client.routing import Router
+from dedup_client.security import (
+    TlsConfig,
+    as_tls_config,
+    channel_factory as secure_channel_factory,
+    check_token_destination,
+    make_token,
+)
 
 Target = Union[str, Sequence[str], grpc.Channel]
 
@@ -65,13 +81,18 @@ class Client:
         *,
         max_leader_hops: int = 3,
         channel_factory: Optional[Callable[[str], grpc.Channel]] = None,
+        tls: Union[None, bool, TlsConfig] = None,
+        token: Optional[str] = None,
+        token_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+        allow_insecure_token: bool = False,
+        channel_options: Sequence[tuple[str, Any]] = (),
         uniform01: Callable[[], float] = random.random,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """target: "host:port", a list of them (the nodes of a replicated
         group; the first is tried first), or a grpc.Channel with any
         credentials (shared, left open). Channels to addresses are opened by
-        channel_factory (default grpc.insecure_channel), on first use, and
+        channel_factory (default: plaintext, or TLS with `tls`), on first use, and
         closed by close(); a leader named by a follower gets one too. A
         given grpc.Channel follows such a redirect only with a
         channel_factory.
@@ -82,6 +103,18 @@ class Client:
         election, about 1-2 s, with room to spare). max_leader_hops: redirects
         followed per attempt. uniform01 and sleep are injectable so tests
         can pin the jitter.
+
+        tls: a TlsConfig (root CA, client certificate and key for mTLS,
+        server name override; files read here), or True for TLS with the
+        system's roots; default plaintext. token (a string) or token_file
+        (a file holding it, re-read when it changes): sent as
+        `authorization: Bearer <token>` on every call, whatever the channel.
+        Without TLS the token goes only to loopback addresses unless
+        allow_insecure_token (a token in plaintext can be read on the way).
+        channel_options: extra gRPC channel arguments for the channels this
+        client opens. tls and channel_options do not combine with a
+        grpc.Channel target or a channel_factory (those bring their own
+        credentials); a token does.
         """
         if max_attempts is None:
             max_attempts = (
@@ -93,7 +126,24 @@ class Client:
             raise ValueError("deadline_s must be positive")
         if max_leader_hops < 0:
             raise ValueError("max_leader_hops must not be negative")
-        self._router = Router(target, channel_factory)
+        given_channel = not isinstance(target, (str, list, tuple))
+        tls_config = as_tls_config(tls)
+        if (tls_config is not None or channel_options) and (
+                given_channel or channel_factory is not None):
+            raise ValueError(
+                "tls and channel_options apply to channels the Client opens: "
+                "not with a grpc.Channel target or a channel_factory")
+        bearer = make_token(token, token_file)
+        if channel_factory is None and not given_channel:
+            # Now, not at the first call: a token must not wait for traffic
+            # to be refused. (A redirect's address is checked when opened.)
+            for address in [target] if isinstance(target, str) else target:
+                if isinstance(address, str):  # (Router refuses the others)
+                    check_token_destination(
+                        address, tls_config, bearer, allow_insecure_token)
+            channel_factory = secure_channel_factory(
+                tls_config, bearer, allow_insecure_token, channel_options)
+        self._router = Router(target, channel_factory, bearer)
         self.deadline_s = deadline_s
         self.max_attempts = max_attempts
         self.max_leader_hops = max_leader_hops

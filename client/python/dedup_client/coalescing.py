@@ -82,10 +82,13 @@ class CoalescingClient:
         *,
         max_batch_items: int = 256,
         max_batches_in_flight: int = 2,
+        **client_options: Any,
     ) -> None:
         """client: supplies the channels, leader, deadline, attempts and
         backoff; a Client is shared (left open by close()), a "host:port"
-        target or a list of them gets a Client(target) of its own.
+        target or a list of them gets a Client(target, **client_options) of
+        its own (e.g. tls=TlsConfig(...), token=..., deadline_s=...; the
+        batches carry its token like every call).
         max_batch_items: 1..1000 items per batch.
         max_batches_in_flight: batches of one kind (Begin or Complete) on the
         wire at once; 1 gives the largest batches, more lets a batch leave
@@ -95,7 +98,12 @@ class CoalescingClient:
         if max_batches_in_flight < 1:
             raise ValueError("max_batches_in_flight must be at least 1")
         self._owns_client = not isinstance(client, Client)
-        self.client = client if isinstance(client, Client) else Client(client)
+        if not self._owns_client and client_options:
+            raise ValueError(
+                "client options (" + ", ".join(sorted(client_options)) + ") go to "
+                "the Client given, not to CoalescingClient")
+        self.client = (client if isinstance(client, Client)
+                       else Client(client, **client_options))
         self._outstanding = _Outstanding()
         self._begins: _Lane[dedup_pb2.BeginResponse] = _Lane(
             "BeginBatch", dedup_pb2.BeginBatchRequest,

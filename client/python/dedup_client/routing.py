@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 import grpc
 
 from dedup_client._proto import dedup_pb2_grpc
+from dedup_client.security import BearerToken, TokenInterceptor
 
 LEADER_METADATA_KEY = "dedup-leader"
 
@@ -57,13 +58,16 @@ class Router:
         self,
         target: Any,
         channel_factory: Optional[Callable[[str], grpc.Channel]],
+        token: Optional[BearerToken] = None,
     ) -> None:
         """target: "host:port", a non-empty sequence of them, or a channel
         (used as is, never closed here). channel_factory opens the channel of
         an address (default: plaintext); without one, a given channel's
         client cannot follow a redirect and treats it as a plain
-        UNAVAILABLE."""
+        UNAVAILABLE. token: sent on every call of every channel, a given
+        one and a redirect's included."""
         self._factory = channel_factory
+        self._interceptor = TokenInterceptor(token) if token is not None else None
         self._channels: dict[str, grpc.Channel] = {}  # guarded by _lock
         self._stubs: dict[str, dedup_pb2_grpc.DedupStub] = {}  # guarded by _lock
         self._owned: set[str] = set()  # guarded by _lock
@@ -104,6 +108,8 @@ class Router:
                 channel = factory(address)
                 self._channels[address] = channel
                 self._owned.add(address)
+            if self._interceptor is not None:  # closing `channel` closes this
+                channel = grpc.intercept_channel(channel, self._interceptor)
             stub = dedup_pb2_grpc.DedupStub(channel)
             self._stubs[address] = stub
             return stub

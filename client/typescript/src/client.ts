@@ -6,7 +6,6 @@ import {
   type ChannelCredentials,
   type ChannelOptions,
   type Client as GrpcClient,
-  credentials as grpcCredentials,
   Metadata,
   type ServiceError,
   status as GrpcStatus,
@@ -25,6 +24,7 @@ import {
   withIdempotency,
 } from './idempotency.js';
 import { sleep } from './retry.js';
+import { channelSecurity, type SecurityOptions } from './security.js';
 import type {
   BatchItemResult,
   BeginBatchItem,
@@ -44,7 +44,14 @@ import type {
 } from './types.js';
 import * as wire from './wire.js';
 
-export interface DedupClientOptions {
+/**
+ * Security (SecurityOptions, see security.ts): `tls` (root CA, client
+ * certificate and key for mTLS, server name override; or true for the
+ * system's roots), `token` / `tokenFile` (sent as `authorization: Bearer
+ * <token>` on every call, batches and leader redirects included). Without
+ * TLS a token goes only to loopback addresses unless `allowInsecureToken`.
+ */
+export interface DedupClientOptions extends SecurityOptions {
   /**
    * host:port of dedupd, e.g. "127.0.0.1:50051", or of every node of a
    * replicated group separated by commas ("10.0.0.1:50051,10.0.0.2:50051,...").
@@ -52,7 +59,10 @@ export interface DedupClientOptions {
   readonly address?: string;
   /** The nodes of a replicated group (instead of, or added to, `address`). Calls go to the leader. */
   readonly addresses?: readonly string[];
-  /** Default: insecure (plaintext), as dedupd serves today. */
+  /**
+   * Custom channel credentials (not with `tls`, which builds them). Default:
+   * plaintext, or TLS when `tls` is given.
+   */
   readonly credentials?: ChannelCredentials;
   readonly channelOptions?: ChannelOptions;
   /** Deadline of each attempt in ms; Begin adds its waitMs. Default 5000. */
@@ -104,6 +114,12 @@ export interface DedupClientOptions {
  * finds the claim gone reports it released: OK). Not retried after an
  * unknown outcome: a Begin without an owner (it could not re-enter its
  * claim) and Forget (a retry could not tell whether the record existed).
+ *
+ * UNAUTHENTICATED (no or an unknown credential) and PERMISSION_DENIED (a
+ * namespace outside the tenant's, Forget without the operator role) are
+ * answers: never retried, they reject at once with their code. In a batch a
+ * foreign namespace refuses only its item. A failed TLS handshake is
+ * UNAVAILABLE, retried like any other.
  */
 export class DedupClient {
   private readonly endpoints: Endpoints;
@@ -114,11 +130,8 @@ export class DedupClient {
 
   constructor(options: DedupClientOptions) {
     const addresses = parseAddresses(options.address, options.addresses);
-    this.endpoints = new Endpoints(
-      addresses,
-      options.credentials ?? grpcCredentials.createInsecure(),
-      options.channelOptions ?? {},
-    );
+    const security = channelSecurity(options);
+    this.endpoints = new Endpoints(addresses, security.credentials, security.options, security.guard);
     this.deadlineMs = options.deadlineMs ?? 5000;
     this.retryPolicy = {
       maxAttempts: options.maxAttempts ?? (addresses.length > 1 ? 10 : 5),

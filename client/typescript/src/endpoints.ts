@@ -3,7 +3,7 @@
 // In a replicated group only the leader answers, so that is the last leader
 // a follower named, or else the next address of the list after one that
 // failed. With one address this is simply that address.
-import { type ChannelCredentials, type ChannelOptions, Client as GrpcClient } from '@grpc/grpc-js';
+import { type ChannelCredentials, Client as GrpcClient, type ClientOptions } from '@grpc/grpc-js';
 
 /**
  * The addresses of `address` (one host:port, or several separated by commas)
@@ -30,12 +30,16 @@ export class Endpoints {
   constructor(
     private readonly list: readonly string[],
     private readonly credentials: ChannelCredentials,
-    private readonly channelOptions: ChannelOptions,
+    /** Channel options and interceptors (the bearer token's) of every channel. */
+    private readonly channelOptions: ClientOptions,
+    /** Throws for an address this client must not call (a token in plaintext off loopback). */
+    private readonly guard: (address: string) => void = () => {},
   ) {
     const first = list[0];
     if (first === undefined) throw new TypeError('Endpoints: no address');
     this.target = first;
-    // Now rather than on first use, so a malformed address fails here.
+    // Now rather than on first use, so a malformed (or, for a token in
+    // plaintext, a remote) address fails here.
     for (const address of list) this.channel(address);
   }
 
@@ -50,6 +54,7 @@ export class Endpoints {
     if (channel === undefined) {
       // A closed client must not open new connections behind the caller's back.
       if (this.closed) throw new Error('DedupClient is closed');
+      this.guard(address);
       channel = new GrpcClient(address, this.credentials, this.channelOptions);
       this.channels.set(address, channel);
     }

@@ -27,4 +27,12 @@ export {
   withIdempotency,
 } from './idempotency.js';
 export { isUnavailable, retryUnavailable, type RetryPolicy } from './retry.js';
+export {
+  BearerToken,
+  isLoopbackAddress,
+  openChannel,
+  type PemSource,
+  type SecurityOptions,
+  type TlsOptions,
+} from './security.js';
 export type * from './types.js';

@@ -279,3 +279,34 @@ test('coalesced calls follow the leader and retry unknown items; one that stays 
   assert.equal(leader.callsOf('BeginBatch').length, 2 + 3, 'maxAttempts rounds');
   assert.equal(follower.calls.length, 1);
 });
+
+test('coalesced: an item refused UNAVAILABLE in an otherwise good batch is retried alone after the backoff', async () => {
+  // Issue 15: the other items are answered at once; the refused one (ItemError
+  // code 14: nothing happened) goes again, as its unary call would have.
+  const leader = await fake((_m, request, nth) => {
+    const items = request['items'] as { key: string }[];
+    return {
+      response: {
+        items: items.map((i, j) =>
+          nth === 0 && i.key === 'k1'
+            ? { error: { code: GrpcStatus.UNAVAILABLE, message: `items[${j}]: not the leader any more` } }
+            : { response: started(nth * 10 + j + 1) },
+        ),
+      },
+    };
+  });
+  const { client: c, sleeps } = client({ address: leader.address, coalesce: true, random: () => 0.5 });
+  const answers = await Promise.all([0, 1, 2].map((i) => c.begin(item(i))));
+  assert.deepEqual(
+    answers.map((a) => [a.status, a.fence]),
+    [['STARTED', 1n], ['STARTED', 11n], ['STARTED', 3n]],
+  );
+  const sent = leader
+    .callsOf('BeginBatch')
+    .map((call) => (call.request['items'] as { key: string; owner: string }[]).map((i) => [i.key, i.owner]));
+  assert.deepEqual(sent, [
+    [['k0', 'owner-0'], ['k1', 'owner-1'], ['k2', 'owner-2']],
+    [['k1', 'owner-1']],
+  ]);
+  assert.deepEqual(sleeps, [25], 'one full-jitter backoff delay (0.5 x 50 ms) before the retry');
+});

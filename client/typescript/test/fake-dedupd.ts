@@ -22,6 +22,8 @@ export interface FakeCall {
   readonly receivedAt: number;
   /** The call's deadline as the server saw it (Unix ms; Infinity without one). */
   readonly deadline: number;
+  /** The call's `authorization` metadata, if any. */
+  readonly authorization: string | undefined;
 }
 
 export type Reply =
@@ -54,6 +56,7 @@ export class FakeDedupd {
           request: call.request,
           receivedAt: Date.now(),
           deadline: deadline instanceof Date ? deadline.getTime() : deadline,
+          authorization: call.metadata.get('authorization')[0]?.toString(),
         });
         Promise.resolve()
           .then(() => script(method, call.request, nth))

@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 _LISTENING = re.compile(r"dedupd listening on 127\.0\.0\.1:(\d+)")
 _METRICS = re.compile(r"dedupd metrics on 127\.0\.0\.1:(\d+)")
@@ -38,7 +38,11 @@ class Dedupd:
     metrics are off, so parallel servers never collide on the default port.
     """
 
-    def __init__(self, start_timeout_s: float = 20.0, *, metrics: bool = False) -> None:
+    def __init__(
+        self, start_timeout_s: float = 20.0, *, metrics: bool = False,
+        args: Sequence[str] = (),
+    ) -> None:
+        """args: extra flags (e.g. --tenants_file=...)."""
         binary = os.environ.get("DEDUPD")
         if not binary:
             raise RuntimeError("set DEDUPD to the dedupd binary")
@@ -48,7 +52,8 @@ class Dedupd:
         self.process: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
             _die_with_parent([binary, "--address=127.0.0.1:0",
                               "--metrics_address=" + ("127.0.0.1:0" if metrics else ""),
-                              f"--data_dir={self._tmp.name}/data", "--durability=none"]),
+                              f"--data_dir={self._tmp.name}/data", "--durability=none",
+                              *args]),
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
         try:

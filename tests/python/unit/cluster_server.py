@@ -112,12 +112,13 @@ _DEFAULTS: dict[str, Callable[[Any], Any]] = {
 
 class ScriptedNode(dedup_pb2_grpc.DedupServicer):
     """One node on 127.0.0.1:<free port> (`target`); records every call as
-    (method, request) in `calls`."""
+    (method, request) in `calls`, and its metadata in `metadata`."""
 
     def __init__(self, leader: Optional[str] = None) -> None:
         self.leader = leader
         self.script: dict[str, list[Action]] = {}
         self.calls: list[tuple[str, Any]] = []
+        self.metadata: list[dict[str, str]] = []  # one per call, as `calls`
         self._lock = threading.Lock()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         dedup_pb2_grpc.add_DedupServicer_to_server(self, self._server)
@@ -145,6 +146,7 @@ class ScriptedNode(dedup_pb2_grpc.DedupServicer):
     def _answer(self, method: str, request: Any, context: grpc.ServicerContext) -> Any:
         with self._lock:
             self.calls.append((method, request))
+            self.metadata.append(dict(context.invocation_metadata()))
             script = self.script.get(method)
             action = script.pop(0) if script else None
             leader = self.leader

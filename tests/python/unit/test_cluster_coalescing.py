@@ -7,6 +7,7 @@ DedupRpcError(outcome_unknown=True)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import unittest
 
@@ -174,6 +175,53 @@ class CoalescingClusterTest(unittest.TestCase):
             self.assertTrue(error.outcome_unknown)
         self.assertEqual([len(r.items) for r in node.requests("BeginBatch")],
                          [1, 2, 2, 1, 1, 1, 1])
+    def test_an_unavailable_item_of_a_good_batch_is_retried_after_the_backoff(self) -> None:
+        """Issue 15: an item refused UNAVAILABLE (ItemError code 14) inside a
+        batch whose other items were answered is sent again alone, after the
+        backoff delay, as its unary call would have been; the others are
+        answered at once."""
+        gate = threading.Event()
+        arrived: list[float] = []
+
+        def held(request, context):  # k0 alone, while k1 and k2 queue up
+            arrived.append(time.monotonic())
+            gate.wait(10)
+            return dedup_pb2.BeginBatchResponse(items=[
+                dedup_pb2.BeginBatchResponse.Item(response=dedup_pb2.BeginResponse(
+                    status=dedup_pb2.BeginResponse.STARTED, fence=1))])
+
+        def timed(action):
+            def act(request, context):
+                arrived.append(time.monotonic())
+                return action(request, context)
+            return act
+
+        node = self.node().then("BeginBatch", held, timed(unavailable_items(1)),
+                                timed(lambda request, context: dedup_pb2.BeginBatchResponse(
+                                    items=[dedup_pb2.BeginBatchResponse.Item(
+                                        response=dedup_pb2.BeginResponse(
+                                            status=dedup_pb2.BeginResponse.STARTED,
+                                            fence=22))])))
+        delays: list[float] = []
+        client = Client(node.target, backoff_base_s=0.3, backoff_cap_s=0.3,
+                        uniform01=lambda: delays.append(1.0) or 1.0)
+        self.addCleanup(client.close)
+        coalescing = CoalescingClient(client, max_batches_in_flight=1)
+        self.addCleanup(coalescing.close, 10)
+        first = coalescing.begin_future("ns", "k0", owner="o0")
+        deadline = time.monotonic() + 10
+        while not node.calls and time.monotonic() < deadline:
+            time.sleep(0.005)
+        good, refused = (coalescing.begin_future("ns", f"k{i}", owner=f"o{i}") for i in (1, 2))
+        gate.set()
+        self.assertEqual(first.result(10).fence, 1)
+        self.assertEqual(good.result(10).fence, 1)  # answered by the shared batch
+        self.assertEqual(refused.result(10).fence, 22)  # retried, not raised
+        self.assertEqual([[(i.key, i.owner) for i in r.items] for r in node.requests("BeginBatch")],
+                         [[("k0", "o0")], [("k1", "o1"), ("k2", "o2")], [("k2", "o2")]])
+        self.assertEqual(delays, [1.0], "one backoff delay")
+        self.assertGreaterEqual(arrived[2] - arrived[1], 0.25)
+
 
 if __name__ == "__main__":
     unittest.main()
