@@ -19,7 +19,8 @@ class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit BearerTokenInterceptor(const std::string* header)
       : header_(header) {}
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {

@@ -93,9 +93,7 @@ class TreeBuilder final : public nlohmann::json_sax<nlohmann::json> {
     value.string = std::move(v);
     return Add(std::move(value));
   }
-  bool binary(binary_t&) override {
-    return Fail("binary values are not JSON");
-  }
+  bool binary(binary_t&) override { return Fail("binary values are not JSON"); }
   bool start_object(std::size_t) override {
     return Open(LinedJson::Type::kObject);
   }

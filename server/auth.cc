@@ -23,8 +23,7 @@ constexpr const char* kRefusalNames[kRefusalCount] = {
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read tenants file ", path));
+    return absl::NotFoundError(absl::StrCat("cannot read tenants file ", path));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -78,16 +77,18 @@ Authorizer::Authorizer(std::string path,
       contents_(std::move(contents)) {
   auto& refusals = prometheus::BuildCounter()
                        .Name("dedup_auth_refusals_total")
-                       .Help("Calls refused by authentication or "
-                             "authorization, by reason")
+                       .Help(
+                           "Calls refused by authentication or "
+                           "authorization, by reason")
                        .Register(*registry);
   for (int i = 0; i < kRefusalCount; ++i) {
     refusals_[i] = &refusals.Add({{"reason", kRefusalNames[i]}});
   }
   auto& reloads = prometheus::BuildCounter()
                       .Name("dedup_tenants_reloads_total")
-                      .Help("Reloads of the tenants file, by result (a "
-                            "failed one keeps the tenants in use)")
+                      .Help(
+                          "Reloads of the tenants file, by result (a "
+                          "failed one keeps the tenants in use)")
                       .Register(*registry);
   reloads_ok_ = &reloads.Add({{"result", "ok"}});
   reloads_failed_ = &reloads.Add({{"result", "error"}});
@@ -175,8 +176,8 @@ absl::Status Authorizer::RequireRole(const Caller& caller, TenantRole role,
   if (tenant == nullptr || tenant->HasRole(role)) return absl::OkStatus();
   Refuse(Refusal::kRole);
   return absl::PermissionDeniedError(
-      absl::StrCat(what, " needs the ", TenantRoleName(role), " role; tenant \"",
-                   tenant->name, "\" does not have it"));
+      absl::StrCat(what, " needs the ", TenantRoleName(role),
+                   " role; tenant \"", tenant->name, "\" does not have it"));
 }
 
 absl::StatusOr<Caller> Authorizer::Authorize(
@@ -202,7 +203,8 @@ absl::Status Authorizer::AllowNamespace(const Caller& caller,
       tenant->name, "\" (its namespace prefixes: ",
       tenant->namespace_prefixes.empty()
           ? "none"
-          : absl::StrCat("\"", absl::StrJoin(tenant->namespace_prefixes, "\", \""),
+          : absl::StrCat("\"",
+                         absl::StrJoin(tenant->namespace_prefixes, "\", \""),
                          "\""),
       ")"));
 }

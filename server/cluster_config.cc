@@ -116,9 +116,8 @@ absl::StatusOr<ChannelFactory> PeerChannels(const SecurityConfig& security) {
   absl::StatusOr<ChannelSecurity> peer = ChannelSecurityFromFiles(
       security.tls() ? ca_file : "", "", "", token_file);
   if (!peer.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--peer_token_file/--peer_tls_ca_file: ",
-                     peer.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--peer_token_file/--peer_tls_ca_file: ", peer.status().message()));
   }
   return SecureChannelFactory(*std::move(peer));
 }

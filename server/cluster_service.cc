@@ -179,9 +179,10 @@ bool ClusterService::Refused(grpc::CallbackServerContext* context,
 grpc::ServerWriteReactor<v1::CheckpointChunk>* ClusterService::FetchCheckpoint(
     grpc::CallbackServerContext* context,
     const v1::FetchCheckpointRequest* request) {
-  absl::Status allowed =
-      auth_->Authorize(*context, TenantRole::kOperator, "Cluster.FetchCheckpoint")
-          .status();
+  absl::Status allowed = auth_
+                             ->Authorize(*context, TenantRole::kOperator,
+                                         "Cluster.FetchCheckpoint")
+                             .status();
   if (!allowed.ok()) return RefusedStream(ToGrpcStatus(allowed));
   return StartCheckpointStream(store_, request->min_applied_index());
 }

@@ -17,8 +17,12 @@ namespace {
 // holds a reference until every item is submitted.
 class BatchCompletion {
  public:
-  BatchCompletion(const RpcCall& call, int items)
-      : call_(call), pending_(items + 1) {}
+  BatchCompletion(const RpcCall& call, int items, int64_t result_budget)
+      : call_(call), pending_(items + 1), result_budget_(result_budget) {}
+
+  // Shared by the items' store calls (outlives them: this object is
+  // deleted after the last item's callback).
+  ResultBudget* result_budget() { return &result_budget_; }
 
   void ItemDone() {
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -30,6 +34,7 @@ class BatchCompletion {
  private:
   const RpcCall call_;
   std::atomic<int> pending_;
+  ResultBudget result_budget_;
 };
 
 void SetItemError(v1::ItemError* error, int index, const absl::Status& status,
@@ -55,7 +60,8 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
   // Every answer slot exists before any callback runs: callbacks on
   // different shard threads then only ever touch their own item.
   for (int i = 0; i < n; ++i) response->add_items();
-  auto* completion = new BatchCompletion(call, n);
+  auto* completion =
+      new BatchCompletion(call, n, limits_.max_batch_response_bytes);
   std::vector<Store::BeginCall> calls;
   calls.reserve(n);
   for (int i = 0; i < n; ++i) {
@@ -76,6 +82,9 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
     }
     auto done = [this, completion, item, out,
                  i](absl::StatusOr<BeginResult> r) {
+      if (!r.ok() && r.status().GetPayload(kResultBudgetPayload)) {
+        metrics_->RecordBatchResultsCapped();
+      }
       if (r.ok()) {
         Observe(*item, *r);
         FillBeginResponse(*r, out->mutable_response());
@@ -85,8 +94,12 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
       }
       completion->ItemDone();
     };
+    // A DUPLICATE past the budget is answered UNAVAILABLE by the store
+    // (clients ask again): without it, a small request naming one large
+    // result many times makes gigabytes of answers.
     calls.push_back(Store::BeginCall{item->namespace_(), item->key(),
-                                     BeginParamsOf(*item), std::move(done)});
+                                     BeginParamsOf(*item), std::move(done),
+                                     completion->result_budget()});
   }
   store_->BeginMany(std::move(calls));
   completion->ItemDone();
@@ -105,7 +118,8 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
   if (NotServing(call)) return call.reactor();
   for (int i = 0; i < n; ++i) response->add_items();
-  auto* completion = new BatchCompletion(call, n);
+  // Complete answers carry no stored result: no budget to keep.
+  auto* completion = new BatchCompletion(call, n, /*result_budget=*/0);
   std::vector<Store::CompleteCall> calls;
   calls.reserve(n);
   for (int i = 0; i < n; ++i) {

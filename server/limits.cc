@@ -114,6 +114,12 @@ absl::Status Limits::Check() const {
   if (max_result_bytes > (64u << 20)) {
     return Invalid("max_result_bytes", "must be <= 64 MiB");
   }
+  // Any one item must fit an answer alone, or asking again would never end.
+  if (max_batch_response_bytes < max_result_bytes) {
+    return Invalid("max_batch_response_bytes",
+                   absl::StrCat("must be >= max_result_bytes (",
+                                max_result_bytes, ")"));
+  }
   if (min_ttl_s < 1 || min_ttl_s > max_ttl_s || default_ttl_s < min_ttl_s ||
       default_ttl_s > max_ttl_s) {
     return Invalid("ttl limits",

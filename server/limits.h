@@ -29,6 +29,10 @@ struct Limits {
   uint32_t default_lease_ms = 60 * 1000;
   uint32_t max_wait_ms = 60 * 1000;
   uint32_t max_batch_items = 1000;
+  // Stored results one BeginBatch answer may carry; DUPLICATE items past it
+  // are answered UNAVAILABLE (ask again). Bounds the memory of a response,
+  // and keeps it under gRPC clients' default 4 MiB receive limit.
+  uint32_t max_batch_response_bytes = 3 << 20;
 
   // Checks the limits are coherent with each other and with the storage
   // format (e.g. a namespace length must fit one byte).

@@ -40,6 +40,7 @@
 #include "server/security_config.h"
 #include "server/server_config.h"
 #include "server/tls.h"
+#include "server/transport_limits.h"
 #include "storage/store.h"
 
 ABSL_DECLARE_FLAG(std::string, durability);
@@ -91,7 +92,11 @@ absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetrics(
     dedup::Store* store, dedup::ReplicatedStore* replicated) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(address, /*threads=*/1);
+    // Several workers and a short read timeout: an idle connection holds one
+    // worker for a few seconds, not every scrape for civetweb's default 30 s.
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", "8", "request_timeout_ms",
+        "3000", "keep_alive_timeout_ms", "3000"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
@@ -167,6 +172,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  Log(dedup::RaiseOpenFileLimit());
   dedup::Metrics metrics(config->metrics_namespaces);
   std::unique_ptr<dedup::Authorizer> auth;
   if (security->tenants_file.empty()) {
@@ -250,6 +256,7 @@ int main(int argc, char** argv) {
   }
   dedup::BenchService bench;
   if (config->enable_bench_service) builder.RegisterService(&bench);
+  dedup::ApplyTransportLimits(config->transport, &builder);
   builder.SetMaxReceiveMessageSize(
       std::max<int>(4 << 20, static_cast<int>(config->limits.max_result_bytes) +
                                  kMessageOverheadBytes));
@@ -265,9 +272,9 @@ int main(int argc, char** argv) {
                "auth=%s%s)\n",
                HostOf(config->address).c_str(), port,
                config->store.path.c_str(), durability.c_str(),
-               !security->tls()                         ? "off"
+               !security->tls()                       ? "off"
                : security->tls_client_ca_file.empty() ? "on"
-                                                        : "mtls",
+                                                      : "mtls",
                auth->enabled() ? "tenants" : "off",
                cluster->enabled
                    ? absl::StrCat(" node=", cluster->store.raft.id,

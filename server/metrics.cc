@@ -193,6 +193,14 @@ Metrics::Metrics(const std::vector<std::string>& labelled_namespaces)
            .Help("Event log lines dropped because the writer fell behind")
            .Register(*registry_)
            .Add({});
+  batch_results_capped_ =
+      &prometheus::BuildCounter()
+           .Name("dedup_batch_results_capped_total")
+           .Help("BeginBatch items answered UNAVAILABLE (ask again) because "
+                 "the answer's stored results passed "
+                 "--max_batch_response_bytes")
+           .Register(*registry_)
+           .Add({});
 }
 
 Metrics::OutcomeCounters Metrics::AddOutcomes(

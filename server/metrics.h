@@ -73,6 +73,9 @@ class Metrics : public StoreObserver {
   // Duration of a Begin that was parked by its wait_ms.
   void ObserveWait(double seconds);
   void RecordEventLogDropped();
+  // A BeginBatch item answered UNAVAILABLE because the answer's results
+  // passed --max_batch_response_bytes.
+  void RecordBatchResultsCapped() { batch_results_capped_->Increment(); }
   // StoreObserver.
   void OnWrite(int operations, double seconds) override;
 
@@ -109,6 +112,7 @@ class Metrics : public StoreObserver {
   prometheus::Histogram* write_seconds_;
   prometheus::Histogram* writes_per_sync_;
   prometheus::Counter* event_log_dropped_;
+  prometheus::Counter* batch_results_capped_;
 };
 
 }  // namespace dedup

@@ -66,6 +66,17 @@ ABSL_FLAG(uint32_t, max_args_hash_bytes, 64, "longest args_hash accepted");
 ABSL_FLAG(uint32_t, max_result_bytes, 1 << 20, "largest result accepted");
 ABSL_FLAG(uint32_t, max_batch_items, 1000,
           "most items in a BeginBatch or CompleteBatch");
+ABSL_FLAG(uint32_t, max_batch_response_bytes, 3 << 20,
+          "stored results one BeginBatch answer may carry (>= "
+          "--max_result_bytes); DUPLICATE items past it are answered "
+          "UNAVAILABLE, which clients ask again");
+ABSL_FLAG(int32_t, max_concurrent_streams, 1000,
+          "calls in flight on one client connection");
+ABSL_FLAG(int64_t, max_connection_idle_ms, 5 * 60 * 1000,
+          "a client connection with no call for this long is closed");
+ABSL_FLAG(int64_t, handshake_timeout_ms, 10000,
+          "a connection that has not finished its handshake by then is "
+          "closed");
 ABSL_FLAG(bool, enable_bench_service, false,
           "serve dedup.v1.Bench (Echo), the bare-gRPC baseline for benchmarks");
 
@@ -158,7 +169,27 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   limits.max_args_hash_bytes = absl::GetFlag(FLAGS_max_args_hash_bytes);
   limits.max_result_bytes = absl::GetFlag(FLAGS_max_result_bytes);
   limits.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
+  limits.max_batch_response_bytes =
+      absl::GetFlag(FLAGS_max_batch_response_bytes);
   config.enable_bench_service = absl::GetFlag(FLAGS_enable_bench_service);
+  config.transport.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_concurrent_streams);
+  config.transport.max_connection_idle_ms =
+      absl::GetFlag(FLAGS_max_connection_idle_ms);
+  config.transport.handshake_timeout_ms =
+      absl::GetFlag(FLAGS_handshake_timeout_ms);
+  if (config.transport.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError("--max_concurrent_streams: must be >= 1");
+  }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{"max_connection_idle_ms",
+                                        config.transport.max_connection_idle_ms},
+        {"handshake_timeout_ms", config.transport.handshake_timeout_ms}}) {
+    if (value < 100 || value > int64_t{24} * 3600 * 1000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": must be 100..86400000"));
+    }
+  }
   if (absl::Status s = limits.Check(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
   }

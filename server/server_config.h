@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "server/event_log.h"
 #include "server/limits.h"
+#include "server/transport_limits.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -26,6 +27,7 @@ struct ServerConfig {
   // Part of the grace during which new calls get UNAVAILABLE.
   int64_t lame_duck_ms = 250;
   bool enable_bench_service = false;
+  TransportLimits transport;
 };
 
 // Reads the flags after absl::ParseCommandLine. Fails with INVALID_ARGUMENT

@@ -46,8 +46,8 @@ absl::Status CheckKeys(const LinedJson& object, absl::string_view path,
 }
 
 // An array of strings at `path`; absent is empty.
-absl::StatusOr<std::vector<std::pair<std::string, const LinedJson*>>>
-StringsOf(const LinedJson* array, const std::string& path) {
+absl::StatusOr<std::vector<std::pair<std::string, const LinedJson*>>> StringsOf(
+    const LinedJson* array, const std::string& path) {
   std::vector<std::pair<std::string, const LinedJson*>> strings;
   if (array == nullptr) return strings;
   if (absl::Status s = ExpectType(*array, path, Type::kArray); !s.ok()) {
@@ -145,9 +145,8 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
                           absl::StrCat(path, ".token_sha256"));
   if (!tokens.ok()) return tokens.status();
   for (size_t i = 0; i < tokens->size(); ++i) {
-    absl::StatusOr<TokenDigest> digest =
-        DigestFromHex(*(*tokens)[i].second,
-                      absl::StrCat(path, ".token_sha256[", i, "]"));
+    absl::StatusOr<TokenDigest> digest = DigestFromHex(
+        *(*tokens)[i].second, absl::StrCat(path, ".token_sha256[", i, "]"));
     if (!digest.ok()) return digest.status();
     tenant.token_digests.push_back(*digest);
   }
@@ -181,8 +180,7 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
     } else if (role == "operator") {
       tenant.operator_role = true;
     } else {
-      return ErrorAt(*(*roles)[i].second,
-                     absl::StrCat(path, ".roles[", i, "]"),
+      return ErrorAt(*(*roles)[i].second, absl::StrCat(path, ".roles[", i, "]"),
                      absl::StrCat("unknown role \"", role,
                                   "\" (allowed: client, operator)"));
     }

@@ -374,6 +374,13 @@ void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
     Park(std::move(op), next_check);
     return;
   }
+  if (d.status == BeginStatus::kDuplicate && op.result_budget != nullptr &&
+      !op.result_budget->Take(d.record.result.size())) {
+    // Answered now, holding nothing: a DUPLICATE writes nothing, so there
+    // is no write for this answer to wait for.
+    std::move(op.done)(ResultBudgetExceeded(*op.result_budget));
+    return;
+  }
   batch.Apply(std::move(op.skey), d.write, d.record);
   batch.Answer(std::move(op.done), BeginResult{std::move(d), op.waited});
 }

@@ -38,6 +38,7 @@ struct BeginOp {
   int64_t wait_deadline_ms = 0;  // 0: never park
   bool waited = false;
   StoreCallback<BeginResult> done;
+  ResultBudget* result_budget = nullptr;  // see Store::BeginCall
 };
 struct CompleteOp {
   std::string skey;

@@ -115,6 +115,7 @@ class RocksStore : public Store {
       op.skey = EncodeStorageKey(call.ns, call.key);
       op.params = std::move(call.params);
       op.done = std::move(call.done);
+      op.result_budget = call.result_budget;
       by_shard[ShardOf(op.skey)].push_back(std::move(op));
     }
     SubmitGrouped(by_shard);

@@ -17,6 +17,7 @@
 #ifndef DEDUP_STORAGE_STORE_H_
 #define DEDUP_STORAGE_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -26,6 +27,8 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "storage/authority.h"
 #include "storage/clock.h"
@@ -118,6 +121,44 @@ inline constexpr absl::string_view kLeaderAddressPayload =
 inline constexpr absl::string_view kOutcomeUnknownPayload =
     "type.dedup/outcome-unknown";
 
+// Bytes of stored results the answers of one request may hold at once: a
+// small BeginBatch naming one large result many times must not make the
+// store hold (and the server send) gigabytes. Thread-safe.
+class ResultBudget {
+ public:
+  explicit ResultBudget(int64_t bytes) : left_(bytes), bytes_(bytes) {}
+  // Reserves `bytes`; false (nothing reserved) when they do not fit.
+  [[nodiscard]] bool Take(int64_t bytes) {
+    if (bytes == 0) return true;
+    if (left_.fetch_sub(bytes, std::memory_order_relaxed) >= bytes) {
+      return true;
+    }
+    left_.fetch_add(bytes, std::memory_order_relaxed);
+    return false;
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  std::atomic<int64_t> left_;
+  const int64_t bytes_;
+};
+
+// Payload (any value) of the UNAVAILABLE answering a call whose result did
+// not fit its ResultBudget, so the server can count them.
+inline constexpr absl::string_view kResultBudgetPayload =
+    "dedup.result_budget";
+
+// That UNAVAILABLE: nothing happened (a DUPLICATE changes nothing), ask again.
+[[nodiscard]] inline absl::Status ResultBudgetExceeded(
+    const ResultBudget& budget) {
+  absl::Status status = absl::UnavailableError(absl::StrCat(
+      "results: the answers to this request passed their ", budget.bytes(),
+      " bytes of stored results; ask for this item again, alone or in a "
+      "later batch"));
+  status.SetPayload(kResultBudgetPayload, absl::Cord("1"));
+  return status;
+}
+
 template <typename T>
 using StoreCallback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
 
@@ -155,6 +196,11 @@ class Store {
     std::string key;
     BeginParams params;
     StoreCallback<BeginResult> done;
+    // Shared by the calls of one request; null: no bound. A DUPLICATE whose
+    // result does not fit what is left is answered UNAVAILABLE ("ask
+    // again") at once instead of holding its copy of the result until the
+    // batch's write is durable. Must outlive every `done`.
+    ResultBudget* result_budget = nullptr;
   };
   virtual void BeginMany(std::vector<BeginCall> calls) = 0;
   struct CompleteCall {

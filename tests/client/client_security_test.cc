@@ -54,18 +54,16 @@ class ClientSecurityTest : public ::testing::Test {
     testing::WriteFileAtomically(*tenants_file_,
                                  testing::StandardTenantsJson());
     absl::StatusOr<std::unique_ptr<testing::ServerProcess>> server =
-        testing::ServerProcess::Start(
-            {"--durability=none", "--tls_cert_file=" + Pki("server.pem"),
-             "--tls_key_file=" + Pki("server.key"),
-             "--tls_client_ca_file=" + Pki("ca.pem"),
-             "--tenants_file=" + *tenants_file_});
+        testing::ServerProcess::Start({"--durability=none",
+                                       "--tls_cert_file=" + Pki("server.pem"),
+                                       "--tls_key_file=" + Pki("server.key"),
+                                       "--tls_client_ca_file=" + Pki("ca.pem"),
+                                       "--tenants_file=" + *tenants_file_});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
   }
 
-  static std::string Pki(const std::string& name) {
-    return *pki_ + "/" + name;
-  }
+  static std::string Pki(const std::string& name) { return *pki_ + "/" + name; }
 
   // A client over TLS with ca.pem, `token_file` and the client certificate
   // `cert` (each "" for none). Two attempts: refusals must not be retried,
@@ -116,10 +114,9 @@ TEST_F(ClientSecurityTest, ClientSendsItsTokenOverTls) {
   EXPECT_EQ(billing->Forget("billing:orders", "o-1").status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
-  EXPECT_EQ(MakeClient("")->Begin("billing:orders", "o-2", "args")
-                .status()
-                .code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(
+      MakeClient("")->Begin("billing:orders", "o-2", "args").status().code(),
+      absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(MakeClient("wrong.token")
                 ->Begin("billing:orders", "o-2", "args")
                 .status()
@@ -149,8 +146,8 @@ TEST_F(ClientSecurityTest, ClientCertificateIdentifiesTheTenant) {
 }
 
 TEST_F(ClientSecurityTest, CoalescedItemsAreJudgedOneByOne) {
-  absl::StatusOr<ChannelSecurity> security = ChannelSecurityFromFiles(
-      Pki("ca.pem"), "", "", Pki("billing.token"));
+  absl::StatusOr<ChannelSecurity> security =
+      ChannelSecurityFromFiles(Pki("ca.pem"), "", "", Pki("billing.token"));
   ASSERT_TRUE(security.ok()) << security.status();
   CoalescingOptions options;
   options.rpc.deadline = absl::Seconds(3);
@@ -167,27 +164,26 @@ TEST_F(ClientSecurityTest, CoalescedItemsAreJudgedOneByOne) {
 }
 
 TEST_F(ClientSecurityTest, DedupctlTakesTlsAndTokenOptions) {
-  CtlResult begin = Ctl({"--token_file=" + Pki("billing.token"), "begin",
-                         "billing:ctl", "k-1"});
+  CtlResult begin = Ctl(
+      {"--token_file=" + Pki("billing.token"), "begin", "billing:ctl", "k-1"});
   ASSERT_EQ(begin.exit_code, 0) << begin.err;
   EXPECT_EQ(Field(begin.out, "status"), "STARTED");
 
   CtlResult anonymous = Ctl({"get", "billing:ctl", "k-1"});
   EXPECT_EQ(anonymous.exit_code, 2) << anonymous.out;
   EXPECT_THAT(anonymous.err, HasSubstr("UNAUTHENTICATED"));
-  CtlResult forget = Ctl({"--token_file=" + Pki("billing.token"), "forget",
-                          "billing:ctl", "k-1"});
+  CtlResult forget = Ctl(
+      {"--token_file=" + Pki("billing.token"), "forget", "billing:ctl", "k-1"});
   EXPECT_EQ(forget.exit_code, 2) << forget.out;
   EXPECT_THAT(forget.err, HasSubstr("PERMISSION_DENIED"));
-  CtlResult stats =
-      Ctl({"--token_file=" + Pki("billing.token"), "stats"});
+  CtlResult stats = Ctl({"--token_file=" + Pki("billing.token"), "stats"});
   EXPECT_EQ(stats.exit_code, 2) << stats.out;
   EXPECT_THAT(stats.err, HasSubstr("PERMISSION_DENIED"));
 
   // The operator by its client certificate.
-  CtlResult ops_stats = Ctl({"--tls_cert_file=" + Pki("client-ops.pem"),
-                             "--tls_key_file=" + Pki("client-ops.key"),
-                             "stats"});
+  CtlResult ops_stats =
+      Ctl({"--tls_cert_file=" + Pki("client-ops.pem"),
+           "--tls_key_file=" + Pki("client-ops.key"), "stats"});
   EXPECT_EQ(ops_stats.exit_code, 0) << ops_stats.err;
 
   // Plaintext to the TLS port fails to connect; a missing token file is a
@@ -208,8 +204,8 @@ TEST_F(ClientSecurityTest, DedupctlTakesTlsAndTokenOptions) {
   ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
   CtlResult revoked;
   for (int i = 0; i < 50; ++i) {
-    revoked = Ctl({"--token_file=" + Pki("billing.token"), "get",
-                   "billing:ctl", "k-1"});
+    revoked = Ctl(
+        {"--token_file=" + Pki("billing.token"), "get", "billing:ctl", "k-1"});
     if (revoked.exit_code != 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -27,8 +27,7 @@ class SecuredGroupTest : public ClusterTest {
     testing::WriteFileAtomically(Pki("tenants.json"),
                                  testing::StandardTenantsJson());
     testing::WriteFileAtomically(Pki("ops.token"), testing::kOpsToken);
-    testing::WriteFileAtomically(Pki("billing.token"),
-                                 testing::kBillingToken);
+    testing::WriteFileAtomically(Pki("billing.token"), testing::kBillingToken);
     // The harness itself (status, digests, writes) acts as the operator.
     testing::SetTestChannelFactory(OperatorChannels());
   }

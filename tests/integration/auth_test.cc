@@ -21,8 +21,8 @@
 #include "absl/strings/str_format.h"
 #include "dedup/v1/admin.grpc.pb.h"
 #include "dedup/v1/dedup.grpc.pb.h"
-#include "grpcpp/grpcpp.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/tenants.h"
 #include "tests/integration/integration_util.h"
@@ -80,10 +80,10 @@ class AuthTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  static std::string Pki(const std::string& name) {
-    return *pki_ + "/" + name;
+  static std::string Pki(const std::string& name) { return *pki_ + "/" + name; }
+  static std::string Pem(const std::string& name) {
+    return ReadWholeFile(Pki(name));
   }
-  static std::string Pem(const std::string& name) { return ReadWholeFile(Pki(name)); }
   // TLS with ca.pem and the client certificate `name`.pem/.key.
   static Credentials Cert(const std::string& name) {
     Credentials c = Tls(Pem("ca.pem"));
@@ -193,7 +193,8 @@ class AuthTest : public ::testing::Test {
   // Polls `probe` for up to 15 s until it returns `want`.
   template <typename Probe>
   static bool Eventually(grpc::StatusCode want, Probe probe) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    const auto end =
+        std::chrono::steady_clock::now() + std::chrono::seconds(15);
     while (std::chrono::steady_clock::now() < end) {
       if (probe().error_code() == want) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -235,16 +236,15 @@ TEST_F(AuthTest, TokensBindTenantsToTheirNamespaces) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(absl::StrContains(s.error_message(), "not known"))
       << s.error_message();
-  s = Begin(a, Header("Basic Zm9vOmJhcg=="), "billing:inv",
-            "k");
+  s = Begin(a, Header("Basic Zm9vOmJhcg=="), "billing:inv", "k");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
 
   // Its own namespace: the whole life of a key.
   v1::BeginResponse begun;
   ASSERT_TRUE(Begin(a, kBilling, "billing:inv", "k", &begun).ok());
   ASSERT_EQ(begun.status(), v1::BeginResponse::STARTED);
-  ASSERT_TRUE(Complete(a, kBilling, "billing:inv", "k", begun.fence(), "sent")
-                  .ok());
+  ASSERT_TRUE(
+      Complete(a, kBilling, "billing:inv", "k", begun.fence(), "sent").ok());
   v1::GetResponse got;
   ASSERT_TRUE(Get(a, kBilling, "billing:inv", "k", &got).ok());
   EXPECT_EQ(got.record().result(), "sent");
@@ -299,8 +299,8 @@ TEST_F(AuthTest, BatchesAreJudgedItemByItem) {
   ASSERT_EQ(begun.items_size(), 3);
   EXPECT_EQ(begun.items(0).response().status(), v1::BeginResponse::STARTED);
   EXPECT_EQ(begun.items(1).error().code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_TRUE(absl::StartsWith(begun.items(1).error().message(),
-                               "items[1].namespace:"))
+  EXPECT_TRUE(
+      absl::StartsWith(begun.items(1).error().message(), "items[1].namespace:"))
       << begun.items(1).error().message();
   EXPECT_EQ(begun.items(2).response().status(), v1::BeginResponse::STARTED);
 
@@ -369,15 +369,16 @@ TEST_F(AuthTest, ReloadRevokesATokenAndABadFileKeepsTheOldTenants) {
   ASSERT_TRUE(Begin(a, kBilling, "billing:x", "k").ok());
 
   // SIGHUP: the billing token is gone at once.
-  WriteFileAtomically(tenants_file_, StandardTenantsJson(/*with_billing_token=*/false));
+  WriteFileAtomically(tenants_file_,
+                      StandardTenantsJson(/*with_billing_token=*/false));
   ASSERT_EQ(kill(server->pid(), SIGHUP), 0);
-  EXPECT_TRUE(Eventually(grpc::StatusCode::UNAUTHENTICATED, [&] {
-    return Begin(a, kBilling, "billing:x", "k");
-  }));
+  EXPECT_TRUE(Eventually(grpc::StatusCode::UNAUTHENTICATED,
+                         [&] { return Begin(a, kBilling, "billing:x", "k"); }));
 
   // A broken file: refused with its line, the tenants in use stay.
-  WriteFileAtomically(tenants_file_, "{\"tenants\": [\n  {\"name\": \"ops\",\n"
-                           "   \"roles\": [\"admin\"]}\n]}\n");
+  WriteFileAtomically(tenants_file_,
+                      "{\"tenants\": [\n  {\"name\": \"ops\",\n"
+                      "   \"roles\": [\"admin\"]}\n]}\n");
   ASSERT_EQ(kill(server->pid(), SIGHUP), 0);
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!absl::StrContains(server->captured_stderr(), "not reloaded") &&
@@ -390,14 +391,13 @@ TEST_F(AuthTest, ReloadRevokesATokenAndABadFileKeepsTheOldTenants) {
   EXPECT_TRUE(Begin(a, kOps, "ops:y", "k").ok());
   EXPECT_EQ(Begin(a, kBilling, "billing:x", "k").error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_GE(
-      Metric(*server, "dedup_tenants_reloads_total{result=\"error\"}"), 1);
+  EXPECT_GE(Metric(*server, "dedup_tenants_reloads_total{result=\"error\"}"),
+            1);
 
   // A change to the file is picked up without a signal.
   WriteFileAtomically(tenants_file_, StandardTenantsJson());
-  EXPECT_TRUE(Eventually(grpc::StatusCode::OK, [&] {
-    return Begin(a, kBilling, "billing:x", "k");
-  }));
+  EXPECT_TRUE(Eventually(grpc::StatusCode::OK,
+                         [&] { return Begin(a, kBilling, "billing:x", "k"); }));
 }
 
 TEST_F(AuthTest, TlsServesOnlyTls) {
@@ -444,8 +444,7 @@ TEST_F(AuthTest, ClientCertificatesIdentifyTenants) {
             grpc::StatusCode::UNAVAILABLE);
   // No certificate: a token still works; a wrong token beside a good
   // certificate is refused.
-  EXPECT_TRUE(
-      Begin(a, Tls(ca, kBillingToken), "billing:x", "k").ok());
+  EXPECT_TRUE(Begin(a, Tls(ca, kBillingToken), "billing:x", "k").ok());
   Credentials wrong_token = billing;
   wrong_token.token = "wrong";
   EXPECT_EQ(Begin(a, wrong_token, "billing:x", "k").error_code(),
@@ -506,8 +505,8 @@ TEST_F(AuthTest, UnsafeOrBrokenSettingsStopTheStart) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   // A tenants file with an error names its line.
   WriteFileAtomically(tenants_file_,
-            "{\"tenants\": [\n  {\"name\": \"x\", \"token_sha256\": "
-            "[\"abc\"],\n   \"roles\": [\"client\"]}]}\n");
+                      "{\"tenants\": [\n  {\"name\": \"x\", \"token_sha256\": "
+                      "[\"abc\"],\n   \"roles\": [\"client\"]}]}\n");
   r = RunDedupd({"--tenants_file=" + tenants_file_, data});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "line 2: tenants[0].token_sha256[0]"))

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/lined_json.h"
 #include "gmock/gmock.h"
@@ -32,7 +32,8 @@ const std::string kTwoTenants = absl::StrFormat(
   {"name": "ops", "cert_sans": ["ops-console", "spiffe://corp/ops"],
    "namespace_prefixes": [""], "roles": ["operator"]}
 ]})",
-    HexOf(DigestOfToken("t1")), absl::AsciiStrToUpper(HexOf(DigestOfToken("t2"))));
+    HexOf(DigestOfToken("t1")),
+    absl::AsciiStrToUpper(HexOf(DigestOfToken("t2"))));
 
 TEST(TenantsTest, ParsesTenantsAndFindsThemByCredential) {
   absl::StatusOr<TenantTable> table = TenantTable::Parse(kTwoTenants);
@@ -46,8 +47,7 @@ TEST(TenantsTest, ParsesTenantsAndFindsThemByCredential) {
   EXPECT_EQ(table->FindByToken("t2"), &billing);  // upper-case hex too
   EXPECT_EQ(table->FindByToken("t3"), nullptr);
   EXPECT_EQ(table->FindByToken(""), nullptr);
-  EXPECT_EQ(table->FindBySan({"x", "spiffe://corp/ops"}),
-            &table->tenants()[1]);
+  EXPECT_EQ(table->FindBySan({"x", "spiffe://corp/ops"}), &table->tenants()[1]);
   EXPECT_EQ(table->FindBySan({"ops"}), nullptr);
 
   EXPECT_TRUE(billing.AllowsNamespace("billing:eu"));
@@ -131,8 +131,9 @@ TEST(LinedJsonTest, ValuesKnowTheirLines) {
   EXPECT_EQ(b->items[0].line, 4);
   EXPECT_EQ(b->items[1].line, 5);
   EXPECT_EQ(json->member_lines, (std::vector<int>{2, 3}));
-  EXPECT_THAT(std::string(ParseLinedJson(std::string(100, '[')).status().message()),
-              HasSubstr("nesting deeper than 64"));
+  EXPECT_THAT(
+      std::string(ParseLinedJson(std::string(100, '[')).status().message()),
+      HasSubstr("nesting deeper than 64"));
 }
 
 TEST(SecurityConfigTest, LoopbackAddresses) {

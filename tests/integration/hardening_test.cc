@@ -1,0 +1,208 @@
+// dedupd under abuse: a batch that names one large result many times, idle
+// connections to the metrics port, silent and idle gRPC connections.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/integration/integration_util.h"
+#include "tests/testing/http_get.h"
+#include "tests/testing/server_process.h"
+
+namespace dedup::testing {
+namespace {
+
+// A TCP connection to 127.0.0.1:port that sends nothing; -1 on failure.
+int OpenSilentConnection(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int OpenDescriptors(pid_t pid) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(
+           absl::StrCat("/proc/", pid, "/fd"))) {
+    ++n;
+  }
+  return n;
+}
+
+// Peak resident memory of `pid` (VmHWM), MiB.
+int64_t PeakRssMib(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (absl::StartsWith(line, "VmHWM:")) {
+      std::vector<std::string> parts =
+          absl::StrSplit(line, ' ', absl::SkipEmpty());
+      int64_t kib = 0;
+      if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) {
+        return kib / 1024;
+      }
+    }
+  }
+  return -1;
+}
+
+double Metric(const ServerProcess& server, const std::string& series) {
+  absl::StatusOr<std::string> page = HttpGet(server.metrics_port(), "/metrics");
+  if (!page.ok()) return -1;
+  absl::StatusOr<double> value = SampleValue(*page, series);
+  return value.ok() ? *value : -1;
+}
+
+TEST(HardeningTest, BatchAnswersCarryBoundedResults) {
+  DEDUP_START_SERVER(server,
+                     {"--durability=none", "--metrics_address=127.0.0.1:0"});
+  TestClient c(server->address(), "hardening");
+  const v1::BeginResponse begun = c.Begin("big", "w");
+  const std::string result(1 << 20, 'r');  // the largest result allowed
+  ASSERT_EQ(c.Complete("big", begun.fence(), result).status(),
+            v1::CompleteResponse::OK);
+  const int64_t rss_before = PeakRssMib(server->pid());
+
+  // Three batches at once, each naming the 1 MiB result a thousand times:
+  // without a cap that is 3 GiB of answers.
+  v1::BeginBatchRequest request;
+  for (int i = 0; i < 1000; ++i) *request.add_items() = c.BeginReq("big", "");
+  std::vector<v1::BeginBatchResponse> responses(3);
+  std::vector<grpc::Status> statuses(3);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&, t] {
+      auto stub = NewStub(server->address());
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, 30'000);
+      statuses[t] = stub->BeginBatch(&ctx, request, &responses[t]);
+    });
+  }
+  // Meanwhile an unrelated call is answered promptly.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.Begin("unrelated", "w").status(), v1::BeginResponse::STARTED);
+  const auto unrelated = std::chrono::steady_clock::now() - start;
+  for (auto& caller : callers) caller.join();
+
+  int answered = 0, ask_again = 0;
+  for (int t = 0; t < 3; ++t) {
+    // The whole answer fits a client's default 4 MiB receive limit.
+    ASSERT_TRUE(statuses[t].ok()) << statuses[t].error_message();
+    ASSERT_EQ(responses[t].items_size(), 1000);
+    EXPECT_LT(responses[t].ByteSizeLong(), 4u << 20);
+    for (const auto& item : responses[t].items()) {
+      if (item.has_response()) {
+        EXPECT_EQ(item.response().status(), v1::BeginResponse::DUPLICATE);
+        EXPECT_EQ(item.response().result().size(), result.size());
+        ++answered;
+      } else {
+        EXPECT_EQ(item.error().code(), grpc::StatusCode::UNAVAILABLE);
+        EXPECT_TRUE(absl::StrContains(item.error().message(),
+                                      "ask for this item again"))
+            << item.error().message();
+        ++ask_again;
+      }
+    }
+  }
+  EXPECT_EQ(answered, 9);  // 3 MiB of results per answer by default
+  EXPECT_EQ(ask_again, 3000 - answered);
+  EXPECT_EQ(Metric(*server, "dedup_batch_results_capped_total"), ask_again);
+  EXPECT_LT(unrelated, std::chrono::seconds(2));
+  const int64_t rss_after = PeakRssMib(server->pid());
+  EXPECT_LT(rss_after - rss_before, 400)
+      << "peak RSS " << rss_before << " -> " << rss_after << " MiB";
+  c.Disconnect();
+}
+
+TEST(HardeningTest, IdleConnectionsDoNotBlockScrapes) {
+  DEDUP_START_SERVER(server,
+                     {"--durability=none", "--metrics_address=127.0.0.1:0"});
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(OpenSilentConnection(server->metrics_port()));
+    ASSERT_GE(idle.back(), 0);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> page =
+      HttpGet(server->metrics_port(), "/metrics");
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_LT(took, std::chrono::seconds(2));
+  for (int fd : idle) close(fd);
+}
+
+TEST(HardeningTest, SilentAndIdleConnectionsAreClosed) {
+  DEDUP_START_SERVER(server, {"--durability=none", "--handshake_timeout_ms=500",
+                              "--max_connection_idle_ms=500"});
+  const int baseline = OpenDescriptors(server->pid());
+  std::vector<int> silent;
+  for (int i = 0; i < 50; ++i) {
+    silent.push_back(OpenSilentConnection(server->port()));
+    ASSERT_GE(silent.back(), 0);
+  }
+  // The server accepted them all, then closes each at the handshake timeout.
+  bool grew = false, shrank = false;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < end && !shrank) {
+    const int now = OpenDescriptors(server->pid());
+    grew = grew || now >= baseline + 40;
+    shrank = grew && now <= baseline + 5;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(grew) << "the connections were never accepted";
+  EXPECT_TRUE(shrank) << "silent connections were still open after 10 s";
+  for (int fd : silent) {
+    // The server may have sent its HTTP/2 preface first; then EOF.
+    char buffer[256];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
+    }
+    EXPECT_EQ(n, 0) << "expected EOF from the server";
+    close(fd);
+  }
+
+  // A gRPC connection whose calls are done is closed once idle; the next
+  // call reconnects.
+  auto channel = grpc::CreateChannel(server->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Dedup::NewStub(channel);
+  v1::GetRequest get;
+  get.set_namespace_("hardening");
+  get.set_key("k");
+  v1::GetResponse got;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, 5000);
+  ASSERT_TRUE(stub->Get(&ctx, get, &got).ok());
+  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  const auto idle_end =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (channel->GetState(false) == GRPC_CHANNEL_READY &&
+         std::chrono::steady_clock::now() < idle_end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY);
+  grpc::ClientContext again;
+  SetDeadline(&again, 5000);
+  EXPECT_TRUE(stub->Get(&again, get, &got).ok());
+}
+
+}  // namespace
+}  // namespace dedup::testing
