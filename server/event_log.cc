@@ -1,6 +1,15 @@
 #include "server/event_log.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include <cmath>
 #include <utility>
@@ -13,13 +22,18 @@
 namespace dedup {
 namespace {
 
-std::string KeyHash(absl::string_view key) {
+std::string KeyHash(absl::string_view secret, absl::string_view key) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  EVP_Digest(key.data(), key.size(), digest, &length, EVP_sha256(), nullptr);
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest,
+       &length);
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(digest), 8));
 }
+
+constexpr size_t kSecretBytes = 32;
+constexpr size_t kMinSecretBytes = 16;
 
 // Keys are printable ASCII (validated), so escaping '"' and '\' suffices.
 std::string JsonString(absl::string_view s) {
@@ -45,6 +59,36 @@ const char* OutcomeName(Outcome outcome) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> LoadOrCreateEventLogSecret(
+    const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd >= 0) {
+    unsigned char secret[kSecretBytes];
+    const bool made = RAND_bytes(secret, sizeof(secret)) == 1 &&
+                      ::write(fd, secret, sizeof(secret)) ==
+                          static_cast<ssize_t>(sizeof(secret)) &&
+                      ::fsync(fd) == 0;
+    ::close(fd);
+    if (!made) {
+      ::unlink(path.c_str());
+      return absl::InvalidArgumentError(
+          absl::StrCat("event log key file ", path, ": cannot write it"));
+    }
+  } else if (errno != EEXIST) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "event log key file ", path, ": ", std::strerror(errno)));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || text.str().size() < kMinSecretBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("event log key file ", path, ": must hold at least ",
+                     kMinSecretBytes, " bytes"));
+  }
+  return text.str();
+}
 
 absl::StatusOr<std::unique_ptr<EventLog>> EventLog::Open(
     const EventLogOptions& options, Metrics* metrics) {
@@ -92,7 +136,8 @@ std::string EventLog::Start(absl::string_view event, absl::string_view ns,
   if (options_.raw_keys) {
     absl::StrAppend(&line, ",\"key\":", JsonString(key));
   } else {
-    absl::StrAppend(&line, ",\"key_hash\":\"", KeyHash(key), "\"");
+    absl::StrAppend(&line, ",\"key_hash\":\"",
+                    KeyHash(options_.key_hash_secret, key), "\"");
   }
   return line;
 }

@@ -3,8 +3,11 @@
 // e.g.
 //   {"ts":"2026-11-22T03:10:00.123Z","event":"duplicate","namespace":"billing",
 //    "key_hash":"9f86d081884c7d65","fence":12,"attempts":1,"age_ms":5400,...}
-// Keys are logged as the first 16 hex digits of SHA-256(key) unless raw keys
-// are allowed: keys often embed customer data.
+// Keys are logged as the first 16 hex digits of HMAC-SHA256(secret, key)
+// unless raw keys are allowed: keys often embed customer data, and a plain
+// hash of a guessable key ("order-42") is reversed by trying candidates. The
+// secret comes from --event_log_key_file, by default a random one made at
+// the first start in the data directory.
 //
 // Thread-safe. Lines are queued and written by a background thread so a slow
 // sink never stalls a storage thread; when the queue is full, lines are
@@ -36,7 +39,19 @@ struct EventLogOptions {
   double sample_rate = 1.0;
   bool raw_keys = false;
   size_t max_queued_lines = 10'000;
+  // The HMAC key of key_hash (LoadOrCreateEventLogSecret).
+  std::string key_hash_secret;
+  // Where the secret is; empty: <data_dir>/event-log.key.
+  std::string key_file;
 };
+
+// The secret in `path`, made (32 random bytes, mode 0600) when the file does
+// not exist. Share one file between the nodes of a group (or between
+// restarts of a node with a new data dir) to keep hashes comparable.
+// INVALID_ARGUMENT naming the file when it is unreadable or shorter than 16
+// bytes.
+[[nodiscard]] absl::StatusOr<std::string> LoadOrCreateEventLogSecret(
+    const std::string& path);
 
 class EventLog {
  public:

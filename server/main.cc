@@ -188,12 +188,6 @@ int main(int argc, char** argv) {
     auth = *std::move(loaded);
     auth->WatchFile(absl::Seconds(kTenantsFileCheckSeconds));
   }
-  absl::StatusOr<std::unique_ptr<dedup::EventLog>> events =
-      dedup::EventLog::Open(config->event_log, &metrics);
-  if (!events.ok()) {
-    Log(absl::StrCat("--event_log: ", events.status().message()));
-    return kExitBadFlags;
-  }
 
   absl::StatusOr<dedup::ClusterConfig> cluster =
       dedup::ClusterConfigFromFlags(config->store, *security);
@@ -203,6 +197,7 @@ int main(int argc, char** argv) {
   }
 
   if (!PrepareDataDir(config->store.path)) return kExitDataDir;
+
   config->store.observer = &metrics;
   // Cluster mode: the same services over a replicated store.
   dedup::ReplicatedStore* replicated = nullptr;
@@ -221,6 +216,25 @@ int main(int argc, char** argv) {
   if (!store.ok()) {
     Log(std::string(store.status().message()));
     return kExitDataDir;
+  }
+  // After the store: in single-node mode the data dir is RocksDB's own, and
+  // a first start must find it empty.
+  if (config->event_log.destination != "off" && !config->event_log.raw_keys) {
+    absl::StatusOr<std::string> secret = dedup::LoadOrCreateEventLogSecret(
+        config->event_log.key_file.empty()
+            ? config->store.path + "/event-log.key"
+            : config->event_log.key_file);
+    if (!secret.ok()) {
+      Log(std::string(secret.status().message()));
+      return kExitBadFlags;
+    }
+    config->event_log.key_hash_secret = *std::move(secret);
+  }
+  absl::StatusOr<std::unique_ptr<dedup::EventLog>> events =
+      dedup::EventLog::Open(config->event_log, &metrics);
+  if (!events.ok()) {
+    Log(absl::StrCat("--event_log: ", events.status().message()));
+    return kExitBadFlags;
   }
   const std::string durability =
       cluster->enabled ? "raft" : absl::GetFlag(FLAGS_durability);

@@ -20,6 +20,10 @@ ABSL_FLAG(std::string, event_log, "stderr",
           "conflicts) go: stderr, off, or a file path");
 ABSL_FLAG(double, event_log_sample_rate, 1.0,
           "fraction of events logged, 0..1");
+ABSL_FLAG(std::string, event_log_key_file, "",
+          "secret of the event log's key hashes (HMAC-SHA256); made at the "
+          "first start when missing. Default: <data_dir>/event-log.key. Give "
+          "the nodes of a group the same file to compare their hashes");
 ABSL_FLAG(bool, event_log_raw_keys, false,
           "log raw keys instead of a SHA-256 prefix (keys may hold customer "
           "data)");
@@ -103,6 +107,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     return absl::InvalidArgumentError("--event_log_sample_rate: must be 0..1");
   }
   config.event_log.raw_keys = absl::GetFlag(FLAGS_event_log_raw_keys);
+  config.event_log.key_file = absl::GetFlag(FLAGS_event_log_key_file);
 
   StoreOptions& store = config.store;
   store.path = absl::GetFlag(FLAGS_data_dir);

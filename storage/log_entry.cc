@@ -118,6 +118,15 @@ void EncodeOp(const LogOp& op, Writer& w) {
   }
 }
 
+// Leases beyond this (about 35 years) are refused when decoding: replicas
+// compute now + lease, which must not overflow whatever a faulty proposer
+// wrote (the checksum only proves the bytes are the ones written).
+constexpr int64_t kMaxDecodedLeaseMs = int64_t{1} << 40;
+
+bool LeaseInRange(int64_t lease_ms) {
+  return lease_ms >= 0 && lease_ms <= kMaxDecodedLeaseMs;
+}
+
 bool DecodeOp(Reader& r, LogOp* op) {
   uint8_t type;
   if (!r.U8(&type) || !r.Bytes(&op->skey)) return false;
@@ -125,7 +134,8 @@ bool DecodeOp(Reader& r, LogOp* op) {
   switch (op->type) {
     case OpType::kBegin:
       return r.Bytes(&op->begin.args_hash) && r.Bytes(&op->begin.owner) &&
-             r.I64(&op->begin.lease_ms) && r.U32(&op->begin.ttl_s);
+             r.I64(&op->begin.lease_ms) && r.U32(&op->begin.ttl_s) &&
+             LeaseInRange(op->begin.lease_ms);
     case OpType::kComplete: {
       uint8_t outcome;
       if (!r.U64(&op->complete.fence) || !r.U8(&outcome) ||
@@ -142,7 +152,8 @@ bool DecodeOp(Reader& r, LogOp* op) {
     case OpType::kRelease:
       return r.U64(&op->fence);
     case OpType::kRenew:
-      return r.U64(&op->fence) && r.I64(&op->lease_ms);
+      return r.U64(&op->fence) && r.I64(&op->lease_ms) &&
+             LeaseInRange(op->lease_ms);
     case OpType::kSetMember:
       return r.U64(&op->member_id);
     case OpType::kGet:

@@ -11,7 +11,9 @@ bool ShouldDropExpired(absl::string_view key, absl::string_view value,
                        int64_t now_ms, int64_t grace_ms) {
   if (!IsRecordKey(key)) return false;
   std::optional<int64_t> expire_at = PeekExpireAt(value);
-  return expire_at.has_value() && now_ms >= *expire_at + grace_ms;
+  // now - grace, not expire_at + grace: a damaged value's expire_at near
+  // INT64_MAX must not overflow into "long expired" (found by fuzzing).
+  return expire_at.has_value() && *expire_at <= now_ms - grace_ms;
 }
 
 bool TtlCompactionFilter::Filter(int /*level*/, const rocksdb::Slice& key,

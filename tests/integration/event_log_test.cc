@@ -2,6 +2,7 @@
 // and conflict, with hashed keys unless raw keys are allowed, and sampling.
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,58 @@ TEST(EventLogTest, LogsEachEventOnceWithHashedKey) {
   for (const std::string& line : lines) {
     EXPECT_TRUE(absl::StrContains(line, hash)) << line;
   }
+}
+
+// The key_hash of the first line of the log at `path`.
+std::string FirstKeyHash(const std::string& path) {
+  const std::vector<std::string> lines = ReadLines(path);
+  if (lines.empty()) return "";
+  const size_t at = lines[0].find("\"key_hash\":\"");
+  return at == std::string::npos ? "" : lines[0].substr(at + 12, 16);
+}
+
+// Hashes are keyed: a guessable key cannot be found by hashing candidates.
+// The secret is made once per data dir, or shared through a file.
+TEST(EventLogTest, KeyHashesAreKeyedBySecret) {
+  const TempDir dir;
+  const std::string key = "order-42";
+  auto run = [&](const std::string& data_dir, const std::string& log,
+                 std::vector<std::string> flags, const std::string& k) {
+    flags.push_back("--durability=none");
+    flags.push_back(absl::StrCat("--event_log=", log));
+    DEDUP_START_SERVER(server, flags, data_dir);
+    DriveEvents(*server, k);
+  };
+  auto secret_of = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+  run(a, dir.path() + "/a1.jsonl", {}, key);
+  const std::string secret = secret_of(a + "/event-log.key");
+  EXPECT_EQ(secret.size(), 32u);
+  run(a, dir.path() + "/a2.jsonl", {}, "order-43");  // a restart keeps it
+  EXPECT_EQ(secret_of(a + "/event-log.key"), secret);
+  run(b, dir.path() + "/b.jsonl", {}, key);
+  const std::string a1 = FirstKeyHash(dir.path() + "/a1.jsonl");
+  ASSERT_EQ(a1.size(), 16u);
+  EXPECT_NE(FirstKeyHash(dir.path() + "/b.jsonl"), a1);
+  // Not the plain SHA-256 prefix of the key.
+  EXPECT_NE(a1, "3bf8b157c4238eef");  // SHA-256("order-42")
+  EXPECT_TRUE(std::filesystem::exists(a + "/event-log.key"));
+  EXPECT_EQ(std::filesystem::status(a + "/event-log.key").permissions() &
+                std::filesystem::perms::others_read,
+            std::filesystem::perms::none);
+
+  // One key file for two servers (the nodes of a group): equal hashes.
+  const std::string shared = dir.path() + "/shared.key";
+  run(dir.path() + "/c", dir.path() + "/c.jsonl",
+      {"--event_log_key_file=" + shared}, key);
+  run(dir.path() + "/d", dir.path() + "/d.jsonl",
+      {"--event_log_key_file=" + shared}, key);
+  EXPECT_EQ(FirstKeyHash(dir.path() + "/c.jsonl"),
+            FirstKeyHash(dir.path() + "/d.jsonl"));
+  EXPECT_NE(FirstKeyHash(dir.path() + "/c.jsonl"), a1);
 }
 
 TEST(EventLogTest, RawKeysOnlyWhenAllowedAndSamplingThins) {

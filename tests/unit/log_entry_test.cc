@@ -63,6 +63,23 @@ TEST(LogEntryTest, RoundTripsEveryField) {
   EXPECT_EQ(out->ops[3].type, OpType::kGet);
 }
 
+// Replicas compute now + lease: an entry with an absurd lease is refused as
+// damaged instead of overflowing on every replica.
+TEST(LogEntryTest, RefusesLeasesOutOfRange) {
+  for (int64_t lease : {int64_t{-1}, int64_t{1} << 41, INT64_MAX}) {
+    LogEntry begin = SampleEntry();
+    begin.ops[0].begin.lease_ms = lease;
+    EXPECT_EQ(DecodeLogEntry(EncodeLogEntry(begin)).status().code(),
+              absl::StatusCode::kDataLoss)
+        << lease;
+    LogEntry renew = SampleEntry();
+    renew.ops[2].lease_ms = lease;
+    EXPECT_EQ(DecodeLogEntry(EncodeLogEntry(renew)).status().code(),
+              absl::StatusCode::kDataLoss)
+        << lease;
+  }
+}
+
 TEST(LogEntryTest, RoundTripsSetMember) {
   LogEntry in;
   LogOp member;

@@ -27,6 +27,16 @@ TEST(TtlCompactionFilterTest, KeepsUntilExpiryPlusGraceThenDrops) {
   EXPECT_TRUE(ShouldDropExpired(key, value, 1000 + kGraceMs, kGraceMs));
 }
 
+// A damaged or hand-made value expiring at the end of time is kept (the sum
+// expire_at + grace used to overflow and drop it).
+TEST(TtlCompactionFilterTest, KeepsAValueThatExpiresAtTheEndOfTime) {
+  const std::string key = EncodeStorageKey("ns", "k");
+  EXPECT_FALSE(
+      ShouldDropExpired(key, ValueExpiringAt(INT64_MAX), 1000, kGraceMs));
+  EXPECT_FALSE(ShouldDropExpired(key, ValueExpiringAt(INT64_MAX - 1),
+                                 INT64_MAX / 2, kGraceMs));
+}
+
 TEST(TtlCompactionFilterTest, NeverDropsMetadataOrUndecodableValues) {
   EXPECT_FALSE(
       ShouldDropExpired(FenceReservationKey(), "123", INT64_MAX / 2, kGraceMs));
