@@ -7,11 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <cmath>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -76,16 +75,16 @@ absl::StatusOr<std::string> LoadOrCreateEventLogSecret(
           absl::StrCat("event log key file ", path, ": cannot write it"));
     }
   } else if (errno != EEXIST) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "event log key file ", path, ": ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("event log key file ", path, ": ", std::strerror(errno)));
   }
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   if (in) text << in.rdbuf();
   if (!in || text.str().size() < kMinSecretBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("event log key file ", path, ": must hold at least ",
-                     kMinSecretBytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("event log key file ", path,
+                                                   ": must hold at least ",
+                                                   kMinSecretBytes, " bytes"));
   }
   return text.str();
 }

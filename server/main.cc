@@ -41,6 +41,7 @@
 #include "server/server_config.h"
 #include "server/tls.h"
 #include "server/transport_limits.h"
+#include "server/unparseable_requests.h"
 #include "storage/store.h"
 
 ABSL_DECLARE_FLAG(std::string, durability);
@@ -271,6 +272,14 @@ int main(int argc, char** argv) {
   dedup::BenchService bench;
   if (config->enable_bench_service) builder.RegisterService(&bench);
   dedup::ApplyTransportLimits(config->transport, &builder);
+  dedup::QuietProtobufParseErrors();
+  {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(dedup::UnparseableRequestInterceptor(&metrics));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   builder.SetMaxReceiveMessageSize(
       std::max<int>(4 << 20, static_cast<int>(config->limits.max_result_bytes) +
                                  kMessageOverheadBytes));

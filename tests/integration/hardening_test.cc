@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/integration/integration_util.h"
 #include "tests/testing/http_get.h"
@@ -129,6 +131,60 @@ TEST(HardeningTest, BatchAnswersCarryBoundedResults) {
   const int64_t rss_after = PeakRssMib(server->pid());
   EXPECT_LT(rss_after - rss_before, 400)
       << "peak RSS " << rss_before << " -> " << rss_after << " MiB";
+  c.Disconnect();
+}
+
+// Sends `payload` as the raw request of `method`; returns the status.
+grpc::Status RawUnaryCall(grpc::GenericStub& stub, const std::string& method,
+                          const std::string& payload) {
+  grpc::Slice slice(payload);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, 5000);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status status) { done.set_value(status); });
+  return done.get_future().get();
+}
+
+// A request that does not parse (invalid UTF-8 in a string field, or not
+// protobuf at all) is INVALID_ARGUMENT saying so, counted, and logged at
+// most once a minute instead of once each.
+TEST(HardeningTest, UnparseableRequestsAreInvalidArgumentsAndCounted) {
+  DEDUP_START_SERVER(server,
+                     {"--durability=none", "--metrics_address=127.0.0.1:0"});
+  grpc::GenericStub stub(grpc::CreateChannel(
+      server->address(), grpc::InsecureChannelCredentials()));
+  const std::string bad_utf8("\x0a\x02\xff\xfe", 4);  // namespace: FF FE
+  const std::string not_protobuf("\xff\xff\xff", 3);
+  for (int i = 0; i < 100; ++i) {
+    for (const std::string* payload : {&bad_utf8, &not_protobuf}) {
+      const grpc::Status s =
+          RawUnaryCall(stub, "/dedup.v1.Dedup/Begin", *payload);
+      ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      ASSERT_TRUE(absl::StartsWith(s.error_message(),
+                                   "request: cannot be "
+                                   "parsed"))
+          << s.error_message();
+    }
+  }
+  EXPECT_EQ(
+      RawUnaryCall(stub, "/dedup.v1.Admin/Stats", not_protobuf).error_code(),
+      grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Metric(*server,
+                   "dedup_invalid_requests_total{field=\"request\",method="
+                   "\"Begin\"}"),
+            200);
+  // The server still answers, and wrote one protobuf line, not hundreds.
+  TestClient c(server->address(), "hardening");
+  EXPECT_EQ(c.Begin("after", "w").status(), v1::BeginResponse::STARTED);
+  const std::string log = server->captured_stderr();
+  size_t lines = 0;
+  for (size_t at = log.find("protobuf"); at != std::string::npos;
+       at = log.find("protobuf", at + 1)) {
+    ++lines;
+  }
+  EXPECT_LE(lines, 2u) << log;
   c.Disconnect();
 }
 

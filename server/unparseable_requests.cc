@@ -1,0 +1,112 @@
+#include "server/unparseable_requests.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/stubs/logging.h"
+#include "grpcpp/support/interceptor.h"
+
+namespace dedup {
+namespace {
+
+constexpr absl::string_view kDedupService = "/dedup.v1.Dedup/";
+
+// The Method of a dedup.v1.Dedup method name, if it is one we count.
+bool DedupMethodOf(absl::string_view name, Method* method) {
+  if (!absl::ConsumePrefix(&name, kDedupService)) return false;
+  for (int i = 0; i < kMethodCount; ++i) {
+    if (name == MethodName(static_cast<Method>(i))) {
+      *method = static_cast<Method>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+class UnparseableRequest final : public grpc::experimental::Interceptor {
+ public:
+  UnparseableRequest(const char* method_name, Metrics* metrics)
+      : method_name_(method_name), metrics_(metrics) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+        Method method;
+        if (DedupMethodOf(method_name_, &method)) {
+          metrics_->RecordInvalid(method, "request");
+        }
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("request: cannot be parsed as the request of ",
+                         method_name_,
+                         " (malformed protobuf, or a string field that is "
+                         "not valid UTF-8)")));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const char* const method_name_;
+  Metrics* const metrics_;
+};
+
+class UnparseableRequestFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit UnparseableRequestFactory(Metrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (!absl::StartsWith(info->method(), "/dedup.v1.")) return nullptr;
+    return new UnparseableRequest(info->method(), metrics_);
+  }
+
+ private:
+  Metrics* const metrics_;
+};
+
+std::atomic<int64_t> last_line_ms{-60'000};
+std::atomic<int64_t> held_back{0};
+
+void RateLimitedLog(google::protobuf::LogLevel level, const char* filename,
+                    int line, const std::string& message) {
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+  int64_t last = last_line_ms.load();
+  if (level < google::protobuf::LOGLEVEL_FATAL &&
+      (now_ms - last < 60'000 ||
+       !last_line_ms.compare_exchange_strong(last, now_ms))) {
+    held_back.fetch_add(1);
+    return;
+  }
+  const int64_t skipped = held_back.exchange(0);
+  std::fprintf(
+      stderr, "dedupd: protobuf %s:%d: %s%s\n", filename, line, message.c_str(),
+      skipped > 0 ? absl::StrCat(" (", skipped,
+                                 " such lines held back in the last minute)")
+                        .c_str()
+                  : "");
+}
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+UnparseableRequestInterceptor(Metrics* metrics) {
+  return std::make_unique<UnparseableRequestFactory>(metrics);
+}
+
+void QuietProtobufParseErrors() {
+  google::protobuf::SetLogHandler(&RateLimitedLog);
+}
+
+}  // namespace dedup
