@@ -26,6 +26,9 @@ struct PendingOp {
   int64_t wait_deadline_ms = 0;  // Begin: park until then while IN_USE
   bool waited = false;
   StoreCallback<BeginResult> begin_done;
+  // Begin of a batch: its answer's share of the batch's stored results
+  // (see Store::BeginCall); null: unbounded.
+  ResultBudget* result_budget = nullptr;
   StoreCallback<FencedDecision> fenced_done;
   StoreCallback<std::optional<Record>> get_done;
   StoreCallback<bool> forget_done;

@@ -90,8 +90,13 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void BeginMany(std::vector<BeginCall> calls) override {
     for (BeginCall& call : calls) {
-      Begin(std::move(call.ns), std::move(call.key), std::move(call.params), 0,
-            std::move(call.done));
+      PendingOp p;
+      p.op.type = OpType::kBegin;
+      p.op.skey = EncodeStorageKey(call.ns, call.key);
+      p.op.begin = std::move(call.params);
+      p.begin_done = std::move(call.done);
+      p.result_budget = call.result_budget;
+      Submit(std::move(p));
     }
   }
 
@@ -407,6 +412,12 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         if (d.status == BeginStatus::kInUse && !draining_.load() &&
             now_ms < p.wait_deadline_ms) {
           parked_.Park(std::move(p), std::move(d));
+          return;
+        }
+        if (d.status == BeginStatus::kDuplicate &&
+            p.result_budget != nullptr &&
+            !p.result_budget->Take(d.record.result.size())) {
+          std::move(p.begin_done)(ResultBudgetExceeded(*p.result_budget));
           return;
         }
         std::move(p.begin_done)(BeginResult{std::move(d), p.waited});
