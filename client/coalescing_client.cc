@@ -16,6 +16,7 @@
 #include "client/backoff.h"
 #include "client/batch_answers.h"
 #include "client/outcome_unknown.h"
+#include "client/retry_delay.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/client_context.h"
 
@@ -224,6 +225,13 @@ class CoalescingClient::Lane {
       }
       router_.Advance(*batch->endpoint);
     }
+    // Over a limit (a tenant's): the server says when to come back.
+    if (std::optional<absl::Duration> delay = ServerRetryDelay(status);
+        delay.has_value() && batch->attempt + 1 < max_attempts) {
+      ++batch->attempt;
+      SendLater(batch, *delay, /*new_attempt=*/true);
+      return;
+    }
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
         ++batch->attempt < max_attempts) {
       SendLater(batch,
@@ -235,7 +243,7 @@ class CoalescingClient::Lane {
     std::unique_ptr<Batch> owned(batch);
     const int items = batch->request.items_size();
     if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-        items > 1) {
+        !ServerRetryDelay(status).has_value() && items > 1) {
       // Too large for a message limit on one side (say, several DUPLICATEs
       // with large results in one answer): each item goes again alone, as
       // its unary call would have. Owners make a re-sent Begin re-enter.

@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "client/backoff.h"
+#include "client/retry_delay.h"
 
 namespace dedup {
 
@@ -18,6 +19,7 @@ CallOutcome RetryingCall(LeaderRouter& router, const ClientOptions& options,
     // Redirects are part of the attempt: they share its deadline, so a chain
     // of hops cannot outlast what the caller allowed for one attempt.
     const absl::Time deadline = absl::Now() + options.deadline + extra_deadline;
+    bool server_delayed = false;
     for (int hops = 0;; ++hops) {
       const std::shared_ptr<const Endpoint> endpoint = router.Current();
       if (endpoint == nullptr) {
@@ -40,6 +42,15 @@ CallOutcome RetryingCall(LeaderRouter& router, const ClientOptions& options,
         router.Advance(*endpoint);
         break;
       }
+      if (std::optional<absl::Duration> delay =
+              ServerRetryDelay(outcome.status);
+          delay.has_value()) {
+        // Over a limit (a tenant's): the server says when to come back.
+        if (attempts >= max_attempts) return outcome;
+        absl::SleepFor(*delay);
+        server_delayed = true;
+        break;
+      }
       if (IsUnknownOutcomeReply(outcome.status, context)) {
         outcome.outcome_unknown = true;
         if (!retry_unknown) return outcome;
@@ -48,8 +59,10 @@ CallOutcome RetryingCall(LeaderRouter& router, const ClientOptions& options,
       return outcome;
     }
     if (attempts >= max_attempts) return outcome;
-    absl::SleepFor(
-        FullJitterBackoff(options.backoff, attempts - 1, ThreadLocalUniform01));
+    if (!server_delayed) {
+      absl::SleepFor(FullJitterBackoff(options.backoff, attempts - 1,
+                                       ThreadLocalUniform01));
+    }
   }
 }
 

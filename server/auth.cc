@@ -209,6 +209,12 @@ absl::Status Authorizer::AllowNamespace(const Caller& caller,
       ")"));
 }
 
+absl::StatusOr<std::shared_ptr<void>> Authorizer::Admit(const Caller& caller,
+                                                        int requests) const {
+  if (caller.tenant() == nullptr) return nullptr;
+  return limiter_.Admit(*caller.tenant(), requests);
+}
+
 absl::Status Authorizer::Reload() {
   if (!enabled()) return absl::OkStatus();
   absl::StatusOr<std::string> contents = ReadFile(path_);

@@ -31,6 +31,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
+#include "server/tenant_limiter.h"
 #include "server/tenants.h"
 
 namespace dedup {
@@ -93,6 +94,12 @@ class Authorizer {
   [[nodiscard]] absl::Status AllowNamespace(const Caller& caller,
                                             absl::string_view ns) const;
 
+  // Admits a call of `requests` requests against the caller's limits (see
+  // tenant_limiter.h); hold the handle until the call is answered. Always
+  // admitted with auth off.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<void>> Admit(
+      const Caller& caller, int requests) const;
+
   // Re-reads the tenants file. On error the tables in use stay as they were
   // and the error (file, line, field) is returned and logged. No-op when
   // auth is off.
@@ -114,6 +121,7 @@ class Authorizer {
   std::string contents_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watcher_;
+  mutable TenantLimiter limiter_{RealClock()};
 
   std::array<prometheus::Counter*, kRefusalCount> refusals_{};
   prometheus::Counter* reloads_ok_ = nullptr;

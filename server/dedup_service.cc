@@ -82,18 +82,23 @@ bool DedupService::NotServing(const RpcCall& call) const {
 
 absl::Status DedupService::Authorize(const grpc::CallbackServerContext& context,
                                      TenantRole role, absl::string_view what,
-                                     absl::string_view ns) const {
+                                     absl::string_view ns,
+                                     RpcCall* call) const {
   absl::StatusOr<Caller> caller = auth_->Authorize(context, role, what);
   if (!caller.ok()) return caller.status();
-  return auth_->AllowNamespace(*caller, ns);
+  if (absl::Status s = auth_->AllowNamespace(*caller, ns); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, 1);
+  if (!admitted.ok()) return admitted.status();
+  call->Hold(*std::move(admitted));
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* DedupService::Begin(
     grpc::CallbackServerContext* context, const v1::BeginRequest* request,
     v1::BeginResponse* response) {
-  const RpcCall call(context, Method::kBegin, metrics_);
+  RpcCall call(context, Method::kBegin, metrics_);
   if (call.Refused(Authorize(*context, TenantRole::kClient, "Begin",
-                             request->namespace_()))) {
+                             request->namespace_(), &call))) {
     return call.reactor();
   }
   if (call.Rejected(ValidateBegin(*request, limits_))) return call.reactor();
@@ -130,9 +135,9 @@ StoreCallback<FencedDecision> DedupService::Fenced(const RpcCall& call,
 grpc::ServerUnaryReactor* DedupService::Complete(
     grpc::CallbackServerContext* context, const v1::CompleteRequest* request,
     v1::CompleteResponse* response) {
-  const RpcCall call(context, Method::kComplete, metrics_);
+  RpcCall call(context, Method::kComplete, metrics_);
   if (call.Refused(Authorize(*context, TenantRole::kClient, "Complete",
-                             request->namespace_()))) {
+                             request->namespace_(), &call))) {
     return call.reactor();
   }
   if (call.Rejected(ValidateComplete(*request, limits_))) return call.reactor();
@@ -146,9 +151,9 @@ grpc::ServerUnaryReactor* DedupService::Complete(
 grpc::ServerUnaryReactor* DedupService::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* response) {
-  const RpcCall call(context, Method::kRelease, metrics_);
+  RpcCall call(context, Method::kRelease, metrics_);
   if (call.Refused(Authorize(*context, TenantRole::kClient, "Release",
-                             request->namespace_()))) {
+                             request->namespace_(), &call))) {
     return call.reactor();
   }
   if (call.Rejected(ValidateRelease(*request, limits_))) return call.reactor();
@@ -161,9 +166,9 @@ grpc::ServerUnaryReactor* DedupService::Release(
 grpc::ServerUnaryReactor* DedupService::Renew(
     grpc::CallbackServerContext* context, const v1::RenewRequest* request,
     v1::RenewResponse* response) {
-  const RpcCall call(context, Method::kRenew, metrics_);
+  RpcCall call(context, Method::kRenew, metrics_);
   if (call.Refused(Authorize(*context, TenantRole::kClient, "Renew",
-                             request->namespace_()))) {
+                             request->namespace_(), &call))) {
     return call.reactor();
   }
   if (call.Rejected(ValidateRenew(*request, limits_))) return call.reactor();
@@ -177,9 +182,9 @@ grpc::ServerUnaryReactor* DedupService::Renew(
 grpc::ServerUnaryReactor* DedupService::Get(
     grpc::CallbackServerContext* context, const v1::GetRequest* request,
     v1::GetResponse* response) {
-  const RpcCall call(context, Method::kGet, metrics_);
+  RpcCall call(context, Method::kGet, metrics_);
   if (call.Refused(Authorize(*context, TenantRole::kClient, "Get",
-                             request->namespace_()))) {
+                             request->namespace_(), &call))) {
     return call.reactor();
   }
   if (call.Rejected(ValidateGet(*request, limits_))) return call.reactor();
@@ -199,9 +204,9 @@ grpc::ServerUnaryReactor* DedupService::Get(
 grpc::ServerUnaryReactor* DedupService::Forget(
     grpc::CallbackServerContext* context, const v1::ForgetRequest* request,
     v1::ForgetResponse* response) {
-  const RpcCall call(context, Method::kForget, metrics_);
+  RpcCall call(context, Method::kForget, metrics_);
   if (call.Refused(Authorize(*context, TenantRole::kOperator, "Forget",
-                             request->namespace_()))) {
+                             request->namespace_(), &call))) {
     return call.reactor();
   }
   if (call.Rejected(ValidateForget(*request, limits_))) return call.reactor();

@@ -68,10 +68,12 @@ class DedupService final : public v1::Dedup::CallbackService {
   // True (and the call finished) when the store cannot take operations now,
   // e.g. a follower in cluster mode: UNAVAILABLE naming the leader.
   bool NotServing(const RpcCall& call) const;
-  // The whole check of a unary call (Authorizer::Authorize, then its
-  // namespace); `what` names the method in a refusal.
-  absl::Status Authorize(const grpc::CallbackServerContext& context, TenantRole role,
-                         absl::string_view what, absl::string_view ns) const;
+  // The whole check of a unary call (Authorizer::Authorize, its namespace,
+  // then the tenant's limits, whose in-flight slot `call` holds); `what`
+  // names the method in a refusal.
+  absl::Status Authorize(const grpc::CallbackServerContext& context,
+                         TenantRole role, absl::string_view what,
+                         absl::string_view ns, RpcCall* call) const;
   std::atomic<bool> lame_duck_{false};
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).

@@ -50,12 +50,16 @@ void SetItemError(v1::ItemError* error, int index, const absl::Status& status,
 grpc::ServerUnaryReactor* DedupService::BeginBatch(
     grpc::CallbackServerContext* context, const v1::BeginBatchRequest* request,
     v1::BeginBatchResponse* response) {
-  const RpcCall call(context, Method::kBeginBatch, metrics_);
+  RpcCall call(context, Method::kBeginBatch, metrics_);
   absl::StatusOr<Caller> caller =
       auth_->Authorize(*context, TenantRole::kClient, "BeginBatch");
   if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  // Each item counts against the tenant's requests per second.
+  absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, n);
+  if (call.Refused(admitted.status())) return call.reactor();
+  call.Hold(*std::move(admitted));
   if (NotServing(call)) return call.reactor();
   // Every answer slot exists before any callback runs: callbacks on
   // different shard threads then only ever touch their own item.
@@ -110,12 +114,16 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
     grpc::CallbackServerContext* context,
     const v1::CompleteBatchRequest* request,
     v1::CompleteBatchResponse* response) {
-  const RpcCall call(context, Method::kCompleteBatch, metrics_);
+  RpcCall call(context, Method::kCompleteBatch, metrics_);
   absl::StatusOr<Caller> caller =
       auth_->Authorize(*context, TenantRole::kClient, "CompleteBatch");
   if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  // Each item counts against the tenant's requests per second.
+  absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, n);
+  if (call.Refused(admitted.status())) return call.reactor();
+  call.Hold(*std::move(admitted));
   if (NotServing(call)) return call.reactor();
   for (int i = 0; i < n; ++i) response->add_items();
   // Complete answers carry no stored result: no budget to keep.

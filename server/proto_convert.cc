@@ -2,6 +2,10 @@
 
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "dedup/v1/error_details.pb.h"
+#include "server/tenant_limiter.h"
+
 namespace dedup {
 namespace {
 
@@ -51,6 +55,24 @@ static_assert(v1::RenewResponse::OK == 1 &&
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
+  int64_t retry_ms = 0;
+  if (auto delay = status.GetPayload(kRetryDelayPayload);
+      delay.has_value() && absl::SimpleAtoi(std::string(*delay), &retry_ms)) {
+    // grpc-status-details-bin: a google.rpc.Status carrying a RetryInfo.
+    v1::RpcStatus details;
+    details.set_code(static_cast<int>(status.code()));
+    details.set_message(std::string(status.message()));
+    v1::RetryInfo retry;
+    retry.mutable_retry_delay()->set_seconds(retry_ms / 1000);
+    retry.mutable_retry_delay()->set_nanos(
+        static_cast<int32_t>(retry_ms % 1000) * 1'000'000);
+    google::protobuf::Any* any = details.add_details();
+    any->set_type_url("type.googleapis.com/google.rpc.RetryInfo");
+    any->set_value(retry.SerializeAsString());
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                        std::string(status.message()),
+                        details.SerializeAsString());
+  }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));
 }

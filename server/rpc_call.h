@@ -3,6 +3,7 @@
 #define DEDUP_SERVER_RPC_CALL_H_
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -37,6 +38,10 @@ class RpcCall {
   }
 
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+
+  // Keeps `held` (a tenant's in-flight slot) until the call and every copy
+  // of it are gone. Call it before the call is copied into callbacks.
+  void Hold(std::shared_ptr<void> held) { held_ = std::move(held); }
   Method method() const { return method_; }
 
   // True (and the call finished) when `validation` failed.
@@ -92,6 +97,7 @@ class RpcCall {
   const Method method_;
   Metrics* const metrics_;
   const std::chrono::steady_clock::time_point start_;
+  std::shared_ptr<void> held_;
 };
 
 }  // namespace dedup

@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/channel_security.h"
 #include "client/coalescing_client.h"
 #include "client/dedup_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/tenants.h"
 #include "tests/client/run_ctl.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/test_pki.h"
@@ -161,6 +164,69 @@ TEST_F(ClientSecurityTest, CoalescedItemsAreJudgedOneByOne) {
   absl::StatusOr<v1::BeginResponse> foreign =
       client.Begin({"ops:jobs", "b-1", "args", "owner-1"});
   EXPECT_EQ(foreign.status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+// A tenant over its requests per second gets RESOURCE_EXHAUSTED with a
+// RetryInfo; the client waits as told and gets through, on unary and
+// coalesced calls alike.
+TEST_F(ClientSecurityTest, ClientHonoursTheServersRetryDelay) {
+  std::string json = testing::StandardTenantsJson();
+  std::string digest;
+  for (unsigned char b : DigestOfToken("slow-token")) {
+    absl::StrAppendFormat(&digest, "%02x", b);
+  }
+  json.replace(json.rfind("]}"), 2,
+               absl::StrCat(",\n  {\"name\": \"slow\", \"token_sha256\": "
+                            "[\"",
+                            digest,
+                            "\"], \"namespace_prefixes\": [\"slow:\"], "
+                            "\"roles\": [\"client\"], \"limits\": "
+                            "{\"rps\": 5}}\n]}"));
+  testing::WriteFileAtomically(*tenants_file_, json);
+  testing::WriteFileAtomically(Pki("slow.token"), "slow-token");
+  ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
+  std::unique_ptr<Client> slow = MakeClient("slow.token");
+  for (int i = 0; i < 50 && !slow->Begin("slow:x", "probe", "args").ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+
+  // Two attempts each (MakeClient): with 5 per second and 15 calls, some
+  // are told to wait, and get through on their second attempt.
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 15; ++i) {
+    absl::StatusOr<v1::BeginResponse> r =
+        slow->Begin("slow:x", absl::StrCat("k", i), "args");
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(1500));
+
+  // One attempt only: the refusal reaches the caller, with its reason.
+  absl::StatusOr<ChannelSecurity> security =
+      ChannelSecurityFromFiles(Pki("ca.pem"), "", "", Pki("slow.token"));
+  ASSERT_TRUE(security.ok());
+  ClientOptions once;
+  once.max_attempts = 1;
+  once.channel_factory = SecureChannelFactory(*security);
+  Client impatient(server_->address(), once);
+  absl::Status refused;
+  for (int i = 0; i < 20 && refused.ok(); ++i) {
+    refused = impatient.Begin("slow:x", absl::StrCat("j", i), "args").status();
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("requests per second"));
+
+  // Coalesced: a refused batch waits and goes again whole.
+  CoalescingOptions options;
+  options.rpc.deadline = absl::Seconds(3);
+  options.rpc.channel_factory = SecureChannelFactory(*security);
+  CoalescingClient coalesced(std::vector<std::string>{server_->address()},
+                             options);
+  for (int i = 0; i < 10; ++i) {
+    absl::StatusOr<v1::BeginResponse> r = coalesced.Begin(
+        {"slow:x", absl::StrCat("c", i), "args", absl::StrCat("owner-", i)});
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+  }
 }
 
 TEST_F(ClientSecurityTest, DedupctlTakesTlsAndTokenOptions) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "dedup/v1/admin.grpc.pb.h"
 #include "dedup/v1/dedup.grpc.pb.h"
+#include "dedup/v1/error_details.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -32,6 +33,12 @@
 
 namespace dedup::testing {
 namespace {
+
+std::string Hex(const TokenDigest& digest) {
+  std::string hex;
+  for (unsigned char b : digest) absl::StrAppendFormat(&hex, "%02x", b);
+  return hex;
+}
 
 // How a test channel is secured.
 struct Credentials {
@@ -473,6 +480,87 @@ TEST_F(AuthTest, RotatedCertificateIsServedWithoutARestart) {
                          [&] { return Begin(a, new_ca, "any", "k"); }));
   EXPECT_EQ(Begin(a, old_ca, "any", "k").error_code(),
             grpc::StatusCode::UNAVAILABLE);
+}
+
+// Limits per tenant: past them RESOURCE_EXHAUSTED with a RetryInfo in the
+// status details; another tenant is not slowed.
+TEST_F(AuthTest, TenantLimitsRefuseWithRetryInfo) {
+  std::string json = StandardTenantsJson();
+  json.replace(
+      json.rfind("]}"), 2,
+      absl::StrCat(",\n  {\"name\": \"burst\", \"token_sha256\": [\"",
+                   Hex(DigestOfToken("burst-token")),
+                   "\"], \"namespace_prefixes\": [\"burst:\"], \"roles\": "
+                   "[\"client\"], \"limits\": {\"rps\": 20}},\n"
+                   "  {\"name\": \"parked\", \"token_sha256\": [\"",
+                   Hex(DigestOfToken("parked-token")),
+                   "\"], \"namespace_prefixes\": [\"parked:\"], \"roles\": "
+                   "[\"client\"], \"limits\": {\"inflight\": 2}}\n]}"));
+  WriteFileAtomically(tenants_file_, json);
+  DEDUP_START_SERVER(server, {"--tenants_file=" + tenants_file_});
+  const std::string a = server->address();
+
+  int ok = 0, refused = 0;
+  grpc::Status last_refusal;
+  for (int i = 0; i < 60; ++i) {
+    const grpc::Status s =
+        Begin(a, Token("burst-token"), "burst:x", absl::StrCat("k", i));
+    if (s.ok()) {
+      ++ok;
+    } else {
+      ASSERT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << s.error_message();
+      ++refused;
+      last_refusal = s;
+    }
+    // The other tenant is not limited by it.
+    ASSERT_TRUE(Begin(a, kBilling, "billing:x", absl::StrCat("k", i)).ok());
+  }
+  EXPECT_GE(ok, 20);  // the burst, and what refilled meanwhile
+  EXPECT_GT(refused, 0);
+  EXPECT_TRUE(
+      absl::StrContains(last_refusal.error_message(), "20 requests per second"))
+      << last_refusal.error_message();
+  v1::RpcStatus details;
+  ASSERT_TRUE(details.ParseFromString(last_refusal.error_details()));
+  EXPECT_EQ(details.code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_EQ(details.details_size(), 1);
+  EXPECT_EQ(details.details(0).type_url(),
+            "type.googleapis.com/google.rpc.RetryInfo");
+  v1::RetryInfo retry;
+  ASSERT_TRUE(retry.ParseFromString(details.details(0).value()));
+  const int64_t delay_ms = retry.retry_delay().seconds() * 1000 +
+                           retry.retry_delay().nanos() / 1'000'000;
+  EXPECT_GT(delay_ms, 0);
+  EXPECT_LE(delay_ms, 1000);
+
+  // In flight: two Begins parked on a claimed key fill the tenant's slots.
+  ASSERT_TRUE(Begin(a, Token("parked-token"), "parked:x", "held").ok());
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 2; ++i) {
+    waiters.emplace_back([&, i] {
+      v1::BeginRequest request;
+      request.set_namespace_("parked:x");
+      request.set_key("held");
+      request.set_args_hash("args");
+      request.set_owner(absl::StrCat("waiter-", i));
+      request.set_wait_ms(1500);
+      v1::BeginResponse response;
+      grpc::ClientContext ctx;
+      Prepare(&ctx, Token("parked-token"));
+      EXPECT_TRUE(v1::Dedup::NewStub(Channel(a, kNobody))
+                      ->Begin(&ctx, request, &response)
+                      .ok());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const grpc::Status third = Begin(a, Token("parked-token"), "parked:x", "k");
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(third.error_message(), "2 calls in flight"))
+      << third.error_message();
+  for (auto& waiter : waiters) waiter.join();
+  // The slots are given back when the calls end.
+  EXPECT_TRUE(Begin(a, Token("parked-token"), "parked:x", "k").ok());
 }
 
 // dedupd run to its exit, as a short-lived process.
