@@ -8,7 +8,7 @@ client/python. They are never committed.
 from __future__ import annotations
 
 try:
-    from dedup.v1 import dedup_pb2, dedup_pb2_grpc
+    from dedup.v1 import dedup_pb2, dedup_pb2_grpc, error_details_pb2
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
         "dedup_client needs the generated dedup.v1 stubs: build the CMake "
@@ -16,4 +16,4 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         f"PYTHONPATH ({e})"
     ) from e
 
-__all__ = ["dedup_pb2", "dedup_pb2_grpc"]
+__all__ = ["dedup_pb2", "dedup_pb2_grpc", "error_details_pb2"]

@@ -13,6 +13,13 @@ happened, try again". Retries resend the identical request, so a Begin keeps
 its owner and a Begin whose answer was lost is re-entered rather than seen as
 IN_USE.
 
+A tenant over its limits is refused with RESOURCE_EXHAUSTED carrying a
+google.rpc.RetryInfo (dedup_client.retry_info): while attempts remain, the
+call waits exactly that delay (capped at 30 s, no jitter added) and tries
+again, which counts as an attempt; on the last attempt the error is raised
+with the server's message. A RESOURCE_EXHAUSTED without RetryInfo (a
+message size limit) is raised at once, as before. Batches are re-sent whole.
+
 A replicated group (several addresses): only the leader answers. A
 follower's UNAVAILABLE names the leader (trailing metadata `dedup-leader`);
 the call goes there at once, without a backoff delay and within the same
@@ -55,6 +62,7 @@ from dedup_client.outcome import (
     may_retry_unknown,
     outcome_unknown_error,
 )
+from dedup_client.retry_info import server_retry_delay_s
 from dedup_client.routing import Router
 from dedup_client.security import (
     TlsConfig,
@@ -291,13 +299,26 @@ class Client:
         item by item)."""
         last: Optional[BaseException] = None
         unknown = False  # an earlier attempt's outcome is unknown
+        server_delay_s: Optional[float] = None  # the last refusal's RetryInfo
         for attempt in range(self.max_attempts):
             if attempt > 0:
-                self._sleep(self.retry_delay_s(attempt - 1))
+                # The server's delay exactly (no jitter on top: it already
+                # spreads its tenants' callers), else the backoff.
+                self._sleep(server_delay_s if server_delay_s is not None
+                            else self.retry_delay_s(attempt - 1))
+            server_delay_s = None
             try:
                 response = self._attempt(method, request, timeout_s)
             except grpc.RpcError as e:
                 if is_retryable_rpc_error(e):
+                    last = e
+                    continue
+                server_delay_s = server_retry_delay_s(e)
+                if server_delay_s is not None:
+                    # Over a limit (a tenant's): refused before anything
+                    # happened, so a retry is safe; the server says when.
+                    # (On the last attempt it is raised as it came, or as
+                    # an unknown outcome after an earlier one.)
                     last = e
                     continue
                 if not (retry_unknown and is_outcome_unknown(e)):

@@ -24,8 +24,11 @@ that may be resent, see dedup_client.outcome) go again as a batch of their
 own; an item whose outcome is still unknown when the attempts run out (or
 that may not be resent) raises DedupRpcError(ABORTED, outcome_unknown=True).
 Every retry waits its backoff delay on a timer thread, never on a gRPC
-thread. A batch refused with RESOURCE_EXHAUSTED (a message size limit on
-either side) goes again item by item. All resend each Begin with its owner,
+thread. A batch refused with RESOURCE_EXHAUSTED carrying a RetryInfo (a
+tenant over its limits) goes again whole after exactly that delay (capped at
+30 s), as an attempt, while attempts remain; then each caller gets the
+refusal. One refused with RESOURCE_EXHAUSTED without it (a message size limit
+on either side) goes again item by item. All resend each Begin with its owner,
 so give every Begin one (an anonymous Begin resent after the server applied
 it answers IN_USE).
 
@@ -64,6 +67,7 @@ from dedup_client.outcome import (
     may_retry_unknown,
     outcome_unknown_error,
 )
+from dedup_client.retry_info import server_retry_delay_s
 
 _Answer = TypeVar("_Answer")
 
@@ -369,6 +373,14 @@ class _Lane(Generic[_Answer]):
                 keeps_slot = self._settle_items(
                     batch, attempt, [aborted] * len(batch.requests)
                 )
+            elif (delay_s := server_retry_delay_s(error)) is not None:
+                # Over a limit (a tenant's): nothing happened; the whole
+                # batch goes again after the server's delay, as an attempt.
+                if attempt + 1 < self._client.max_attempts:
+                    self._retry_later(batch, attempt, delay_s)
+                    keeps_slot = True
+                else:
+                    self._fail(batch, error)
             elif (rpc_code(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
                   and len(batch.requests) > 1):
                 self._send_alone(batch)
@@ -401,11 +413,14 @@ class _Lane(Generic[_Answer]):
         self._fail(batch, error)
         return False
 
-    def _retry_later(self, batch: _Batch, attempt: int) -> None:
-        """Sends `batch` again (to the leader, as attempt + 1) after the
-        backoff delay, from a timer thread: never sleeps on a gRPC thread."""
+    def _retry_later(
+        self, batch: _Batch, attempt: int, delay_s: Optional[float] = None
+    ) -> None:
+        """Sends `batch` again (to the leader, as attempt + 1) after `delay_s`
+        (default: the backoff delay), from a timer thread: never sleeps on a
+        gRPC thread."""
         timer = threading.Timer(
-            self._client.retry_delay_s(attempt),
+            self._client.retry_delay_s(attempt) if delay_s is None else delay_s,
             self._send_all, ([(batch, attempt + 1, False)],),
         )
         timer.daemon = True

@@ -24,6 +24,7 @@ import {
   withIdempotency,
 } from './idempotency.js';
 import { sleep } from './retry.js';
+import { serverRetryDelayMs } from './retry-info.js';
 import { channelSecurity, type SecurityOptions } from './security.js';
 import type {
   BatchItemResult,
@@ -114,6 +115,12 @@ export interface DedupClientOptions extends SecurityOptions {
  * finds the claim gone reports it released: OK). Not retried after an
  * unknown outcome: a Begin without an owner (it could not re-enter its
  * claim) and Forget (a retry could not tell whether the record existed).
+ *
+ * A tenant over its limits is refused with RESOURCE_EXHAUSTED carrying a
+ * RetryInfo: while attempts remain the call (a batch: whole) waits exactly
+ * that delay (capped at 30 s, no jitter added) and goes again, as an
+ * attempt; then it rejects with the server's message (`retryDelayMs` set).
+ * RESOURCE_EXHAUSTED without RetryInfo is not retried.
  *
  * UNAUTHENTICATED (no or an unknown credential) and PERMISSION_DENIED (a
  * namespace outside the tenant's, Forget without the operator role) are
@@ -335,10 +342,12 @@ export class DedupClient {
 function rpcError(method: string, error: ServiceError): DedupRpcError {
   const leader = trailer(error, 'dedup-leader');
   const outcomeUnknown = error.code === GrpcStatus.ABORTED && trailer(error, 'dedup-outcome') === 'unknown';
+  const retryDelayMs = serverRetryDelayMs(error.code, error.metadata as Metadata | undefined);
   return new DedupRpcError(method, error.code, grpcCodeName(error.code), error.details, {
     cause: error,
     outcomeUnknown,
     ...(leader !== undefined && leader !== '' && { leader }),
+    ...(retryDelayMs !== undefined && { retryDelayMs }),
   });
 }
 

@@ -6,7 +6,10 @@
 // Each caller gets the answer or error a unary call would have given.
 // A batch closes at maxBatchItems or 3 MiB of requests; one refused with
 // RESOURCE_EXHAUSTED (a message size limit on either side) is sent again item
-// by item, each Begin with its owner. Leader following and the retries of
+// by item, each Begin with its owner. One refused with RESOURCE_EXHAUSTED and
+// a RetryInfo (a tenant over its limits) was already re-sent whole after the
+// server's delay by `send` (the client's call) while attempts remained, and
+// is then not split. Leader following and the retries of
 // refused items (UNAVAILABLE, unknown outcomes) are `send`'s: the client's
 // batch calls do both, so a caller whose item's outcome stays unknown gets
 // the DedupRpcError (ABORTED, outcomeUnknown) its unary call would have.
@@ -118,7 +121,15 @@ export class Coalescer<WireItem, Answer> {
   }
 
   private fail(batch: Batch<WireItem, Answer>, error: unknown): void {
-    if (error instanceof DedupRpcError && error.code === GrpcStatus.RESOURCE_EXHAUSTED && batch.items.length > 1) {
+    // With a RetryInfo (a tenant over its limits) the batch already waited
+    // and went again whole while attempts remained (the client's call):
+    // "later", not "too large", so it is not split.
+    if (
+      error instanceof DedupRpcError &&
+      error.code === GrpcStatus.RESOURCE_EXHAUSTED &&
+      error.retryDelayMs === undefined &&
+      batch.items.length > 1
+    ) {
       // Too large for a message limit on one side (say, several DUPLICATEs
       // with large results in one answer): each item alone, as its unary
       // call would have gone.
@@ -135,6 +146,7 @@ export class Coalescer<WireItem, Answer> {
           ? new DedupRpcError(this.method, error.code, error.codeName, error.details, {
               cause: error,
               outcomeUnknown: error.outcomeUnknown,
+              ...(error.retryDelayMs !== undefined && { retryDelayMs: error.retryDelayMs }),
             })
           : error,
       );

@@ -19,6 +19,11 @@ export interface DedupRpcErrorOptions {
   readonly outcomeUnknown?: boolean;
   /** A follower's `dedup-leader`: the leader's host:port. */
   readonly leader?: string;
+  /**
+   * RESOURCE_EXHAUSTED with a RetryInfo (a tenant over its limits): the delay
+   * the server asked for, in ms (capped at 30 s).
+   */
+  readonly retryDelayMs?: number;
 }
 
 /**
@@ -33,6 +38,12 @@ export class DedupRpcError extends Error {
   readonly outcomeUnknown: boolean;
   /** The leader a follower named (trailing metadata `dedup-leader`), if any. */
   readonly leader: string | undefined;
+  /**
+   * RESOURCE_EXHAUSTED carrying a RetryInfo (a tenant over its limits): the
+   * server's "retry after", in ms, capped at 30 s. The client already waited
+   * and retried while attempts remained; undefined for other errors.
+   */
+  readonly retryDelayMs: number | undefined;
   constructor(
     /** The dedup.v1 method, e.g. "Begin". */
     readonly method: string,
@@ -47,6 +58,7 @@ export class DedupRpcError extends Error {
     super(`dedup ${method}: ${codeName}: ${details}`, 'cause' in options ? { cause: options.cause } : undefined);
     this.outcomeUnknown = options.outcomeUnknown ?? false;
     this.leader = options.leader;
+    this.retryDelayMs = options.retryDelayMs;
   }
 }
 

@@ -36,7 +36,9 @@ export interface Invoked<T> {
  * sends the attempt on to that leader at once, under the same deadline, up to
  * `maxRedirects` times. Any other UNAVAILABLE (unreachable, no leader yet)
  * moves on to the next address and, like an unknown outcome under 'retry',
- * is retried after full-jitter backoff while attempts remain. Other errors
+ * is retried after full-jitter backoff while attempts remain; a
+ * RESOURCE_EXHAUSTED carrying a RetryInfo (a tenant over its limits) after
+ * exactly the server's delay (capped at 30 s). Other errors
  * reject at once; DEADLINE_EXCEEDED also moves later calls to the next
  * address (a stopped node accepts connections but never answers).
  *
@@ -71,17 +73,21 @@ export async function invoke<T>(
       target = leader;
     }
 
+    // Over a limit (a tenant's): refused before anything happened, and the
+    // server says when to come back.
+    const serverDelayMs = error instanceof DedupRpcError ? error.retryDelayMs : undefined;
     if (isOutcomeUnknown(error)) {
       unknown = error as DedupRpcError;
       if (onUnknown === 'fail') throw error;
     } else if (isUnavailable(error)) {
       endpoints.failed(target);
-    } else {
+    } else if (serverDelayMs === undefined) {
       if (isCode(error, GrpcStatus.DEADLINE_EXCEEDED)) endpoints.failed(target);
       throw unknownOr(unknown, error, method);
     }
     if (n + 1 >= attempts) throw unknownOr(unknown, error, method);
-    await policy.sleep(fullJitterDelayMs(policy.backoff, n, policy.random));
+    // The server's delay exactly (no jitter on top), else the backoff.
+    await policy.sleep(serverDelayMs ?? fullJitterDelayMs(policy.backoff, n, policy.random));
   }
 }
 

@@ -28,7 +28,7 @@ export interface FakeCall {
 
 export type Reply =
   | { readonly response: object }
-  | { readonly error: { readonly code: number; readonly details: string; readonly trailers?: Record<string, string> } };
+  | { readonly error: { readonly code: number; readonly details: string; readonly trailers?: Record<string, string | Buffer> } };
 
 /** Answers the `nth` (0-based) call of `method`. */
 export type Script = (method: string, request: Record<string, unknown>, nth: number) => Reply | Promise<Reply>;
