@@ -7,7 +7,8 @@ namespace {
 
 unsigned Fit(double entries, unsigned max) {
   const double low = std::min(LogBudget::kMinEntries, max);
-  return static_cast<unsigned>(std::clamp(entries, low, double{max}));
+  return static_cast<unsigned>(
+      std::clamp(entries, low, static_cast<double>(max)));
 }
 
 }  // namespace

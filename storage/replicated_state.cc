@@ -400,7 +400,8 @@ class RocksReplicatedState : public ReplicatedState {
     rocksdb::ReadOptions read = TotalOrderScan();
     read.snapshot = snapshot;
     StateDigest digest;
-    absl::Status status = [&]() -> absl::Status {
+    absl::Status status =
+        [&]() ABSL_SHARED_LOCKS_REQUIRED(db_mu_) -> absl::Status {
       absl::StatusOr<uint64_t> applied =
           ReadMeta(db_.get(), read, AppliedIndexKey());
       absl::StatusOr<uint64_t> now = ReadMeta(db_.get(), read, NowKey());
