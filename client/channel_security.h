@@ -9,10 +9,9 @@
 #ifndef DEDUP_CLIENT_CHANNEL_SECURITY_H_
 #define DEDUP_CLIENT_CHANNEL_SECURITY_H_
 
+#include <functional>
 #include <memory>
 #include <string>
-
-#include <functional>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/channel.h"

@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
       dedup::ChannelSecurityFromFiles(
           absl::GetFlag(FLAGS_tls_ca_file), absl::GetFlag(FLAGS_tls_cert_file),
           absl::GetFlag(FLAGS_tls_key_file), absl::GetFlag(FLAGS_token_file));
-  if (!security.ok()) return UsageError(std::string(security.status().message()));
+  if (!security.ok())
+    return UsageError(std::string(security.status().message()));
   security->server_name = absl::GetFlag(FLAGS_tls_server_name);
   if (!security->server_name.empty() && !security->tls) {
     return UsageError("--tls_server_name needs --tls_ca_file");

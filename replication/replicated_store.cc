@@ -414,8 +414,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
           parked_.Park(std::move(p), std::move(d));
           return;
         }
-        if (d.status == BeginStatus::kDuplicate &&
-            p.result_budget != nullptr &&
+        if (d.status == BeginStatus::kDuplicate && p.result_budget != nullptr &&
             !p.result_budget->Take(d.record.result.size())) {
           std::move(p.begin_done)(ResultBudgetExceeded(*p.result_budget));
           return;

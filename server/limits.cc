@@ -116,9 +116,9 @@ absl::Status Limits::Check() const {
   }
   // Any one item must fit an answer alone, or asking again would never end.
   if (max_batch_response_bytes < max_result_bytes) {
-    return Invalid("max_batch_response_bytes",
-                   absl::StrCat("must be >= max_result_bytes (",
-                                max_result_bytes, ")"));
+    return Invalid(
+        "max_batch_response_bytes",
+        absl::StrCat("must be >= max_result_bytes (", max_result_bytes, ")"));
   }
   if (min_ttl_s < 1 || min_ttl_s > max_ttl_s || default_ttl_s < min_ttl_s ||
       default_ttl_s > max_ttl_s) {

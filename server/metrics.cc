@@ -196,9 +196,10 @@ Metrics::Metrics(const std::vector<std::string>& labelled_namespaces)
   batch_results_capped_ =
       &prometheus::BuildCounter()
            .Name("dedup_batch_results_capped_total")
-           .Help("BeginBatch items answered UNAVAILABLE (ask again) because "
-                 "the answer's stored results passed "
-                 "--max_batch_response_bytes")
+           .Help(
+               "BeginBatch items answered UNAVAILABLE (ask again) because "
+               "the answer's stored results passed "
+               "--max_batch_response_bytes")
            .Register(*registry_)
            .Add({});
 }

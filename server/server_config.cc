@@ -187,8 +187,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     return absl::InvalidArgumentError("--max_concurrent_streams: must be >= 1");
   }
   for (const auto& [flag, value] :
-       {std::pair<const char*, int64_t>{"max_connection_idle_ms",
-                                        config.transport.max_connection_idle_ms},
+       {std::pair<const char*, int64_t>{
+            "max_connection_idle_ms", config.transport.max_connection_idle_ms},
         {"handshake_timeout_ms", config.transport.handshake_timeout_ms}}) {
     if (value < 100 || value > int64_t{24} * 3600 * 1000) {
       return absl::InvalidArgumentError(

@@ -55,7 +55,8 @@ struct Tenant {
   TenantLimits limits;
 
   bool HasRole(TenantRole role) const {
-    return role == TenantRole::kClient ? (client || operator_role) : operator_role;
+    return role == TenantRole::kClient ? (client || operator_role)
+                                       : operator_role;
   }
   bool AllowsNamespace(absl::string_view ns) const;
 };

@@ -145,8 +145,7 @@ class ResultBudget {
 
 // Payload (any value) of the UNAVAILABLE answering a call whose result did
 // not fit its ResultBudget, so the server can count them.
-inline constexpr absl::string_view kResultBudgetPayload =
-    "dedup.result_budget";
+inline constexpr absl::string_view kResultBudgetPayload = "dedup.result_budget";
 
 // That UNAVAILABLE: nothing happened (a DUPLICATE changes nothing), ask again.
 [[nodiscard]] inline absl::Status ResultBudgetExceeded(

@@ -11,14 +11,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/channel_security.h"
 #include "client/coalescing_client.h"
 #include "client/dedup_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/tenants.h"
 #include "tests/client/run_ctl.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/test_pki.h"
@@ -170,18 +168,8 @@ TEST_F(ClientSecurityTest, CoalescedItemsAreJudgedOneByOne) {
 // RetryInfo; the client waits as told and gets through, on unary and
 // coalesced calls alike.
 TEST_F(ClientSecurityTest, ClientHonoursTheServersRetryDelay) {
-  std::string json = testing::StandardTenantsJson();
-  std::string digest;
-  for (unsigned char b : DigestOfToken("slow-token")) {
-    absl::StrAppendFormat(&digest, "%02x", b);
-  }
-  json.replace(json.rfind("]}"), 2,
-               absl::StrCat(",\n  {\"name\": \"slow\", \"token_sha256\": "
-                            "[\"",
-                            digest,
-                            "\"], \"namespace_prefixes\": [\"slow:\"], "
-                            "\"roles\": [\"client\"], \"limits\": "
-                            "{\"rps\": 5}}\n]}"));
+  const std::string json = testing::WithLimitedTenant(
+      testing::StandardTenantsJson(), "slow", "slow-token", R"({"rps": 5})");
   testing::WriteFileAtomically(*tenants_file_, json);
   testing::WriteFileAtomically(Pki("slow.token"), "slow-token");
   ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);

@@ -5,12 +5,8 @@
 #include <signal.h>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,14 +14,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "dedup/v1/admin.grpc.pb.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "dedup/v1/error_details.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "server/tenants.h"
 #include "tests/integration/integration_util.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/server_process.h"
@@ -33,12 +27,6 @@
 
 namespace dedup::testing {
 namespace {
-
-std::string Hex(const TokenDigest& digest) {
-  std::string hex;
-  for (unsigned char b : digest) absl::StrAppendFormat(&hex, "%02x", b);
-  return hex;
-}
 
 // How a test channel is secured.
 struct Credentials {
@@ -485,17 +473,10 @@ TEST_F(AuthTest, RotatedCertificateIsServedWithoutARestart) {
 // Limits per tenant: past them RESOURCE_EXHAUSTED with a RetryInfo in the
 // status details; another tenant is not slowed.
 TEST_F(AuthTest, TenantLimitsRefuseWithRetryInfo) {
-  std::string json = StandardTenantsJson();
-  json.replace(
-      json.rfind("]}"), 2,
-      absl::StrCat(",\n  {\"name\": \"burst\", \"token_sha256\": [\"",
-                   Hex(DigestOfToken("burst-token")),
-                   "\"], \"namespace_prefixes\": [\"burst:\"], \"roles\": "
-                   "[\"client\"], \"limits\": {\"rps\": 20}},\n"
-                   "  {\"name\": \"parked\", \"token_sha256\": [\"",
-                   Hex(DigestOfToken("parked-token")),
-                   "\"], \"namespace_prefixes\": [\"parked:\"], \"roles\": "
-                   "[\"client\"], \"limits\": {\"inflight\": 2}}\n]}"));
+  const std::string json =
+      WithLimitedTenant(WithLimitedTenant(StandardTenantsJson(), "burst",
+                                          "burst-token", R"({"rps": 20})"),
+                        "parked", "parked-token", R"({"inflight": 2})");
   WriteFileAtomically(tenants_file_, json);
   DEDUP_START_SERVER(server, {"--tenants_file=" + tenants_file_});
   const std::string a = server->address();

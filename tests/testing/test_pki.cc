@@ -53,6 +53,18 @@ std::string StandardTenantsJson(bool with_billing_token) {
       "]}\n");
 }
 
+std::string WithLimitedTenant(std::string tenants_json, const std::string& name,
+                              const std::string& token,
+                              const std::string& limits_json) {
+  tenants_json.replace(
+      tenants_json.rfind("]}"), 2,
+      absl::StrCat(",\n  {\"name\": \"", name, "\", \"token_sha256\": [\"",
+                   HexDigestOf(token), "\"], \"namespace_prefixes\": [\"", name,
+                   ":\"], \"roles\": [\"client\"], \"limits\": ", limits_json,
+                   "}\n]}"));
+  return tenants_json;
+}
+
 void WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {

@@ -23,6 +23,14 @@ inline constexpr char kOpsToken[] = "ops-token-9a7e";
 // "ops" (kOpsToken, ops-console, every namespace, operator).
 [[nodiscard]] std::string StandardTenantsJson(bool with_billing_token = true);
 
+// `tenants_json` (say StandardTenantsJson()) with one more tenant: `name`
+// with `token`, the namespaces "<name>:", role client, and `limits_json`
+// as its limits (e.g. R"({"rps": 5})").
+[[nodiscard]] std::string WithLimitedTenant(std::string tenants_json,
+                                            const std::string& name,
+                                            const std::string& token,
+                                            const std::string& limits_json);
+
 // Writes `text` beside `path` and renames it into place, so a server that
 // watches the file never reads half of it.
 void WriteFileAtomically(const std::string& path, const std::string& text);
