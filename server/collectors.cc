@@ -119,6 +119,26 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
                       static_cast<double>(s.block_cache_usage_bytes)));
   out.push_back(Gauge("dedup_rocksdb_memtable_bytes", "Bytes held by memtables",
                       static_cast<double>(s.memtable_bytes)));
+  out.push_back(Gauge("dedup_storage_write_stopped",
+                      "1 while writes are refused because the data dir's "
+                      "filesystem is nearly full or RocksDB cannot write "
+                      "(see the health status and the log for why)",
+                      s.write_stopped ? 1 : 0));
+  out.push_back(Single("dedup_storage_background_errors_total",
+                       "Errors RocksDB reported (failed WAL writes or syncs, "
+                       "flushes, compactions), whether or not they stopped "
+                       "writes",
+                       prometheus::MetricType::Counter,
+                       static_cast<double>(s.background_errors)));
+  out.push_back(Single("dedup_storage_write_resumes_total",
+                       "Times writes came back by themselves after being "
+                       "stopped",
+                       prometheus::MetricType::Counter,
+                       static_cast<double>(s.write_resumes)));
+  out.push_back(Gauge("dedup_data_dir_free_bytes",
+                      "Free bytes on the data dir's filesystem, as last "
+                      "measured (0 when the free-space check is off)",
+                      static_cast<double>(s.data_dir_free_bytes)));
   return out;
 }
 

@@ -68,8 +68,9 @@ template void DedupService::Observe(Method, const v1::CompleteRequest&,
 
 void DedupService::EnterLameDuck() { lame_duck_.store(true); }
 
-bool DedupService::NotServing(const RpcCall& call) const {
-  absl::Status serving = store_->CheckServing();
+bool DedupService::NotServing(const RpcCall& call, Access access) const {
+  absl::Status serving = access == Access::kRead ? store_->CheckServingReads()
+                                                 : store_->CheckServing();
   if (serving.ok() && lame_duck_.load()) {
     serving = absl::UnavailableError(
         "the server is shutting down; retry with backoff (another node of "
@@ -188,7 +189,7 @@ grpc::ServerUnaryReactor* DedupService::Get(
     return call.reactor();
   }
   if (call.Rejected(ValidateGet(*request, limits_))) return call.reactor();
-  if (NotServing(call)) return call.reactor();
+  if (NotServing(call, Access::kRead)) return call.reactor();
   store_->Get(request->namespace_(), request->key(),
               [call, response](absl::StatusOr<std::optional<Record>> r) {
                 if (!r.ok()) return call.Fail(r.status());

@@ -65,9 +65,12 @@ class DedupService final : public v1::Dedup::CallbackService {
       v1::CompleteBatchResponse* response) override;
 
  private:
+  enum class Access { kWrite, kRead };
   // True (and the call finished) when the store cannot take operations now,
-  // e.g. a follower in cluster mode: UNAVAILABLE naming the leader.
-  bool NotServing(const RpcCall& call) const;
+  // e.g. a follower in cluster mode: UNAVAILABLE naming the leader. Reads
+  // (`kRead`) are still served by a single node whose writes are stopped
+  // (Store::CheckServingReads).
+  bool NotServing(const RpcCall& call, Access access = Access::kWrite) const;
   // The whole check of a unary call (Authorizer::Authorize, its namespace,
   // then the tenant's limits, whose in-flight slot `call` holds); `what`
   // names the method in a refusal.

@@ -12,6 +12,9 @@
 namespace dedup {
 namespace {
 
+// ItemError.reason of a DUPLICATE left out by the batch's result budget.
+constexpr char kItemErrorResultBudget[] = "RESULT_BUDGET";
+
 // Owned by the batch's item callbacks; the last one to finish answers and
 // deletes it. Starts one above the item count so that the handler itself
 // holds a reference until every item is submitted.
@@ -95,6 +98,9 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
       } else {
         SetItemError(out->mutable_error(), i, r.status(),
                      /*prefix_field=*/false);
+        if (r.status().GetPayload(kResultBudgetPayload)) {
+          out->mutable_error()->set_reason(kItemErrorResultBudget);
+        }
       }
       completion->ItemDone();
     };

@@ -36,6 +36,7 @@
 #include "server/collectors.h"
 #include "server/dedup_service.h"
 #include "server/event_log.h"
+#include "server/health_watch.h"
 #include "server/metrics.h"
 #include "server/security_config.h"
 #include "server/server_config.h"
@@ -57,6 +58,9 @@ constexpr int kExitShutdownError = 1;
 // How often the tenants file is checked for a change (SIGHUP reloads at
 // once).
 constexpr int kTenantsFileCheckSeconds = 2;
+
+// How often a single node's health status follows its storage's.
+constexpr int64_t kHealthWatchIntervalMs = 250;
 
 // Headroom over the result limit for the rest of a CompleteRequest.
 constexpr int kMessageOverheadBytes = 64 << 10;
@@ -306,6 +310,15 @@ int main(int argc, char** argv) {
                    : "");
   std::fflush(stderr);
 
+  // A single node that cannot write says so to health checks (a follower's
+  // refusals are normal and leave it SERVING).
+  std::unique_ptr<dedup::HealthWatch> health_watch;
+  if (replicated == nullptr) {
+    health_watch = std::make_unique<dedup::HealthWatch>(
+        store->get(), server->GetHealthCheckService(),
+        absl::Milliseconds(kHealthWatchIntervalMs));
+  }
+
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) == 0 &&
          signal_number == SIGHUP) {
@@ -316,6 +329,7 @@ int main(int argc, char** argv) {
   }
   Log(absl::StrCat("received ", strsignal(signal_number),
                    ", draining in-flight calls"));
+  health_watch.reset();
   server->GetHealthCheckService()->Shutdown();
   // A leader hands over first, so the group elects no one while this node
   // drains: clients see one redirect instead of an election's silence.

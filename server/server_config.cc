@@ -43,6 +43,19 @@ ABSL_FLAG(int32_t, async_sync_interval_ms, 100,
 ABSL_FLAG(int64_t, memory_budget_mb, 128,
           "RocksDB memory budget, MiB: block cache plus memtables (at most "
           "half); resident memory stays near it whatever the record count");
+ABSL_FLAG(int64_t, min_free_disk_mb, -1,
+          "writes are refused (UNAVAILABLE, health NOT_SERVING) while the "
+          "data dir's filesystem has less free space than this, MiB, and "
+          "come back by themselves once it has more; -1: "
+          "--memory_budget_mb (room to flush every memtable); 0: no check "
+          "(RocksDB then meets a full disk itself)");
+ABSL_FLAG(int64_t, write_retry_interval_ms, 1000,
+          "after RocksDB could not write (disk full, I/O error), how often "
+          "it is asked to resume");
+ABSL_FLAG(bool, verify_data_at_open, true,
+          "check every block of every table file before opening the data "
+          "dir (about 0.1 s per million records): a damaged file refuses "
+          "the start (exit 3) instead of failing the reads that meet it");
 ABSL_FLAG(int64_t, compaction_grace_s, 60,
           "expired records are dropped by compactions this long after expiry");
 ABSL_FLAG(int64_t, periodic_compaction_s, 6 * 3600,
@@ -143,6 +156,20 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     return absl::InvalidArgumentError("--memory_budget_mb: must be >= 8");
   }
   store.memory_budget_bytes = static_cast<size_t>(budget_mb) << 20;
+  const int64_t min_free_mb = absl::GetFlag(FLAGS_min_free_disk_mb);
+  if (min_free_mb < -1 || min_free_mb > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        "--min_free_disk_mb: must be -1 (the memory budget), 0 (no check) or "
+        "a size in MiB");
+  }
+  store.min_free_disk_bytes = min_free_mb < 0 ? -1 : min_free_mb << 20;
+  store.write_retry_interval_ms = absl::GetFlag(FLAGS_write_retry_interval_ms);
+  if (store.write_retry_interval_ms < 10 ||
+      store.write_retry_interval_ms > 60 * 1000) {
+    return absl::InvalidArgumentError(
+        "--write_retry_interval_ms: must be 10..60000");
+  }
+  store.verify_data_at_open = absl::GetFlag(FLAGS_verify_data_at_open);
   store.compaction_grace_ms = absl::GetFlag(FLAGS_compaction_grace_s) * 1000;
   if (store.compaction_grace_ms < 0) {
     return absl::InvalidArgumentError("--compaction_grace_s: must be >= 0");

@@ -1,11 +1,14 @@
 #include "storage/db_options.h"
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rocksdb/cache.h"
+#include "rocksdb/env.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/memtablerep.h"
 #include "rocksdb/slice_transform.h"
@@ -20,6 +23,26 @@ namespace {
 constexpr size_t kSlotPrefixBytes = 2;
 constexpr size_t kMemtableBuckets = 1 << 16;  // >= the 16,384 slots
 
+// RocksDB's warnings and errors go to stderr, beside dedupd's own lines, not
+// to a LOG file in the data dir: on a full disk the LOG file is the first
+// thing to fail, and the next line RocksDB writes to a failed file trips an
+// assertion in Debian's librocksdb (built with assertions on), aborting the
+// process. And they are the lines an operator needs to see.
+class StderrLogger : public rocksdb::Logger {
+ public:
+  StderrLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    const int n = std::vsnprintf(line, sizeof(line), format, ap);
+    if (n < 0) return;
+    // One write per line, so lines of concurrent threads do not interleave.
+    std::fprintf(stderr, "dedupd: rocksdb: %s\n", line);
+    std::fflush(stderr);
+  }
+};
+
 }  // namespace
 
 rocksdb::Options RecordDbOptions(const RecordDbTuning& tuning) {
@@ -30,7 +53,7 @@ rocksdb::Options RecordDbOptions(const RecordDbTuning& tuning) {
   db.max_background_jobs = 2;
   db.bytes_per_sync = 1 << 20;
   db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  db.keep_log_file_num = 4;
+  db.info_log = std::make_shared<StderrLogger>();
   db.manual_wal_flush = tuning.manual_wal_flush;
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(tuning.memory_budget_bytes);
@@ -89,8 +112,10 @@ absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRecordDb(
         " is locked by another process (is another dedupd running on it?): ",
         s.ToString()));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("cannot open data dir ", path, ": ", s.ToString()));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot open data dir ", path, ": ", s.ToString(),
+      " (if files in it are damaged or missing: restore it from a backup or a "
+      "replica, or move it away to start empty)"));
 }
 
 }  // namespace dedup

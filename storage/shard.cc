@@ -58,7 +58,9 @@ void Shard::SubmitMany(std::vector<Operation> ops) {
   }
   // Outside the lock: a callback may submit again.
   for (auto& [op, status] : refused) {
-    std::visit([&](auto& o) { Fail(o, status); }, *op);
+    // (A copy: lambdas cannot capture structured bindings in C++17.)
+    const absl::Status why = status;
+    std::visit([&why](auto& o) { Fail(o, why); }, *op);
   }
 }
 
@@ -94,7 +96,7 @@ void Shard::Run() {
       }
       last = stopping_ && queue_.empty();
     }
-    Batch batch(context_.db, Batch::Mode::kShardThread);
+    Batch batch(context_.db, Batch::Mode::kShardThread, context_.wal_io_mu);
     absl::Status committed;
     {
       absl::MutexLock lock(&process_mu_);
@@ -161,6 +163,10 @@ Op ProbeOf(const Op& op, std::optional<absl::StatusOr<T>>* answer) {
 
 bool Shard::TryAnswerInline(Operation& operation) {
   if (std::holds_alternative<WakeAllOp>(operation)) return false;
+  if (const auto* get = std::get_if<GetOp>(&operation);
+      get != nullptr && get->durable_only) {
+    return false;  // rare (writes stopped): the shard thread reads
+  }
   if (!process_mu_.TryLock()) return false;  // the shard thread is working
   WalSyncer::Release deliver;
   bool idle;
@@ -170,8 +176,9 @@ bool Shard::TryAnswerInline(Operation& operation) {
   }
   // Parked Begins need the shard thread's timers, so any waiter means busy.
   if (idle && waiters_.empty()) {
+    // The analysis cannot see into the lambda that process_mu_ is held.
     deliver = std::visit(
-        [this](auto& op) -> WalSyncer::Release {
+        [this](auto& op) ABSL_NO_THREAD_SAFETY_ANALYSIS -> WalSyncer::Release {
           using Op = std::decay_t<decltype(op)>;
           if constexpr (std::is_same_v<Op, WakeAllOp>) {
             return nullptr;
@@ -217,9 +224,10 @@ WalSyncer::Release Shard::AnswerInline(Op& op) {
   }
   std::optional<absl::StatusOr<T>> answer;
   Operation probe(ProbeOf(op, &answer));
-  Batch batch(context_.db, context_.inline_writes
-                               ? Batch::Mode::kInlineMemoryWrite
-                               : Batch::Mode::kInlineReadOnly);
+  Batch batch(context_.db,
+              context_.inline_writes ? Batch::Mode::kInlineMemoryWrite
+                                     : Batch::Mode::kInlineReadOnly,
+              context_.wal_io_mu);
   const int64_t now_ms = context_.clock->NowMillis();
   Process(batch, probe, now_ms);
   if (batch.refused()) return nullptr;
@@ -234,9 +242,21 @@ WalSyncer::Release Shard::AnswerInline(Op& op) {
 }
 
 absl::Status Shard::Commit(Batch& batch, int64_t now_ms) {
+  // Writes decided before the store stopped are refused here, not written:
+  // the disk may have no room for them.
+  if (context_.health != nullptr && batch.write_count() > 0 &&
+      context_.health->StoppedBeforeWrite()) {
+    return context_.health->CheckWritable();
+  }
   const auto start = std::chrono::steady_clock::now();
-  const absl::Status committed = batch.Commit(context_.write_options);
+  absl::Status committed = batch.Commit(context_.write_options);
   if (batch.refused()) return committed;
+  if (!committed.ok() && context_.health != nullptr) {
+    // RocksDB refused it (an error of its own, a stalled write given up):
+    // no writes until it resumes, and the callers are told why.
+    context_.health->OnWriteFailed(batch.write_status());
+    committed = context_.health->CheckWritable();
+  }
   // With a syncer, the fsync is the write that counts: it reports it.
   if (context_.observer != nullptr && context_.syncer == nullptr &&
       batch.write_count() > 0) {
@@ -293,9 +313,15 @@ void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
     WakeAll(batch, now_ms);
     return;
   }
+  if (auto* get = std::get_if<GetOp>(&operation);
+      get != nullptr && get->durable_only) {
+    ProcessDurableGet(*get, now_ms);
+    return;
+  }
   // The remaining operations all read one key, decide, and maybe write.
+  // (Under process_mu_, which the analysis cannot see into the lambda.)
   std::visit(
-      [&](auto& op) {
+      [&](auto& op) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         using Op = std::decay_t<decltype(op)>;
         if constexpr (!std::is_same_v<Op, BeginOp> &&
                       !std::is_same_v<Op, WakeAllOp>) {
@@ -356,7 +382,7 @@ void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
       if (!fence.has_value()) batch.Refuse();
       return fence.value_or(0);
     }
-    absl::StatusOr<uint64_t> fence = context_.fences->Next();
+    absl::StatusOr<uint64_t> fence = NextFence();
     if (!fence.ok()) {
       fence_status = fence.status();
       return 0;
@@ -383,6 +409,53 @@ void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
   }
   batch.Apply(std::move(op.skey), d.write, d.record);
   batch.Answer(std::move(op.done), BeginResult{std::move(d), op.waited});
+}
+
+absl::StatusOr<uint64_t> Shard::NextFence() {
+  if (std::optional<uint64_t> fence = context_.fences->NextWithoutIo()) {
+    return *fence;
+  }
+  // Reserving a block is a synced write: it writes and syncs the WAL file.
+  std::optional<absl::ReaderMutexLock> io;
+  if (context_.wal_io_mu != nullptr) io.emplace(context_.wal_io_mu);
+  absl::StatusOr<uint64_t> fence = context_.fences->Next();
+  if (!fence.ok() && context_.health != nullptr &&
+      context_.health->write_stopped()) {
+    return context_.health->CheckWritable();
+  }
+  return fence;
+}
+
+void Shard::ProcessDurableGet(GetOp& op, int64_t now_ms) {
+  std::shared_ptr<const rocksdb::Snapshot> snapshot =
+      context_.syncer != nullptr ? context_.syncer->DurableSnapshot() : nullptr;
+  if (snapshot == nullptr) {
+    Fail(op, context_.health != nullptr
+                 ? context_.health->CheckWritable()
+                 : absl::UnavailableError("no durable state to read yet"));
+    return;
+  }
+  rocksdb::ReadOptions options;
+  options.snapshot = snapshot.get();
+  std::string value;
+  const rocksdb::Status s = context_.db->Get(options, op.skey, &value);
+  if (s.IsNotFound()) {
+    std::move(op.done)(std::optional<Record>());
+    return;
+  }
+  if (!s.ok()) {
+    Fail(op,
+         absl::UnavailableError(absl::StrCat("storage read: ", s.ToString())));
+    return;
+  }
+  absl::StatusOr<Record> record = DecodeRecord(value);
+  if (!record.ok()) {
+    Fail(op, record.status());
+    return;
+  }
+  // Everything the snapshot shows is durable: answered without a sync.
+  std::move(op.done)(
+      LiveRecord(std::optional<Record>(*std::move(record)), now_ms));
 }
 
 void Shard::Park(BeginOp op, int64_t next_check_ms) {

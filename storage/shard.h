@@ -29,6 +29,7 @@
 #include "storage/lease_tracker.h"
 #include "storage/store.h"
 #include "storage/wal_syncer.h"
+#include "storage/write_health.h"
 
 namespace dedup {
 
@@ -59,6 +60,10 @@ struct RenewOp {
 struct GetOp {
   std::string skey;
   StoreCallback<std::optional<Record>> done;
+  // Read the state as of the last WAL sync (WalSyncer::DurableSnapshot)
+  // and answer at once, without waiting for a sync: for reads while writes
+  // are stopped, when no sync can happen.
+  bool durable_only = false;
 };
 struct ForgetOp {
   std::string skey;
@@ -88,6 +93,11 @@ struct ShardContext {
   // for the WAL fsync that covers what it saw. Null: answers leave once
   // written (write_options says how durably).
   WalSyncer* syncer = nullptr;
+  // Held shared by every RocksDB call here that may write the WAL file (see
+  // wal_syncer.h). Null when nothing syncs the WAL concurrently.
+  absl::Mutex* wal_io_mu = nullptr;
+  // Whether writes are stopped, for clear errors. May be null.
+  WriteHealth* health = nullptr;
 };
 
 class Shard {
@@ -176,6 +186,11 @@ class Shard {
   void Process(Batch& batch, Operation& op, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   void ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
+  // A fence for a Begin decided on the shard thread.
+  absl::StatusOr<uint64_t> NextFence();
+  // Answers a durable_only Get from the last synced state.
+  void ProcessDurableGet(GetOp& op, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);
   void Park(BeginOp op, int64_t next_check_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_mu_);

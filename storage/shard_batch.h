@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
 #include "storage/authority.h"
@@ -45,7 +46,9 @@ class Shard::Batch {
     kInlineReadOnly,     // on a caller's thread, memory reads, no writes
     kInlineMemoryWrite,  // on a caller's thread, memory reads and writes
   };
-  Batch(rocksdb::DB* db, Mode mode) : db_(db), mode_(mode) {
+  // `wal_io_mu`: held shared while writing (see ShardContext); may be null.
+  Batch(rocksdb::DB* db, Mode mode, absl::Mutex* wal_io_mu = nullptr)
+      : db_(db), mode_(mode), wal_io_mu_(wal_io_mu) {
     // An inline batch must never wait for the disk: reads that would need
     // it come back Incomplete and the operation goes to the shard thread.
     if (mode_ != Mode::kShardThread) {
@@ -116,9 +119,24 @@ class Shard::Batch {
 
   absl::Status Commit(rocksdb::WriteOptions options) {
     if (batch_.Count() == 0) return absl::OkStatus();
-    // Inline, a write stall refuses the batch instead of blocking.
+    // Inline, a write stall refuses the batch instead of blocking, and so
+    // does a WAL sync in progress.
     options.no_slowdown = is_inline();
-    rocksdb::Status s = db_->Write(options, &batch_);
+    rocksdb::Status s;
+    if (wal_io_mu_ == nullptr) {
+      s = db_->Write(options, &batch_);
+    } else if (is_inline()) {
+      if (!wal_io_mu_->ReaderTryLock()) {
+        Refuse();
+        return absl::UnavailableError("WAL sync in progress");
+      }
+      s = db_->Write(options, &batch_);
+      wal_io_mu_->ReaderUnlock();
+    } else {
+      absl::ReaderMutexLock io(wal_io_mu_);
+      s = db_->Write(options, &batch_);
+    }
+    write_status_ = s;
     if (s.ok()) return absl::OkStatus();
     if (s.IsIncomplete() && is_inline()) Refuse();
     return absl::UnavailableError(
@@ -135,6 +153,8 @@ class Shard::Batch {
     }
   }
   int write_count() const { return batch_.Count(); }
+  // What RocksDB answered the write (OK before Commit).
+  const rocksdb::Status& write_status() const { return write_status_; }
 
   void RunCompletions(const absl::Status& write_status) {
     RunAll(completions_, write_status);
@@ -156,9 +176,11 @@ class Shard::Batch {
 
   rocksdb::DB* const db_;
   const Mode mode_;
+  absl::Mutex* const wal_io_mu_;
   rocksdb::ReadOptions read_options_;
   bool refused_ = false;
   rocksdb::WriteBatch batch_;
+  rocksdb::Status write_status_;
   std::deque<Write> writes_;
   absl::flat_hash_map<absl::string_view, size_t> latest_;  // into writes_
   Completions completions_;

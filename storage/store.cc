@@ -11,13 +11,16 @@
 #include "absl/synchronization/notification.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "storage/data_dir_check.h"
 #include "storage/db_options.h"
+#include "storage/durable_marker.h"
 #include "storage/fence_allocator.h"
 #include "storage/lease_tracker.h"
 #include "storage/shard.h"
 #include "storage/storage_key.h"
 #include "storage/ttl_compaction_filter.h"
 #include "storage/wal_syncer.h"
+#include "storage/write_health.h"
 
 namespace dedup {
 namespace {
@@ -36,29 +39,44 @@ rocksdb::WriteOptions ShardWriteOptions(Durability durability) {
 
 class RocksStore : public Store {
  public:
-  RocksStore(StoreOptions options, std::unique_ptr<TtlCompactionFilter> filter)
-      : options_(std::move(options)), filter_(std::move(filter)) {}
+  RocksStore(StoreOptions options, std::unique_ptr<TtlCompactionFilter> filter,
+             std::shared_ptr<WriteHealth> health)
+      : options_(std::move(options)),
+        filter_(std::move(filter)),
+        health_(std::move(health)) {}
 
   ~RocksStore() override { (void)Close(); }
 
   absl::Status Init(rocksdb::Options db_options) {
-    absl::StatusOr<std::unique_ptr<rocksdb::DB>> db =
-        OpenRecordDb(db_options, options_.path);
-    if (!db.ok()) return db.status();
-    db_ = *std::move(db);
+    absl::StatusOr<CheckedRecordDb> opened = OpenCheckedRecordDb(
+        db_options, options_.path, options_.verify_data_at_open);
+    if (!opened.ok()) return opened.status();
+    db_ = std::move(opened->db);
+    marker_ = std::move(opened->marker);
     absl::StatusOr<std::unique_ptr<FenceAllocator>> fences =
         FenceAllocator::Open(db_.get());
     if (!fences.ok()) return fences.status();
     fences_ = *std::move(fences);
+    // Without a WAL nothing syncs it, so nothing needs to wait for a sync.
+    absl::Mutex* const wal_io_mu =
+        options_.durability == Durability::kNone ? nullptr : &wal_io_mu_;
+    health_->Start(db_.get(), wal_io_mu);
 
     ShardContext context;
     context.db = db_.get();
     context.fences = fences_.get();
     context.clock = options_.clock;
     if (options_.durability == Durability::kSync) {
-      syncer_ = std::make_unique<WalSyncer>(db_.get(), options_.observer);
+      WalSyncerContext syncer_context;
+      syncer_context.observer = options_.observer;
+      syncer_context.health = health_.get();
+      syncer_context.marker = marker_.get();
+      syncer_context.wal_io_mu = &wal_io_mu_;
+      syncer_ = std::make_unique<WalSyncer>(db_.get(), syncer_context);
     }
     context.syncer = syncer_.get();
+    context.wal_io_mu = wal_io_mu;
+    context.health = health_.get();
     context.write_options = ShardWriteOptions(options_.durability);
     context.max_batch = options_.max_batch;
     context.max_queued = options_.max_queued_per_shard;
@@ -83,6 +101,7 @@ class RocksStore : public Store {
 
   void Begin(std::string ns, std::string key, BeginParams params,
              int64_t wait_ms, StoreCallback<BeginResult> done) override {
+    if (RefusedWhileStopped(done)) return;
     BeginOp op;
     op.skey = EncodeStorageKey(ns, key);
     op.params = std::move(params);
@@ -94,23 +113,27 @@ class RocksStore : public Store {
 
   void Complete(std::string ns, std::string key, CompleteParams params,
                 StoreCallback<FencedDecision> done) override {
+    if (RefusedWhileStopped(done)) return;
     Route(CompleteOp{EncodeStorageKey(ns, key), std::move(params),
                      std::move(done)});
   }
 
   void Release(std::string ns, std::string key, uint64_t fence,
                StoreCallback<FencedDecision> done) override {
+    if (RefusedWhileStopped(done)) return;
     Route(ReleaseOp{EncodeStorageKey(ns, key), fence, std::move(done)});
   }
 
   void Renew(std::string ns, std::string key, uint64_t fence, int64_t lease_ms,
              StoreCallback<FencedDecision> done) override {
+    if (RefusedWhileStopped(done)) return;
     Route(RenewOp{EncodeStorageKey(ns, key), fence, lease_ms, std::move(done)});
   }
 
   void BeginMany(std::vector<BeginCall> calls) override {
     std::vector<std::vector<Operation>> by_shard(shards_.size());
     for (BeginCall& call : calls) {
+      if (RefusedWhileStopped(call.done)) continue;
       BeginOp op;
       op.skey = EncodeStorageKey(call.ns, call.key);
       op.params = std::move(call.params);
@@ -124,6 +147,7 @@ class RocksStore : public Store {
   void CompleteMany(std::vector<CompleteCall> calls) override {
     std::vector<std::vector<Operation>> by_shard(shards_.size());
     for (CompleteCall& call : calls) {
+      if (RefusedWhileStopped(call.done)) continue;
       CompleteOp op{EncodeStorageKey(call.ns, call.key), std::move(call.params),
                     std::move(call.done)};
       by_shard[ShardOf(op.skey)].push_back(std::move(op));
@@ -133,13 +157,24 @@ class RocksStore : public Store {
 
   void Get(std::string ns, std::string key,
            StoreCallback<std::optional<Record>> done) override {
-    Route(GetOp{EncodeStorageKey(ns, key), std::move(done)});
+    GetOp op{EncodeStorageKey(ns, key), std::move(done)};
+    // No sync can happen now: read what the last one made durable. (Without
+    // a syncer reads never wait for one.)
+    op.durable_only = syncer_ != nullptr && health_->rocksdb_error();
+    Route(std::move(op));
   }
 
   void Forget(std::string ns, std::string key,
               StoreCallback<bool> done) override {
+    if (RefusedWhileStopped(done)) return;
     Route(ForgetOp{EncodeStorageKey(ns, key), std::move(done)});
   }
+
+  absl::Status CheckServing() const override {
+    return health_->CheckWritable();
+  }
+
+  absl::Status CheckServingReads() const override { return absl::OkStatus(); }
 
   void DrainWaiters() override {
     for (auto& shard : shards_) shard->Submit(WakeAllOp{});
@@ -147,6 +182,7 @@ class RocksStore : public Store {
 
   absl::Status Close() override {
     if (closed_.exchange(true)) return absl::OkStatus();
+    health_->Stop();                         // no Resume() from here on
     if (seeder_.joinable()) seeder_.join();  // it stops early once closed_
     for (auto& shard : shards_) shard->Stop();
     // After the shards: their last answers wait for it.
@@ -160,18 +196,36 @@ class RocksStore : public Store {
     // Without a WAL the memtables are the only copy of recent writes.
     if (options_.durability == Durability::kNone) {
       status = FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush");
-    } else {
+    } else if (!health_->rocksdb_error()) {
+      // (After a RocksDB error the WAL must not be touched again, and
+      // nothing written since was acknowledged.)
       status = FromRocks(db_->FlushWAL(/*sync=*/true), "sync WAL");
+    }
+    if (status.ok() && !health_->rocksdb_error()) {
+      marker_->Update(CurrentMark());
+      status = marker_->Sync();
     }
     absl::Status close = FromRocks(db_->Close(), "close");
     // The stopped shards stay: they answer late calls with UNAVAILABLE.
     fences_.reset();
     db_.reset();
+    marker_.reset();
     return status.ok() ? close : status;
   }
 
   absl::Status CompactAll() override {
     if (closed_.load()) return absl::UnavailableError("store is closed");
+    {
+      // The flush switches memtables, which writes the WAL buffer out: not
+      // while the syncer syncs (wal_syncer.h). CompactRange below then has
+      // at most what was written since to flush.
+      absl::ReaderMutexLock io(&wal_io_mu_);
+      if (absl::Status s =
+              FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush");
+          !s.ok()) {
+        return s;
+      }
+    }
     rocksdb::CompactRangeOptions options;
     // Bottom-level files are otherwise skipped when nothing overlaps them,
     // and that is exactly where old expired records sit.
@@ -196,6 +250,7 @@ class RocksStore : public Store {
     stats.block_cache_usage_bytes = property("rocksdb.block-cache-usage");
     stats.memtable_bytes = property("rocksdb.cur-size-all-mem-tables");
     stats.expired_dropped = filter_->dropped();
+    health_->AddTo(stats);
     const int64_t now_ms = options_.clock->NowMillis();
     for (auto& shard : shards_) {
       stats.waiting_begins += shard->waiting();
@@ -233,6 +288,26 @@ class RocksStore : public Store {
     for (auto& shard : shards_) shard->FinishSeeding(complete);
   }
 
+  // Answers `done` at once when writes are stopped: true if it did.
+  template <typename T>
+  bool RefusedWhileStopped(StoreCallback<T>& done) {
+    if (!health_->write_stopped()) return false;
+    std::move(done)(health_->CheckWritable());
+    return true;
+  }
+
+  // The durable state as of now, for the marker: call only when every write
+  // so far is synced.
+  DurableMark CurrentMark() {
+    DurableMark mark{db_->GetLatestSequenceNumber()};
+    std::unique_ptr<rocksdb::LogFile> wal;
+    if (db_->GetCurrentWalFile(&wal).ok() && wal != nullptr) {
+      mark.wal_number = wal->LogNumber();
+      mark.wal_bytes = wal->SizeFileBytes();
+    }
+    return mark;
+  }
+
   // From the slot the storage key carries: hashing the key again costs a
   // few percent of a batch's CPU.
   size_t ShardOf(absl::string_view skey) const {
@@ -255,13 +330,34 @@ class RocksStore : public Store {
     const absl::Duration interval =
         absl::Milliseconds(options_.async_sync_interval_ms);
     while (!stop_periodic_sync_.WaitForNotificationWithTimeout(interval)) {
-      (void)db_->SyncWAL();
+      // Never once the WAL failed (wal_syncer.h). The mark is taken alone
+      // with the WAL file, so everything it counts is in the file the fsync
+      // covers; writers go on during the fsync itself.
+      DurableMark mark;
+      {
+        absl::WriterMutexLock io(&wal_io_mu_);
+        if (health_->rocksdb_error()) continue;
+        mark = CurrentMark();
+      }
+      if (health_->rocksdb_error()) continue;
+      const rocksdb::Status s = db_->SyncWAL();
+      if (s.ok()) {
+        marker_->Update(mark);
+      } else {
+        health_->OnWriteFailed(s);
+      }
     }
   }
 
   const StoreOptions options_;
   const std::unique_ptr<TtlCompactionFilter> filter_;
+  // Also a listener of db_ (shared with RocksDB's options).
+  const std::shared_ptr<WriteHealth> health_;
+  // See wal_syncer.h: shared by calls that may write the WAL file,
+  // exclusive while it is synced.
+  absl::Mutex wal_io_mu_;
   std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<DurableMarker> marker_;
   std::unique_ptr<FenceAllocator> fences_;
   std::unique_ptr<WalSyncer> syncer_;  // kSync only
   std::vector<std::unique_ptr<Shard>> shards_;
@@ -288,8 +384,17 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(StoreOptions options) {
   // WalSyncer writes and fsyncs it for everything written meanwhile.
   tuning.manual_wal_flush = options.durability == Durability::kSync;
   rocksdb::Options db_options = RecordDbOptions(tuning);
-  auto store =
-      std::make_unique<RocksStore>(std::move(options), std::move(filter));
+  WriteHealthOptions health_options;
+  health_options.path = options.path;
+  health_options.retry_interval_ms = options.write_retry_interval_ms;
+  health_options.min_free_bytes =
+      options.min_free_disk_bytes < 0
+          ? options.memory_budget_bytes
+          : static_cast<uint64_t>(options.min_free_disk_bytes);
+  auto health = std::make_shared<WriteHealth>(std::move(health_options));
+  WriteHealth::Install(health, db_options);
+  auto store = std::make_unique<RocksStore>(
+      std::move(options), std::move(filter), std::move(health));
   if (absl::Status s = store->Init(std::move(db_options)); !s.ok()) return s;
   return store;
 }

@@ -11,6 +11,13 @@
 // shards wrote meanwhile, and an answer (even a read's) leaves only once what
 // it saw is on disk (wal_syncer.h). Shards go on deciding while it syncs.
 //
+// When the data dir's filesystem runs low or RocksDB cannot write, writes are
+// refused at once with UNAVAILABLE saying why, reads go on, and writes come
+// back by themselves once there is room or RocksDB has resumed
+// (write_health.h). An existing data dir is checked before it is opened, so
+// that a damaged one never starts with acknowledged data missing
+// (data_dir_check.h).
+//
 // Thread safety: every public method may be called from any thread. Callbacks
 // run on a storage thread, after the operation is durable per the mode; they
 // must be quick and must not block (hand work elsewhere if needed).
@@ -84,6 +91,21 @@ struct StoreOptions {
   // them), saving a thread hand-off or two. So callbacks may run before the
   // call returns (in kSync, on the syncer's thread or the caller's).
   bool answer_inline = true;
+  // While RocksDB cannot write (disk full, I/O error), DB::Resume() is tried
+  // this often; writes come back by themselves once it succeeds.
+  int64_t write_retry_interval_ms = 1000;
+  // Writes are refused while the data dir's filesystem has less free space
+  // than this, and come back once it has more: RocksDB then never meets a
+  // full disk, which it handles badly (storage/write_health.h). Room for
+  // the WAL and flushes of every memtable, and for compactions. -1: the
+  // memory budget (the memtables are at most half of it); 0: no check.
+  int64_t min_free_disk_bytes = -1;
+  // Before opening an existing database, every block of every table file is
+  // checked (about 0.1 s per million records here): a damaged file refuses
+  // the start instead of failing the reads that meet it. The cheaper checks
+  // (a data dir that lost acknowledged writes, a missing CURRENT, a table
+  // file that cannot be opened) always run.
+  bool verify_data_at_open = true;
 };
 
 // Answer of a Begin that may have waited. `decision.record` is the record as
@@ -108,6 +130,23 @@ struct StoreStats {
   uint64_t pending_compaction_bytes = 0;
   uint64_t block_cache_usage_bytes = 0;
   uint64_t memtable_bytes = 0;
+  // Writes are refused with UNAVAILABLE (see CheckServing): the data dir's
+  // filesystem is below StoreOptions::min_free_disk_bytes, or RocksDB
+  // cannot write (a full disk after all, an I/O error, a damaged file).
+  // They come back by themselves when there is room again, or once a
+  // retry of DB::Resume() succeeds; reads are still answered meanwhile.
+  bool write_stopped = false;
+  // Background errors RocksDB reported since the store opened (failed WAL
+  // writes or syncs, flushes, compactions, retries), stopping or not.
+  uint64_t background_errors = 0;
+  // Times writes came back after being stopped.
+  uint64_t write_resumes = 0;
+  // While write_stopped: the message writes are refused with (why, and
+  // whether they come back by themselves). Empty otherwise.
+  std::string write_error;
+  // Free space on the data dir's filesystem, as last measured (0 when the
+  // check is off).
+  uint64_t data_dir_free_bytes = 0;
 };
 
 // Error payloads (absl::Status::GetPayload) of a replicated store:
@@ -168,7 +207,11 @@ class Store {
   // background, so opening takes no longer with more records; until the
   // scan is done, Stats() reports inflight_tracking_saturated. Fails with
   // FailedPreconditionError when another process holds the directory's lock,
-  // and with another error when the directory is unusable.
+  // with DataLossError when the directory is damaged or has lost
+  // acknowledged writes (a WAL cut short or deleted, CURRENT missing, a
+  // damaged table file: see storage/data_dir_check.h; the message names the
+  // file and what to do), and with another error when the directory is
+  // unusable. Never starts silently with acknowledged data missing.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(
       StoreOptions options);
 
@@ -221,8 +264,19 @@ class Store {
   // is not the leader answers UNAVAILABLE with the leader's address (see
   // kLeaderAddressPayload). Operations submitted anyway are refused the
   // same way. Any thread.
+  //
+  // A single-node store that cannot write (StoreStats::write_stopped)
+  // answers UNAVAILABLE "storage cannot write: <why>; <whether and when
+  // writes come back>"; its writes submitted anyway are refused the same
+  // way at once.
   [[nodiscard]] virtual absl::Status CheckServing() const {
     return absl::OkStatus();
+  }
+  // Like CheckServing, for calls that only read (Get): a store that cannot
+  // write still answers reads from its durable state, so this stays OK
+  // while CheckServing reports writes stopped.
+  [[nodiscard]] virtual absl::Status CheckServingReads() const {
+    return CheckServing();
   }
 
   // Answers every parked Begin now with its current decision, and from then

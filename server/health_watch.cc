@@ -1,0 +1,39 @@
+#include "server/health_watch.h"
+
+#include <cstdio>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace dedup {
+
+HealthWatch::HealthWatch(const Store* store,
+                         grpc::HealthCheckServiceInterface* health,
+                         absl::Duration interval)
+    : store_(store), health_(health), interval_(interval) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+HealthWatch::~HealthWatch() {
+  stop_.Notify();
+  thread_.join();
+}
+
+void HealthWatch::Run() {
+  bool serving = true;  // what gRPC's health service starts with
+  do {
+    const absl::Status status = store_->CheckServing();
+    if (status.ok() == serving) continue;
+    serving = status.ok();
+    // Sets every service's status, "" included (ignored after Shutdown).
+    health_->SetServingStatus(serving);
+    const std::string line =
+        serving ? std::string("health SERVING: storage writes again")
+                : absl::StrCat("health NOT_SERVING: ", status.message());
+    std::fprintf(stderr, "dedupd: %s\n", line.c_str());
+    std::fflush(stderr);
+  } while (!stop_.WaitForNotificationWithTimeout(interval_));
+}
+
+}  // namespace dedup

@@ -1,0 +1,48 @@
+// Keeps the standard gRPC health status (grpc.health.v1, service "" and
+// dedup.v1.Dedup) in step with whether a single node's store can write:
+// NOT_SERVING while writes are stopped (a nearly full disk, a RocksDB error;
+// storage/write_health.h), SERVING again once they resume by themselves. A
+// load balancer or orchestrator then stops sending writes to a node that can
+// only refuse them, and an alert on the health check fires.
+//
+// Cluster mode does not use it: a follower refuses writes too (it names the
+// leader), and probes must not fail the followers of a healthy group.
+//
+// Thread safety: construct and destroy on one thread; the watch runs on its
+// own thread.
+#ifndef DEDUP_SERVER_HEALTH_WATCH_H_
+#define DEDUP_SERVER_HEALTH_WATCH_H_
+
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+class HealthWatch {
+ public:
+  // Neither pointer is owned; both must outlive this object. Checks
+  // `store->CheckServing()` every `interval` and logs each change.
+  HealthWatch(const Store* store, grpc::HealthCheckServiceInterface* health,
+              absl::Duration interval);
+  // Stops the watch (the status stays as last set).
+  ~HealthWatch();
+  HealthWatch(const HealthWatch&) = delete;
+  HealthWatch& operator=(const HealthWatch&) = delete;
+
+ private:
+  void Run();
+
+  const Store* const store_;
+  grpc::HealthCheckServiceInterface* const health_;
+  const absl::Duration interval_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_HEALTH_WATCH_H_
