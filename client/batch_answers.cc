@@ -1,6 +1,7 @@
 #include "client/batch_answers.h"
 
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "client/dedup_client.h"
 #include "client/outcome_unknown.h"
@@ -22,6 +23,12 @@ absl::Status ItemStatus(const v1::ItemError& error) {
   }
   return absl::Status(static_cast<absl::StatusCode>(error.code()),
                       error.message());
+}
+
+bool IsResultBudgetRefusal(const absl::Status& status) {
+  // storage/store.h ResultBudgetExceeded; see the header.
+  return absl::IsUnavailable(status) &&
+         absl::StrContains(status.message(), "ask for this item again");
 }
 
 absl::Status RenumberItem(const absl::Status& status, int from, int to) {

@@ -26,6 +26,13 @@ struct CompleteBatchItem;
 // An item the server refused, as the status returned for it.
 [[nodiscard]] absl::Status ItemStatus(const v1::ItemError& error);
 
+// True for a BeginBatch item the server refused only because the answer
+// already held its --max_batch_response_bytes of stored results: nothing
+// happened, and the item fits a later, smaller batch. The server marks it
+// by its message alone today (UNAVAILABLE "...; ask for this item again,
+// ..."), so this is the one place that reads it.
+[[nodiscard]] bool IsResultBudgetRefusal(const absl::Status& status);
+
 // Item `from` of a batch that re-sent some items is the caller's item `to`:
 // a message "items[from]..." (the server names items by position in the
 // RPC) becomes "items[to]...". Payloads are kept.

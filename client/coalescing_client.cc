@@ -34,6 +34,10 @@ struct CoalescingClient::BeginTraits {
   static bool SafeToResend(const ItemProto& item) {
     return !item.owner().empty();
   }
+  // The answer spent some of the batch answer's result budget.
+  static bool HoldsResult(const Answer& answer) {
+    return !answer.result().empty();
+  }
   static void Start(v1::Dedup::Stub& stub, grpc::ClientContext* context,
                     const Request* request, Response* response,
                     std::function<void(grpc::Status)> on_done) {
@@ -51,6 +55,7 @@ struct CoalescingClient::CompleteTraits {
   static constexpr const char* kUnary = "Complete";
   // Complete is idempotent for the same fence, outcome and result.
   static bool SafeToResend(const ItemProto&) { return true; }
+  static bool HoldsResult(const Answer&) { return false; }
   static void Start(v1::Dedup::Stub& stub, grpc::ClientContext* context,
                     const Request* request, Response* response,
                     std::function<void(grpc::Status)> on_done) {
@@ -134,7 +139,7 @@ class CoalescingClient::Lane {
     std::unique_ptr<Batch> ready;
     {
       absl::MutexLock lock(&mu_);
-      if (queued_.empty() ||
+      if (queued_.empty() || queued_.back()->sealed ||
           queued_.back()->request.items_size() >= max_items_ ||
           (queued_.back()->bytes > 0 &&
            queued_.back()->bytes + bytes > kMaxBatchBytes)) {
@@ -164,8 +169,12 @@ class CoalescingClient::Lane {
     int attempt = 0;  // RPC attempts of this round.
     int hops = 0;     // Leader redirects in this attempt.
     // Rounds: a batch re-sending items an earlier batch could not settle is
-    // round 1, and so on, up to max_attempts.
+    // round 1, and so on, up to max_attempts. Items re-sent because the
+    // answer's result budget was spent keep their batch's round.
     int round = 0;
+    // Holds such re-sent items only: calls joining it would make it larger
+    // than the answer it is sized to fit.
+    bool sealed = false;
     // Per item: an earlier round's outcome was unknown, so its final error
     // must say so.
     std::vector<bool> was_unknown;
@@ -267,12 +276,41 @@ class CoalescingClient::Lane {
     // Items refused with UNAVAILABLE (nothing happened) or ABORTED (outcome
     // unknown, where re-sending is safe) go again in a batch of their own,
     // which takes over this batch's place in flight.
+    //
+    // Except the Begins refused because the answer already held the
+    // server's --max_batch_response_bytes of stored results: many callers of
+    // one key with a large result would otherwise go again all together
+    // round after round, a few answered each time, until their attempts ran
+    // out. They are not failures. They go again at once (no backoff, no
+    // round spent) in sealed batches of at most as many items as this answer
+    // held results, which is about what fits one answer (results of one key
+    // have one size); items a batch still cannot fit split again the same
+    // way. That always ends: such a re-send is free only when this answer
+    // held a result, so each sealed batch is smaller than the batch it came
+    // from. One that held none (a single result larger than the whole
+    // budget, e.g. stored under a larger --max_result_bytes) spends rounds
+    // like any UNAVAILABLE.
+    int fitted = 0;
+    for (int i = 0; answers.ok() && i < items; ++i) {
+      if ((*answers)[i].ok() && Traits::HoldsResult(*(*answers)[i])) ++fitted;
+    }
     const bool may_resend = batch->round + 1 < max_attempts;
     std::unique_ptr<Batch> again;
+    std::vector<std::unique_ptr<Batch>> refit;
     std::vector<bool> resent(items, false);
     for (int i = 0; answers.ok() && i < items; ++i) {
       if ((*answers)[i].ok()) continue;
       const absl::Status& error = (*answers)[i].status();
+      if (fitted > 0 && IsResultBudgetRefusal(error)) {
+        if (refit.empty() || refit.back()->request.items_size() >= fitted) {
+          refit.push_back(std::make_unique<Batch>());
+          refit.back()->round = batch->round;
+          refit.back()->sealed = true;
+        }
+        MoveItem(*batch, i, *refit.back());
+        resent[i] = true;
+        continue;
+      }
       const bool aborted = absl::IsAborted(error);
       if (aborted) batch->was_unknown[i] = true;
       if (!may_resend ||
@@ -284,10 +322,7 @@ class CoalescingClient::Lane {
         again = std::make_unique<Batch>();
         again->round = batch->round + 1;
       }
-      *again->request.add_items() = batch->request.items(i);
-      again->bytes += batch->request.items(i).ByteSizeLong();
-      again->dones.push_back(std::move(batch->dones[i]));
-      again->was_unknown.push_back(batch->was_unknown[i]);
+      MoveItem(*batch, i, *again);
       resent[i] = true;
     }
     // Answers go out before this batch's place is given up, so calls their
@@ -305,22 +340,39 @@ class CoalescingClient::Lane {
       }
       batch->dones[i](std::move(answer));
     }
-    std::unique_ptr<Batch> next;
+    // The re-fitted batches go first in the queue (their callers waited
+    // longest); `again` keeps this batch's place, else it is given up.
+    std::vector<std::unique_ptr<Batch>> ready;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto it = refit.rbegin(); it != refit.rend(); ++it) {
+        queued_.push_front(std::move(*it));
+      }
+      if (again == nullptr) --in_flight_;
+      while (in_flight_ < max_in_flight_ && !queued_.empty()) {
+        ready.push_back(TakeLocked());
+      }
+    }
     if (again != nullptr) {
       Batch* retry = again.release();
       SendLater(retry,
                 FullJitterBackoff(rpc_.backoff, retry->round - 1,
                                   ThreadLocalUniform01),
                 /*new_attempt=*/true);
-    } else {
-      absl::MutexLock lock(&mu_);
-      --in_flight_;
-      if (!queued_.empty()) next = TakeLocked();
     }
-    if (next != nullptr) Send(next.release());
+    for (std::unique_ptr<Batch>& next : ready) Send(next.release());
     owned.reset();
     // Last: the client may be destroyed after it.
     if (answered > 0) outstanding_.Sub(answered);
+  }
+
+  // Moves item `i` of `from` (whose slot is then left empty) to the end of
+  // `to`.
+  static void MoveItem(Batch& from, int i, Batch& to) {
+    to.bytes += from.request.items(i).ByteSizeLong();
+    to.request.mutable_items()->Add(std::move(*from.request.mutable_items(i)));
+    to.dones.push_back(std::move(from.dones[i]));
+    to.was_unknown.push_back(from.was_unknown[i]);
   }
 
   // Sends every item of `batch` (whose place is taken over) as its own batch.

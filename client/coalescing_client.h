@@ -21,7 +21,11 @@
 // (outcome unknown; a whole batch answered so counts for each item) go again
 // in a batch of their own after backoff (an ABORTED Begin only if it has an
 // owner), up to rpc.max_attempts rounds; an item whose outcome was unknown
-// and is not settled answers ABORTED with IsOutcomeUnknown() true.
+// and is not settled answers ABORTED with IsOutcomeUnknown() true. Begins
+// refused only because the answer already held the server's
+// --max_batch_response_bytes of stored results (IsResultBudgetRefusal) go
+// again at once without spending a round, in batches of at most as many
+// items as that answer held results, for as long as each answer holds some.
 //
 // A batch closes at max_batch_items or 3 MiB of requests. A batch refused
 // with RESOURCE_EXHAUSTED (a message limit on either side, e.g. several

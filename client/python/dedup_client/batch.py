@@ -11,6 +11,7 @@ import grpc
 from dedup_client.errors import DedupRpcError
 
 _Answer = TypeVar("_Answer")
+_Item = TypeVar("_Item")
 
 # ItemError.code is a google.rpc.Code number; grpc.StatusCode values are
 # (number, name) pairs of the same numbering.
@@ -19,6 +20,34 @@ _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 # gRPC's default message limit is 4 MiB on both sides: a batch closes before
 # its requests reach this many bytes.
 MAX_BATCH_BYTES = 3 << 20
+
+
+# What dedupd says of a BeginBatch item it refused only because the answer
+# already held its --max_batch_response_bytes of stored results
+# (storage/store.h ResultBudgetExceeded). The message is the only mark it
+# has today, so is_result_budget_refusal is the one place that reads it.
+_RESULT_BUDGET_MARK = "ask for this item again"
+
+
+def is_result_budget_refusal(error: object) -> bool:
+    """True for an item refused only for the answer's result budget: nothing
+    happened, and it fits a later, smaller batch."""
+    return (isinstance(error, DedupRpcError)
+            and error.code() == grpc.StatusCode.UNAVAILABLE
+            and _RESULT_BUDGET_MARK in error.details())
+
+
+def holds_result(answer: object) -> bool:
+    """True for an answer that spent some of its batch's result budget (a
+    DUPLICATE Begin carrying a stored result)."""
+    return not isinstance(answer, BaseException) and bool(getattr(answer, "result", b""))
+
+
+def refit(items: Sequence[_Item], fitted: int) -> list[list[_Item]]:
+    """Items refused for the result budget of an answer that held `fitted`
+    results, in groups of at most that many: about what one answer fits (a
+    key's results have one size). A group still too large splits again."""
+    return [list(items[i:i + fitted]) for i in range(0, len(items), fitted)]
 
 
 def status_code(number: int) -> grpc.StatusCode:

@@ -54,7 +54,13 @@ import grpc
 
 from dedup_client._proto import dedup_pb2
 from dedup_client.backoff import Backoff
-from dedup_client.batch import item_results, renumber
+from dedup_client.batch import (
+    holds_result,
+    is_result_budget_refusal,
+    item_results,
+    refit,
+    renumber,
+)
 from dedup_client.errors import DedupRpcError, rpc_code, rpc_details
 from dedup_client.outcome import (
     after_unknown,
@@ -372,46 +378,67 @@ class Client:
         """A batch call. Items answered UNAVAILABLE (nothing happened: the
         node stopped leading before proposing them) or ABORTED (outcome
         unknown, where a resend is safe) go again as a smaller batch after
-        the backoff delay."""
+        the backoff delay, as the next attempt.
+
+        Items refused because the answer already held the server's
+        --max_batch_response_bytes of stored results go again at once within
+        the attempt, in groups of at most as many items as that answer held
+        results (batch.refit): not failures, so they spend no attempt. That
+        ends: each group is smaller than the batch it came from, and an
+        answer that held no result (one result larger than the whole budget)
+        makes its refused items ordinary UNAVAILABLEs."""
         results: list[Any] = [None] * len(items)
         unknown = [False] * len(items)  # per item: an earlier outcome unknown
         pending = list(range(len(items)))
+        sent = False  # a first RPC that fails has done nothing: it raises
         for attempt in range(self.max_attempts):
             if attempt > 0:
                 self._sleep(self.retry_delay_s(attempt - 1))
-            request = make_request(items=[items[i] for i in pending])
-            try:
-                response = self._call(
-                    method, request, self.deadline_s, retry_unknown=False
-                )
-                answers = item_results(method, len(pending), response.items)
-            except grpc.RpcError as e:
-                if is_outcome_unknown(e):  # every item's
-                    answers = [DedupRpcError(grpc.StatusCode.ABORTED, rpc_details(e))
-                               for _ in pending]
-                elif attempt == 0:
-                    raise
-                else:  # the resent items keep what their first answer said
-                    for i in pending:
-                        results[i] = (outcome_unknown_error(f"{method} items[{i}]", e)
-                                      if unknown[i] else results[i])
-                    return results
-            retry = []
-            for position, (i, answer) in enumerate(zip(pending, answers)):
-                code = answer.code() if isinstance(answer, DedupRpcError) else None
-                if code == grpc.StatusCode.ABORTED:
-                    unknown[i] = True
-                    if not may_retry_unknown(items[i]):
-                        results[i] = outcome_unknown_error(f"{method} items[{i}]", answer)
+            groups = [pending]
+            retry: list[int] = []
+            while groups:
+                group = groups.pop(0)
+                request = make_request(items=[items[i] for i in group])
+                try:
+                    response = self._call(
+                        method, request, self.deadline_s, retry_unknown=False
+                    )
+                    answers = item_results(method, len(group), response.items)
+                except grpc.RpcError as e:
+                    if is_outcome_unknown(e):  # every item's
+                        answers = [DedupRpcError(grpc.StatusCode.ABORTED, rpc_details(e))
+                                   for _ in group]
+                    elif not sent:
+                        raise
+                    else:  # the resent items keep what their last answer said
+                        for i in group:
+                            if unknown[i]:
+                                results[i] = outcome_unknown_error(
+                                    f"{method} items[{i}]", e)
                         continue
-                elif code is None:
-                    results[i] = after_unknown(items[i], answer) if unknown[i] else answer
-                    continue
-                elif code != grpc.StatusCode.UNAVAILABLE:
+                finally:
+                    sent = True
+                fitted = sum(1 for answer in answers if holds_result(answer))
+                refused = []
+                for position, (i, answer) in enumerate(zip(group, answers)):
+                    code = answer.code() if isinstance(answer, DedupRpcError) else None
+                    if code == grpc.StatusCode.ABORTED:
+                        unknown[i] = True
+                        if not may_retry_unknown(items[i]):
+                            results[i] = outcome_unknown_error(f"{method} items[{i}]", answer)
+                            continue
+                    elif code is None:
+                        results[i] = after_unknown(items[i], answer) if unknown[i] else answer
+                        continue
+                    elif code != grpc.StatusCode.UNAVAILABLE:
+                        results[i] = renumber(answer, position, i)
+                        continue
                     results[i] = renumber(answer, position, i)
-                    continue
-                results[i] = renumber(answer, position, i)
-                retry.append(i)
+                    if fitted and is_result_budget_refusal(answer):
+                        refused.append(i)
+                    else:
+                        retry.append(i)
+                groups[:0] = refit(refused, fitted) if refused else []
             pending = retry
             if not pending:
                 return results

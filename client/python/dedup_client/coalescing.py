@@ -23,6 +23,10 @@ stopped leading, or is shutting down) and items whose outcome is unknown
 that may be resent, see dedup_client.outcome) go again as a batch of their
 own; an item whose outcome is still unknown when the attempts run out (or
 that may not be resent) raises DedupRpcError(ABORTED, outcome_unknown=True).
+Begins refused only because the answer already held the server's
+--max_batch_response_bytes of stored results go again at once, without
+spending an attempt, in batches of at most as many items as that answer held
+results (see _Lane._settle_items).
 Every retry waits its backoff delay on a timer thread, never on a gRPC
 thread. A batch refused with RESOURCE_EXHAUSTED carrying a RetryInfo (a
 tenant over its limits) goes again whole after exactly that delay (capped at
@@ -59,7 +63,14 @@ from typing import Any, Callable, Generic, Optional, Sequence, TypeVar, Union
 import grpc
 
 from dedup_client._proto import dedup_pb2
-from dedup_client.batch import MAX_BATCH_BYTES, as_unary_error, item_results
+from dedup_client.batch import (
+    MAX_BATCH_BYTES,
+    as_unary_error,
+    holds_result,
+    is_result_budget_refusal,
+    item_results,
+    refit,
+)
 from dedup_client.client import Client, is_retryable_rpc_error
 from dedup_client.errors import DedupRpcError, rpc_code, rpc_details
 from dedup_client.outcome import (
@@ -249,7 +260,7 @@ class _Outstanding:
 
 class _Batch:
     __slots__ = ("requests", "futures", "unknown", "size", "address", "deadline",
-                 "hops")
+                 "hops", "attempt", "sealed")
 
     def __init__(self) -> None:
         self.requests: list[Any] = []
@@ -261,6 +272,12 @@ class _Batch:
         self.address = ""  # where the current attempt went
         self.deadline = 0.0  # the current attempt's, time.monotonic()
         self.hops = 0  # redirects followed in the current attempt
+        # The attempt it starts as: 0, or for items re-sent because an
+        # answer's result budget was spent, the attempt that answer came in.
+        self.attempt = 0
+        # Holds only such re-sent items: calls joining it would make it
+        # larger than the answer it is sized to fit.
+        self.sealed = False
 
     def add(self, request: Any, future: Future, unknown: bool = False) -> None:
         self.requests.append(request)
@@ -304,14 +321,14 @@ class _Lane(Generic[_Answer]):
         size = request.ByteSize()
         with self._lock:
             last = self._queue[-1] if self._queue else None
-            if (last is None or len(last.requests) >= self._max_items
+            if (last is None or last.sealed or len(last.requests) >= self._max_items
                     or (last.size > 0 and last.size + size > MAX_BATCH_BYTES)):
                 last = _Batch()
                 self._queue.append(last)
             last.add(request, future)
             last.size += size
             ready = self._take_ready_locked()
-        self._send_all([(batch, 0, False) for batch in ready])
+        self._send_all([(batch, batch.attempt, False) for batch in ready])
         return future
 
     def _send_all(self, batches: list[tuple[_Batch, int, bool]]) -> None:
@@ -438,14 +455,31 @@ class _Lane(Generic[_Answer]):
         """Answers each caller. Items answered UNAVAILABLE (the node stopped
         leading before proposing them) or ABORTED (outcome unknown, where a
         resend is safe) go again as one batch after the backoff delay, in
-        this batch's slot (True: the slot is kept)."""
+        this batch's slot (True: the slot is kept).
+
+        Except Begins refused because the answer already held the server's
+        --max_batch_response_bytes of stored results: many callers of one
+        key with a large result would otherwise go again all together, a
+        few answered each time, until their attempts ran out. They are not
+        failures: they go first in the queue (no backoff, no attempt spent)
+        in sealed batches of at most as many items as this answer held
+        results, about what fits one answer; items such a batch still cannot
+        fit split again the same way. That ends: a re-send is free only when
+        the answer held a result, so each sealed batch is smaller than the
+        batch it came from. One that held none (a single result larger than
+        the whole budget, e.g. stored under a larger --max_result_bytes)
+        spends attempts like any UNAVAILABLE."""
         retry = _Batch()
+        refused: list[tuple[Any, Future, bool]] = []
+        fitted = sum(1 for result in results if holds_result(result))
         last_try = attempt + 1 >= self._client.max_attempts
         for index, (request, future, unknown, result) in enumerate(
                 zip(batch.requests, batch.futures, batch.unknown, results)):
             code = result.code() if isinstance(result, DedupRpcError) else None
             if code is None:
                 _settle(future, result=result)
+            elif fitted and is_result_budget_refusal(result):
+                refused.append((request, future, unknown))
             elif code == grpc.StatusCode.ABORTED:
                 if may_retry_unknown(request) and not last_try:
                     retry.add(request, future, unknown=True)
@@ -457,10 +491,30 @@ class _Lane(Generic[_Answer]):
                 _settle(future, error=outcome_unknown_error(self._unary, result))
             else:
                 _settle(future, error=as_unary_error(result, index))
+        if refused:
+            self._queue_first(refit(refused, fitted), attempt)
         if not retry.requests:
             return False
         self._retry_later(retry, attempt)
         return True
+
+    def _queue_first(self, groups: list[list[tuple[Any, Future, bool]]],
+                     attempt: int) -> None:
+        """Queues each group of (request, future, unknown) as a sealed batch
+        starting at `attempt`, ahead of the calls made since (they waited
+        longer), and sends what a free slot allows."""
+        batches = []
+        for group in groups:
+            batch = _Batch()
+            batch.attempt = attempt
+            batch.sealed = True
+            for request, future, unknown in group:
+                batch.add(request, future, unknown)
+            batches.append(batch)
+        with self._lock:
+            self._queue.extendleft(reversed(batches))
+            ready = self._take_ready_locked()
+        self._send_all([(batch, batch.attempt, False) for batch in ready])
 
     def _send_alone(self, batch: _Batch) -> None:
         """Each item as a batch of its own, as its unary call would have gone
@@ -487,7 +541,7 @@ class _Lane(Generic[_Answer]):
         with self._lock:
             self._in_flight -= 1
             ready = self._take_ready_locked()
-        self._send_all([(batch, 0, False) for batch in ready])
+        self._send_all([(batch, batch.attempt, False) for batch in ready])
 
 
 def _own_copy(error: BaseException) -> BaseException:

@@ -9,6 +9,14 @@ not given: it gets a channel too), and to the next given address when a node
 answers UNAVAILABLE without it or cannot be reached. A single node is the
 case of one address.
 
+Every channel the Router opens is watched (channel.subscribe with
+try_to_connect) until close(). Measured with grpcio 1.51 after a server was
+SIGKILLed and restarted on the same port while calls failed fast: unwatched,
+the first call got through about 4.7 s after the server listened again (7-9 s
+after a 3 s outage); watched, 0.7 s (2.2 s), as the channel then keeps
+connecting on gRPC's own reconnect backoff (1 s, growing 1.6x) instead of
+waiting. See tests/python/integration/test_reconnect.py.
+
 Thread-safe: shared by every thread of a Client and its CoalescingClient.
 """
 
@@ -43,6 +51,11 @@ def trailing_value(error: BaseException, key: str) -> Optional[str]:
         if name == key:
             return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     return None
+
+
+def _keep_connecting(_: grpc.ChannelConnectivity) -> None:
+    """The subscriber of every channel a Router opens: being subscribed is
+    what counts (see the module docstring), not the states reported."""
 
 
 def leader_hint(error: BaseException) -> Optional[str]:
@@ -108,6 +121,10 @@ class Router:
                 channel = factory(address)
                 self._channels[address] = channel
                 self._owned.add(address)
+                # Connects now, and keeps reconnecting while the server is
+                # away (see the module docstring); grpcio runs one polling
+                # thread per subscribed channel.
+                channel.subscribe(_keep_connecting, try_to_connect=True)
             if self._interceptor is not None:  # closing `channel` closes this
                 channel = grpc.intercept_channel(channel, self._interceptor)
             stub = dedup_pb2_grpc.DedupStub(channel)
@@ -151,4 +168,5 @@ class Router:
             self._closed = True
             owned = [self._channels[a] for a in self._owned]
         for channel in owned:
+            channel.unsubscribe(_keep_connecting)
             channel.close()

@@ -40,19 +40,22 @@ class Dedupd:
 
     def __init__(
         self, start_timeout_s: float = 20.0, *, metrics: bool = False,
-        args: Sequence[str] = (),
+        args: Sequence[str] = (), port: int = 0, data_dir: Optional[str] = None,
     ) -> None:
-        """args: extra flags (e.g. --tenants_file=...)."""
+        """args: extra flags (e.g. --tenants_file=...). port and data_dir:
+        those of an earlier server (e.g. one kill()ed) to start again, which
+        must not be stop()ped before this one (stop() removes its dir)."""
         binary = os.environ.get("DEDUPD")
         if not binary:
             raise RuntimeError("set DEDUPD to the dedupd binary")
         self._tmp = tempfile.TemporaryDirectory(prefix="dedup-py-")
         self.log_path = Path(self._tmp.name) / "dedupd.log"
+        self.data_dir = data_dir or f"{self._tmp.name}/data"
         self._log = open(self.log_path, "wb")
         self.process: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
-            _die_with_parent([binary, "--address=127.0.0.1:0",
+            _die_with_parent([binary, f"--address=127.0.0.1:{port}",
                               "--metrics_address=" + ("127.0.0.1:0" if metrics else ""),
-                              f"--data_dir={self._tmp.name}/data", "--durability=none",
+                              f"--data_dir={self.data_dir}", "--durability=none",
                               *args]),
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
@@ -93,6 +96,14 @@ class Dedupd:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        """SIGKILL and wait: a crash. The data dir stays, for a restart;
+        stop() still cleans up."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+            self.process = None
 
     def stop(self) -> int:
         """SIGTERM, wait (SIGKILL after 30 s); returns the exit code."""
