@@ -84,6 +84,14 @@ Authorizer::Authorizer(std::string path,
   for (int i = 0; i < kRefusalCount; ++i) {
     refusals_[i] = &refusals.Add({{"reason", kRefusalNames[i]}});
   }
+  limited_ = &prometheus::BuildCounter()
+                  .Name("dedup_tenant_limited_total")
+                  .Help(
+                      "Requests refused RESOURCE_EXHAUSTED because their "
+                      "tenant was over a limit of the tenants file, by "
+                      "tenant and limit (rps, inflight; batch items count "
+                      "one each)")
+                  .Register(*registry);
   auto& reloads = prometheus::BuildCounter()
                       .Name("dedup_tenants_reloads_total")
                       .Help(
@@ -212,7 +220,17 @@ absl::Status Authorizer::AllowNamespace(const Caller& caller,
 absl::StatusOr<std::shared_ptr<void>> Authorizer::Admit(const Caller& caller,
                                                         int requests) const {
   if (caller.tenant() == nullptr) return nullptr;
-  return limiter_.Admit(*caller.tenant(), requests);
+  absl::StatusOr<std::shared_ptr<void>> admitted =
+      limiter_.Admit(*caller.tenant(), requests);
+  if (!admitted.ok()) {
+    const auto limit = admitted.status().GetPayload(kLimitPayload);
+    // Tenant names come from the operator's file: a bounded label set.
+    limited_
+        ->Add({{"tenant", caller.tenant()->name},
+               {"limit", limit.has_value() ? std::string(*limit) : "other"}})
+        .Increment(requests);
+  }
+  return admitted;
 }
 
 absl::Status Authorizer::Reload() {

@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server_context.h"
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "server/tenant_limiter.h"
@@ -124,6 +125,7 @@ class Authorizer {
   mutable TenantLimiter limiter_{RealClock()};
 
   std::array<prometheus::Counter*, kRefusalCount> refusals_{};
+  prometheus::Family<prometheus::Counter>* limited_ = nullptr;
   prometheus::Counter* reloads_ok_ = nullptr;
   prometheus::Counter* reloads_failed_ = nullptr;
   prometheus::Gauge* tenants_ = nullptr;

@@ -13,12 +13,13 @@ namespace {
 // wait, then try again.
 constexpr int64_t kInflightRetryMs = 50;
 
-absl::Status OverLimit(const Tenant& tenant, absl::string_view what,
-                       int64_t retry_ms) {
+absl::Status OverLimit(const Tenant& tenant, absl::string_view limit,
+                       absl::string_view what, int64_t retry_ms) {
   absl::Status status = absl::ResourceExhaustedError(
       absl::StrCat("tenant \"", tenant.name, "\" is over its limit of ", what,
                    "; retry in ", retry_ms, " ms"));
   status.SetPayload(kRetryDelayPayload, absl::Cord(absl::StrCat(retry_ms)));
+  status.SetPayload(kLimitPayload, absl::Cord(limit));
   return status;
 }
 
@@ -40,7 +41,7 @@ absl::StatusOr<std::shared_ptr<void>> TenantLimiter::Admit(const Tenant& tenant,
   {
     absl::MutexLock lock(&state->mu);
     if (limits.inflight > 0 && state->inflight >= limits.inflight) {
-      return OverLimit(tenant,
+      return OverLimit(tenant, "inflight",
                        absl::StrCat(limits.inflight, " calls in flight"),
                        kInflightRetryMs);
     }
@@ -61,7 +62,7 @@ absl::StatusOr<std::shared_ptr<void>> TenantLimiter::Admit(const Tenant& tenant,
       if (state->tokens < requests) {
         const int64_t wait_ms = static_cast<int64_t>(
             std::ceil((requests - state->tokens) * 1000.0 / limits.rps));
-        return OverLimit(tenant,
+        return OverLimit(tenant, "rps",
                          absl::StrCat(limits.rps, " requests per second"),
                          std::max<int64_t>(wait_ms, 1));
       }

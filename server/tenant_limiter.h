@@ -23,6 +23,9 @@ namespace dedup {
 // Payload of a RESOURCE_EXHAUSTED refusal: the retry delay in decimal
 // milliseconds; ToGrpcStatus turns it into a RetryInfo.
 inline constexpr absl::string_view kRetryDelayPayload = "dedup.retry_delay_ms";
+// Payload of the same refusal: which limit, "rps" or "inflight" (a metric
+// label).
+inline constexpr absl::string_view kLimitPayload = "dedup.limit";
 
 // Thread-safe. State is kept per tenant name, so a reload that changes a
 // tenant's limits keeps its bucket and in-flight count.

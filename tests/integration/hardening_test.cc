@@ -49,23 +49,6 @@ int OpenDescriptors(pid_t pid) {
   return n;
 }
 
-// Peak resident memory of `pid` (VmHWM), MiB.
-int64_t PeakRssMib(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (absl::StartsWith(line, "VmHWM:")) {
-      std::vector<std::string> parts =
-          absl::StrSplit(line, ' ', absl::SkipEmpty());
-      int64_t kib = 0;
-      if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) {
-        return kib / 1024;
-      }
-    }
-  }
-  return -1;
-}
-
 double Metric(const ServerProcess& server, const std::string& series) {
   absl::StatusOr<std::string> page = HttpGet(server.metrics_port(), "/metrics");
   if (!page.ok()) return -1;

@@ -1,8 +1,13 @@
 #include "tests/integration/integration_util.h"
 
+#include <fstream>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace dedup::v1 {
 
@@ -46,6 +51,21 @@ int64_t NowMs() {
 
 void SleepMs(int64_t ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+int64_t PeakRssMib(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!absl::StartsWith(line, "VmHWM:")) continue;
+    std::vector<std::string> parts =
+        absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t kib = 0;
+    if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) {
+      return kib / 1024;
+    }
+  }
+  return -1;
 }
 
 std::string TestKey(absl::string_view suffix) {

@@ -35,6 +35,9 @@ namespace dedup::testing {
 [[nodiscard]] int64_t NowMs();
 void SleepMs(int64_t ms);
 
+// Peak resident memory of process `pid` (VmHWM), MiB; -1 if unknown.
+[[nodiscard]] int64_t PeakRssMib(pid_t pid);
+
 // "<TestName>/<suffix>": keys that never collide between tests sharing a
 // server.
 [[nodiscard]] std::string TestKey(absl::string_view suffix);
