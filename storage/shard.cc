@@ -22,9 +22,10 @@ void Fail(Op& op, const absl::Status& status) {
 
 }  // namespace
 
-Shard::Shard(const ShardContext& context)
+Shard::Shard(const ShardContext& context, NamespaceBytes* stored_bytes)
     : context_(context),
       leases_(context.max_tracked_inflight),
+      stored_bytes_(stored_bytes),
       thread_([this] { Run(); }) {
   leases_.BeginSeeding();  // before anything is submitted
 }
@@ -161,6 +162,33 @@ Op ProbeOf(const Op& op, std::optional<absl::StatusOr<T>>* answer) {
 
 }  // namespace
 
+// Defined before its use below: clang instantiates a member template only
+// where its definition is visible.
+template <typename Op>
+WalSyncer::Release Shard::AnswerInline(Op& op) {
+  using T = typename AnswerOf<Op>::type;
+  if constexpr (std::is_same_v<Op, BeginOp>) {
+    if (op.wait_deadline_ms != 0) return nullptr;  // it may have to park
+  }
+  std::optional<absl::StatusOr<T>> answer;
+  Operation probe(ProbeOf(op, &answer));
+  Batch batch(context_.db,
+              context_.inline_writes ? Batch::Mode::kInlineMemoryWrite
+                                     : Batch::Mode::kInlineReadOnly,
+              context_.wal_io_mu);
+  const int64_t now_ms = context_.clock->NowMillis();
+  Process(batch, probe, now_ms);
+  if (batch.refused()) return nullptr;
+  const absl::Status committed = Commit(batch, now_ms);
+  if (batch.refused()) return nullptr;
+  batch.RunCompletions(committed);
+  if (!answer.has_value()) return nullptr;  // cannot happen: Process answers
+  return [done = std::move(op.done),
+          answer = *std::move(answer)](const absl::Status& synced) mutable {
+    DeliverUnlessFailed(std::move(done), std::move(answer), synced);
+  };
+}
+
 bool Shard::TryAnswerInline(Operation& operation) {
   if (std::holds_alternative<WakeAllOp>(operation)) return false;
   if (const auto* get = std::get_if<GetOp>(&operation);
@@ -214,31 +242,6 @@ void Shard::WhenDurable(WalSyncer::Release release) {
     // pending.
     context_.syncer->AfterSync(std::move(release));
   }
-}
-
-template <typename Op>
-WalSyncer::Release Shard::AnswerInline(Op& op) {
-  using T = typename AnswerOf<Op>::type;
-  if constexpr (std::is_same_v<Op, BeginOp>) {
-    if (op.wait_deadline_ms != 0) return nullptr;  // it may have to park
-  }
-  std::optional<absl::StatusOr<T>> answer;
-  Operation probe(ProbeOf(op, &answer));
-  Batch batch(context_.db,
-              context_.inline_writes ? Batch::Mode::kInlineMemoryWrite
-                                     : Batch::Mode::kInlineReadOnly,
-              context_.wal_io_mu);
-  const int64_t now_ms = context_.clock->NowMillis();
-  Process(batch, probe, now_ms);
-  if (batch.refused()) return nullptr;
-  const absl::Status committed = Commit(batch, now_ms);
-  if (batch.refused()) return nullptr;
-  batch.RunCompletions(committed);
-  if (!answer.has_value()) return nullptr;  // cannot happen: Process answers
-  return [done = std::move(op.done),
-          answer = *std::move(answer)](const absl::Status& synced) mutable {
-    DeliverUnlessFailed(std::move(done), std::move(answer), synced);
-  };
 }
 
 absl::Status Shard::Commit(Batch& batch, int64_t now_ms) {
@@ -301,6 +304,12 @@ void Shard::UpdateInflight(Batch& batch, int64_t now_ms) {
         writes.emplace_back(skey, value);
       });
   leases_.OnWrites(writes, now_ms);
+  if (stored_bytes_ != nullptr) {
+    batch.ForEachStoredBytesChange(
+        [this](absl::string_view skey, int64_t delta) {
+          stored_bytes_->AddRecord(skey, delta);
+        });
+  }
 }
 
 void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
