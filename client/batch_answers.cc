@@ -1,5 +1,7 @@
 #include "client/batch_answers.h"
 
+#include <optional>
+
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
@@ -21,14 +23,23 @@ absl::Status ItemStatus(const v1::ItemError& error) {
     return absl::UnknownError(
         absl::StrCat("item error code ", error.code(), ": ", error.message()));
   }
-  return absl::Status(static_cast<absl::StatusCode>(error.code()),
+  absl::Status status(static_cast<absl::StatusCode>(error.code()),
                       error.message());
+  if (!error.reason().empty()) {
+    status.SetPayload(kItemErrorReasonPayload, absl::Cord(error.reason()));
+  }
+  return status;
 }
 
 bool IsResultBudgetRefusal(const absl::Status& status) {
-  // storage/store.h ResultBudgetExceeded; see the header.
-  return absl::IsUnavailable(status) &&
-         absl::StrContains(status.message(), "ask for this item again");
+  // Only UNAVAILABLE says that nothing happened.
+  if (!absl::IsUnavailable(status)) return false;
+  if (absl::optional<absl::Cord> reason =
+          status.GetPayload(kItemErrorReasonPayload)) {
+    return *reason == "RESULT_BUDGET";
+  }
+  // An older server: storage/store.h ResultBudgetExceeded's message.
+  return absl::StrContains(status.message(), "ask for this item again");
 }
 
 absl::Status RenumberItem(const absl::Status& status, int from, int to) {

@@ -23,14 +23,22 @@ struct CompleteBatchItem;
 // canonical numbering.
 [[nodiscard]] absl::Status ToAbslStatus(const grpc::Status& status);
 
-// An item the server refused, as the status returned for it.
+// The payload (type URL) under which ItemStatus keeps a non-empty
+// ItemError.reason, e.g. "RESULT_BUDGET".
+inline constexpr char kItemErrorReasonPayload[] = "dedup.v1.ItemError.reason";
+
+// An item the server refused, as the status returned for it; its reason, if
+// any, as the payload kItemErrorReasonPayload.
 [[nodiscard]] absl::Status ItemStatus(const v1::ItemError& error);
 
 // True for a BeginBatch item the server refused only because the answer
 // already held its --max_batch_response_bytes of stored results: nothing
-// happened, and the item fits a later, smaller batch. The server marks it
-// by its message alone today (UNAVAILABLE "...; ask for this item again,
-// ..."), so this is the one place that reads it.
+// happened, and the item fits a later, smaller batch. The server says so
+// with code UNAVAILABLE and ItemError.reason "RESULT_BUDGET" (the payload
+// ItemStatus keeps); a status with another reason is not one. Servers older
+// than that field leave it empty and say it only in the message ("...; ask
+// for this item again, ..."), which is read then. The one place that
+// decides.
 [[nodiscard]] bool IsResultBudgetRefusal(const absl::Status& status);
 
 // Item `from` of a batch that re-sent some items is the caller's item `to`:

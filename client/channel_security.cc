@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "client/reconnect_backoff.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -115,6 +116,7 @@ ChannelFactory SecureChannelFactory(ChannelSecurity security) {
           server_name = security.server_name](const std::string& address) {
     grpc::ChannelArguments args;
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
+    SetReconnectBackoff(args);
     if (header == nullptr) {
       return grpc::CreateCustomChannel(address, credentials, args);
     }

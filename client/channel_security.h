@@ -45,7 +45,8 @@ struct ChannelSecurity {
     const std::string& ca_file, const std::string& cert_file,
     const std::string& key_file, const std::string& token_file);
 
-// Opens channels with `security`. Thread-safe; the factory may be copied.
+// Opens channels with `security` and the short reconnect backoff of
+// client/reconnect_backoff.h. Thread-safe; the factory may be copied.
 [[nodiscard]] ChannelFactory SecureChannelFactory(ChannelSecurity security);
 
 }  // namespace dedup

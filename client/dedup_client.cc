@@ -1,6 +1,7 @@
 #include "client/dedup_client.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -58,14 +59,29 @@ absl::StatusOr<Response> Call(
 // A batch call settled item by item: the items refused with UNAVAILABLE or
 // ABORTED (outcome unknown; a whole RPC answered so counts for each item) go
 // again alone, after backoff, up to max_attempts rounds; an ABORTED one only
-// when `resendable`. Fails as a whole only when the first round's RPC does
-// (other than with an unknown outcome): then nothing was done for any item.
+// when `resendable`. Fails as a whole only when its first RPC does (other
+// than with an unknown outcome): then nothing was done for any item; a later
+// RPC's failure becomes each of its items' answer.
+//
+// Except the items refused because the answer already held the server's
+// --max_batch_response_bytes of stored results (IsResultBudgetRefusal): a
+// batch of many Begins of one key with a large result would otherwise go
+// again all together round after round, a few answered each time, until
+// the rounds ran out. They are not failures. They go again at once within
+// the round (no backoff, no round spent), one RPC after another, in groups
+// of at most as many items as that answer held results (`holds_result`),
+// which is about what fits one answer (a key's results have one size); a
+// group still too large splits again the same way. That ends: a re-send is
+// free only when the answer held a result, so each group is smaller than
+// the RPC it came from. An answer that held none (one result larger than
+// the whole budget, e.g. stored under a larger --max_result_bytes) makes
+// its refused items ordinary UNAVAILABLEs.
 template <typename Answer, typename Request, typename Response,
-          typename Resendable>
+          typename Resendable, typename HoldsResult>
 absl::StatusOr<std::vector<absl::StatusOr<Answer>>> BatchCall(
     absl::string_view name, LeaderRouter& router, const ClientOptions& options,
     RpcMethod<Request, Response> method, const Request& request,
-    Resendable resendable) {
+    Resendable resendable, HoldsResult holds_result) {
   const int n = request.items_size();
   std::vector<absl::StatusOr<Answer>> results(n,
                                               absl::InternalError("no answer"));
@@ -73,53 +89,77 @@ absl::StatusOr<std::vector<absl::StatusOr<Answer>>> BatchCall(
   std::vector<int> pending(n);
   for (int i = 0; i < n; ++i) pending[i] = i;
   auto item_name = [&](int i) { return absl::StrCat(name, " items[", i, "]"); };
+  bool sent = false;  // an RPC was answered or failed
 
   const int rounds = std::max(options.max_attempts, 1);
   for (int round = 0;; ++round) {
-    Request resent;
-    if (round > 0) {
-      for (int i : pending) *resent.add_items() = request.items(i);
-    }
-    Response response;
-    // Unknown outcomes are retried here, per item: only the items for which
-    // that is safe.
-    const CallOutcome outcome =
-        Send(router, options, method, round == 0 ? request : resent,
-             absl::ZeroDuration(), /*retry_unknown=*/false, &response);
-    absl::StatusOr<std::vector<absl::StatusOr<Answer>>> answers;
-    if (outcome.outcome_unknown) {
-      answers = std::vector<absl::StatusOr<Answer>>(
-          pending.size(), absl::AbortedError(outcome.status.error_message()));
-    } else {
-      answers = FromBatchResponse<Answer>(
-          name, static_cast<int>(pending.size()),
-          Conclude(name, outcome, std::move(response)));
-    }
-    if (!answers.ok()) {
-      if (round == 0) return answers.status();
-      for (int i : pending) {
-        results[i] =
-            SettledItemError(item_name(i), was_unknown[i], answers.status());
-      }
-      return results;
-    }
-
     std::vector<int> again;
-    for (size_t j = 0; j < pending.size(); ++j) {
-      const int i = pending[j];
-      absl::StatusOr<Answer>& answer = (*answers)[j];
-      if (answer.ok()) {
-        results[i] = std::move(answer);
+    // The RPCs of this round: `pending`, then the groups refused for the
+    // result budget, first in first out.
+    std::deque<std::vector<int>> groups = {std::move(pending)};
+    while (!groups.empty()) {
+      const std::vector<int> group = std::move(groups.front());
+      groups.pop_front();
+      // The first RPC sends the caller's request as built (all its items).
+      const bool whole = round == 0 && group.size() == static_cast<size_t>(n);
+      Request subset;
+      if (!whole) {
+        for (int i : group) *subset.add_items() = request.items(i);
+      }
+      Response response;
+      // Unknown outcomes are retried here, per item: only the items for
+      // which that is safe.
+      const CallOutcome outcome =
+          Send(router, options, method, whole ? request : subset,
+               absl::ZeroDuration(), /*retry_unknown=*/false, &response);
+      absl::StatusOr<std::vector<absl::StatusOr<Answer>>> answers;
+      if (outcome.outcome_unknown) {
+        answers = std::vector<absl::StatusOr<Answer>>(
+            group.size(), absl::AbortedError(outcome.status.error_message()));
+      } else {
+        answers = FromBatchResponse<Answer>(
+            name, static_cast<int>(group.size()),
+            Conclude(name, outcome, std::move(response)));
+      }
+      if (!answers.ok()) {
+        if (!sent) return answers.status();
+        for (int i : group) {
+          results[i] =
+              SettledItemError(item_name(i), was_unknown[i], answers.status());
+        }
         continue;
       }
-      const absl::Status error =
-          RenumberItem(answer.status(), static_cast<int>(j), i);
-      results[i] = error;
-      if (absl::IsAborted(error)) {
-        was_unknown[i] = true;
-        if (resendable(request.items(i))) again.push_back(i);
-      } else if (absl::IsUnavailable(error)) {
-        again.push_back(i);
+      sent = true;
+
+      size_t fitted = 0;
+      for (const absl::StatusOr<Answer>& answer : *answers) {
+        if (answer.ok() && holds_result(*answer)) ++fitted;
+      }
+      std::vector<int> refused;
+      for (size_t j = 0; j < group.size(); ++j) {
+        const int i = group[j];
+        absl::StatusOr<Answer>& answer = (*answers)[j];
+        if (answer.ok()) {
+          results[i] = std::move(answer);
+          continue;
+        }
+        const absl::Status error =
+            RenumberItem(answer.status(), static_cast<int>(j), i);
+        results[i] = error;
+        if (fitted > 0 && IsResultBudgetRefusal(error)) {
+          refused.push_back(i);
+        } else if (absl::IsAborted(error)) {
+          was_unknown[i] = true;
+          if (resendable(request.items(i))) again.push_back(i);
+        } else if (absl::IsUnavailable(error)) {
+          again.push_back(i);
+        }
+      }
+      // Before the other groups: their items waited longer.
+      for (size_t k = refused.size(); k > 0;) {
+        const size_t begin = (k - 1) / fitted * fitted;
+        groups.emplace_front(refused.begin() + begin, refused.begin() + k);
+        k = begin;
       }
     }
     const bool last_round = round + 1 >= rounds;
@@ -250,7 +290,8 @@ absl::StatusOr<BeginBatchResults> Client::BeginBatch(
   // owner across retries. No extra deadline: batch items never wait.
   return BatchCall<v1::BeginResponse>(
       "BeginBatch", *router_, options_, &Stub::BeginBatch, request,
-      [](const v1::BeginRequest& item) { return !item.owner().empty(); });
+      [](const v1::BeginRequest& item) { return !item.owner().empty(); },
+      [](const v1::BeginResponse& answer) { return !answer.result().empty(); });
 }
 
 absl::StatusOr<CompleteBatchResults> Client::CompleteBatch(
@@ -262,7 +303,8 @@ absl::StatusOr<CompleteBatchResults> Client::CompleteBatch(
   }
   return BatchCall<v1::CompleteResponse>(
       "CompleteBatch", *router_, options_, &Stub::CompleteBatch, request,
-      [](const v1::CompleteRequest&) { return true; });
+      [](const v1::CompleteRequest&) { return true; },
+      [](const v1::CompleteResponse&) { return false; });
 }
 
 }  // namespace dedup

@@ -61,7 +61,10 @@ struct ClientOptions {
   // Opens the channel to a leader the client learns of (and, for the address
   // constructors, to every address). Empty: insecure channels. Set it when
   // the channel constructor is used with credentials. For TLS, mTLS and a
-  // bearer token: SecureChannelFactory (client/channel_security.h).
+  // bearer token: SecureChannelFactory (client/channel_security.h). The
+  // channels of both reconnect on a short backoff (up to 1 s apart, see
+  // client/reconnect_backoff.h); a factory of your own may call
+  // SetReconnectBackoff for the same.
   ChannelFactory channel_factory;
 };
 
@@ -122,8 +125,10 @@ class Client {
   // The nodes of a group (any of them; tried in this order until one answers
   // or names the leader). Every call fails INVALID_ARGUMENT when empty.
   explicit Client(std::vector<std::string> targets, ClientOptions options = {});
-  // Uses an existing channel (any credentials); the channel is shared.
-  // Leaders learnt from it are reached through options.channel_factory.
+  // Uses an existing channel (any credentials); the channel is shared and
+  // used as it is: not watched, so after a server restart it may reconnect
+  // seconds late (client/channel_watch.h says why). Leaders learnt from it
+  // are reached through options.channel_factory.
   explicit Client(std::shared_ptr<grpc::Channel> channel,
                   ClientOptions options = {});
   ~Client();
@@ -171,6 +176,13 @@ class Client {
   // backoff, up to max_attempts rounds; an ABORTED Begin only if it has an
   // owner. An item whose outcome was unknown and is not settled answers
   // ABORTED with IsOutcomeUnknown() true, whatever its last round said.
+  //
+  // Items refused only because the answer already held the server's
+  // --max_batch_response_bytes of stored results (IsResultBudgetRefusal,
+  // client/batch_answers.h) go again at once, without spending a round, in
+  // RPCs of at most as many items as that answer held results, for as long
+  // as each answer holds some. So one call may make several RPCs even when
+  // nothing fails; its first RPC failing still fails the whole call.
   [[nodiscard]] absl::StatusOr<BeginBatchResults> BeginBatch(
       const std::vector<BeginBatchItem>& items) const;
 

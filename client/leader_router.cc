@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "client/reconnect_backoff.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 
 namespace dedup {
 namespace {
@@ -21,7 +23,10 @@ std::shared_ptr<const Endpoint> MakeEndpoint(
 ChannelFactory OrInsecure(ChannelFactory factory) {
   if (factory) return factory;
   return [](const std::string& address) {
-    return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    grpc::ChannelArguments args;
+    SetReconnectBackoff(args);
+    return grpc::CreateCustomChannel(address,
+                                     grpc::InsecureChannelCredentials(), args);
   };
 }
 
@@ -89,7 +94,10 @@ std::shared_ptr<const Endpoint> LeaderRouter::EndpointFor(
 std::shared_ptr<const Endpoint> LeaderRouter::EndpointForLocked(
     const std::string& address) {
   auto& slot = endpoints_[address];
-  if (slot == nullptr) slot = MakeEndpoint(address, factory_(address));
+  if (slot == nullptr) {
+    slot = MakeEndpoint(address, factory_(address));
+    watch_.Watch(slot->channel);
+  }
   return slot;
 }
 

@@ -3,7 +3,9 @@
 //
 // The router holds the configured addresses and a cache of channels (one per
 // address ever used, including leader addresses learnt from "dedup-leader"
-// trailers that were not configured). Calls go to the current endpoint; a
+// trailers that were not configured). The channels it opens connect at once
+// and keep reconnecting while their server is away (ChannelWatch, one thread
+// per router). Calls go to the current endpoint; a
 // caller moves it with FollowLeader (a follower named the leader) or Advance
 // (the endpoint failed or knows no leader). The current endpoint is shared by
 // every call, so a leader found once is remembered for later calls.
@@ -23,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "client/channel_watch.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -79,6 +82,10 @@ class LeaderRouter {
 
   const std::vector<std::string> addresses_;
   const ChannelFactory factory_;
+  // Keeps the channels opened here reconnecting (not a caller's channel).
+  // Declared before endpoints_: destroyed after the channels, which ends
+  // their watches at once.
+  ChannelWatch watch_;
   // The caller's channel, for the channel constructor; else nullptr.
   const std::shared_ptr<const Endpoint> initial_;
 

@@ -22,19 +22,25 @@ _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 MAX_BATCH_BYTES = 3 << 20
 
 
-# What dedupd says of a BeginBatch item it refused only because the answer
-# already held its --max_batch_response_bytes of stored results
-# (storage/store.h ResultBudgetExceeded). The message is the only mark it
-# has today, so is_result_budget_refusal is the one place that reads it.
+# How dedupd marks a BeginBatch item it refused only because the answer
+# already held its --max_batch_response_bytes of stored results:
+# ItemError.reason, and before that field existed only the message
+# (storage/store.h ResultBudgetExceeded). is_result_budget_refusal is the one
+# place that reads them.
+RESULT_BUDGET_REASON = "RESULT_BUDGET"
 _RESULT_BUDGET_MARK = "ask for this item again"
 
 
 def is_result_budget_refusal(error: object) -> bool:
     """True for an item refused only for the answer's result budget: nothing
-    happened, and it fits a later, smaller batch."""
-    return (isinstance(error, DedupRpcError)
-            and error.code() == grpc.StatusCode.UNAVAILABLE
-            and _RESULT_BUDGET_MARK in error.details())
+    happened, and it fits a later, smaller batch. UNAVAILABLE with reason
+    RESULT_BUDGET; an error with another reason is not one. An older server
+    gives no reason: then its message says so."""
+    if not isinstance(error, DedupRpcError) or error.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    if error.reason:
+        return error.reason == RESULT_BUDGET_REASON
+    return _RESULT_BUDGET_MARK in error.details()
 
 
 def holds_result(answer: object) -> bool:
@@ -75,7 +81,8 @@ def item_results(
             results.append(item.response)  # type: ignore[attr-defined]
         elif which == "error":
             error = item.error  # type: ignore[attr-defined]
-            results.append(DedupRpcError(status_code(error.code), error.message))
+            results.append(DedupRpcError(status_code(error.code), error.message,
+                                         reason=error.reason))
         else:
             results.append(DedupRpcError(
                 grpc.StatusCode.INTERNAL, f"items[{index}]: the server sent no answer"
@@ -90,7 +97,8 @@ def renumber(error: DedupRpcError, position: int, index: int) -> DedupRpcError:
     details = error.details()
     if position == index or not details.startswith(prefix):
         return error
-    return DedupRpcError(error.code(), f"items[{index}].{details[len(prefix):]}")
+    return DedupRpcError(error.code(), f"items[{index}].{details[len(prefix):]}",
+                         reason=error.reason)
 
 
 def as_unary_error(error: DedupRpcError, index: int) -> DedupRpcError:
@@ -99,5 +107,5 @@ def as_unary_error(error: DedupRpcError, index: int) -> DedupRpcError:
     prefix = f"items[{index}]."
     details = error.details()
     if details.startswith(prefix):
-        return DedupRpcError(error.code(), details[len(prefix):])
+        return DedupRpcError(error.code(), details[len(prefix):], reason=error.reason)
     return error

@@ -127,15 +127,22 @@ class DedupRpcError(grpc.RpcError):
     the safe retries ran out (or none was safe, e.g. a Begin without an
     owner). Do not treat it as "nothing happened": read the record back
     (get), or retry a Begin with the same owner, a Complete with the same
-    fence and result."""
+    fence and result.
+
+    reason is the ItemError.reason of a refused batch item, for programs
+    ("" when the server gave none): "RESULT_BUDGET" for a Begin left out of
+    an answer that already held the server's --max_batch_response_bytes of
+    stored results (nothing happened; ask again in a smaller batch)."""
 
     def __init__(
-        self, code: grpc.StatusCode, details: str, *, outcome_unknown: bool = False
+        self, code: grpc.StatusCode, details: str, *, outcome_unknown: bool = False,
+        reason: str = "",
     ) -> None:
         super().__init__(f"{code.name}: {details}")
         self._code = code
         self._details = details
         self.outcome_unknown = outcome_unknown
+        self.reason = reason
 
     def code(self) -> grpc.StatusCode:
         return self._code

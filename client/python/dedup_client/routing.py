@@ -14,8 +14,9 @@ try_to_connect) until close(). Measured with grpcio 1.51 after a server was
 SIGKILLed and restarted on the same port while calls failed fast: unwatched,
 the first call got through about 4.7 s after the server listened again (7-9 s
 after a 3 s outage); watched, 0.7 s (2.2 s), as the channel then keeps
-connecting on gRPC's own reconnect backoff (1 s, growing 1.6x) instead of
-waiting. See tests/python/integration/test_reconnect.py.
+connecting on its reconnect backoff instead of waiting; with the shorter
+backoff the channels now get (dedup_client.reconnect), 0.15 s (0.1-0.8 s).
+See tests/python/integration/test_reconnect.py.
 
 Thread-safe: shared by every thread of a Client and its CoalescingClient.
 """

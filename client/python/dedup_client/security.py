@@ -26,6 +26,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import grpc
 
+from dedup_client.reconnect import with_reconnect_backoff
+
 PemSource = Union[str, bytes, "os.PathLike[str]"]
 """A PEM file's path (str or os.PathLike), or the PEM itself (bytes, or a
 str holding "-----BEGIN")."""
@@ -269,11 +271,13 @@ def channel_factory(
     options: Sequence[tuple[str, Any]] = (),
 ) -> Callable[[str], grpc.Channel]:
     """Opens the (not yet intercepted) channel of an address: TLS with
-    `tls`'s credentials (files read once, here), else plaintext. With a
-    token and no TLS, an address off loopback raises ValueError unless
-    allow_insecure_token."""
+    `tls`'s credentials (files read once, here), else plaintext, with the
+    short reconnect backoff of dedup_client.reconnect unless `options` sets
+    its own. With a token and no TLS, an address off loopback raises
+    ValueError unless allow_insecure_token."""
     credentials = tls.channel_credentials() if tls is not None else None
-    all_options = list(options) + (tls.channel_options() if tls is not None else [])
+    all_options = with_reconnect_backoff(
+        list(options) + (tls.channel_options() if tls is not None else []))
 
     def open_channel(address: str) -> grpc.Channel:
         if credentials is not None:

@@ -119,15 +119,24 @@ export async function sendWithItemRetries<Item, Answer>(
   }
 }
 
-// What dedupd says of a BeginBatch item it refused only because the answer
-// already held its --max_batch_response_bytes of stored results
-// (storage/store.h ResultBudgetExceeded). The message is the only mark it
-// has today, so isResultBudgetRefusal is the one place that reads it.
+// How dedupd marks a BeginBatch item it refused only because the answer
+// already held its --max_batch_response_bytes of stored results:
+// ItemError.reason, and before that field existed only the message
+// (storage/store.h ResultBudgetExceeded). isResultBudgetRefusal is the one
+// place that reads them.
+export const RESULT_BUDGET_REASON = 'RESULT_BUDGET';
 const RESULT_BUDGET_MARK = 'ask for this item again';
 
-/** An item refused only for the answer's result budget: nothing happened, and it fits a later, smaller batch. */
+/**
+ * An item refused only for the answer's result budget: nothing happened, and
+ * it fits a later, smaller batch. UNAVAILABLE with reason RESULT_BUDGET; an
+ * error with another reason is not one. An older server gives no reason:
+ * then its message says so.
+ */
 export function isResultBudgetRefusal(result: BatchItemResult<unknown>): boolean {
-  return !result.ok && result.code === GrpcStatus.UNAVAILABLE && result.message.includes(RESULT_BUDGET_MARK);
+  if (result.ok || result.code !== GrpcStatus.UNAVAILABLE) return false;
+  if (result.reason !== undefined && result.reason !== '') return result.reason === RESULT_BUDGET_REASON;
+  return result.message.includes(RESULT_BUDGET_MARK);
 }
 
 /** An answer that spent some of its batch's result budget: a DUPLICATE Begin carrying a stored result. */

@@ -142,6 +142,13 @@ export type BatchItemResult<T> =
       /** The server's message, e.g. "items[4].key: ...". */
       readonly message: string;
       /**
+       * Why, for programs (ItemError.reason), when the server gave a reason:
+       * "RESULT_BUDGET" for a Begin left out of an answer that already held
+       * the server's --max_batch_response_bytes of stored results (nothing
+       * happened; the client asks again in smaller batches by itself).
+       */
+      readonly reason?: string;
+      /**
        * Present (true, with code ABORTED) when the item may or may not have
        * taken effect: its outcome was unknown (a leader change) and safe
        * retries did not settle it. Otherwise nothing was done for the item.

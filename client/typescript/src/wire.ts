@@ -141,6 +141,7 @@ export interface ForgetResponseWire {
 export interface ItemErrorWire {
   code: number;
   message: string;
+  reason: string;
 }
 export interface BeginBatchRequestWire {
   items: BeginRequestWire[];
@@ -191,7 +192,7 @@ export const WIRE_FIELDS = {
   'dedup.v1.GetResponse': fields<GetResponseWire>({ found: true, record: true }),
   'dedup.v1.ForgetRequest': fields<KeyRequestWire>({ namespace: true, key: true }),
   'dedup.v1.ForgetResponse': fields<ForgetResponseWire>({ existed: true }),
-  'dedup.v1.ItemError': fields<ItemErrorWire>({ code: true, message: true }),
+  'dedup.v1.ItemError': fields<ItemErrorWire>({ code: true, message: true, reason: true }),
   'dedup.v1.BeginBatchRequest': fields<BeginBatchRequestWire>({ items: true }),
   'dedup.v1.BeginBatchResponse': fields<BeginBatchResponseWire>({ items: true }),
   'dedup.v1.BeginBatchResponse.Item': fields<BeginBatchItemWire>({ response: true, error: true }),
@@ -343,7 +344,11 @@ function batchFromWire<W, T>(
   }
   return items.map((item, i): BatchItemResult<T> => {
     if (item.response !== undefined && item.response !== null) return { ok: true, answer: answerFromWire(item.response) };
-    if (item.error !== undefined && item.error !== null) return { ok: false, code: item.error.code, message: item.error.message };
+    if (item.error !== undefined && item.error !== null) {
+      const { code, message, reason } = item.error;
+      // An older server sends no reason (proto-loader: "").
+      return reason ? { ok: false, code, message, reason } : { ok: false, code, message };
+    }
     throw new DedupProtocolError(`${messageName}.items[${i}] has neither a response nor an error`);
   });
 }

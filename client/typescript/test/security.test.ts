@@ -10,7 +10,7 @@ import { after, test } from 'node:test';
 import { inspect } from 'node:util';
 
 import { BearerToken, DedupClient, isLoopbackAddress, openChannel } from '../src/index.js';
-import { readPem, tlsChannel } from '../src/security.js';
+import { channelSecurity, readPem, tlsChannel } from '../src/security.js';
 import { FakeDedupd, notLeader } from './fake-dedupd.js';
 
 const PEM = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
@@ -75,6 +75,15 @@ test('a token file is read again when it changes', () => {
   unlinkSync(path);
   assert.throws(() => token.value(), /token file .*ENOENT/);
   assert.throws(() => new BearerToken({ file: path }), /token file/);
+});
+
+test('channels reconnect on a short backoff unless the caller sets their own', () => {
+  const defaults = channelSecurity({}).options;
+  assert.equal(defaults['grpc.initial_reconnect_backoff_ms'], 100);
+  assert.equal(defaults['grpc.max_reconnect_backoff_ms'], 1000);
+  const own = channelSecurity({ channelOptions: { 'grpc.max_reconnect_backoff_ms': 5000 }, tls: false }).options;
+  assert.equal(own['grpc.initial_reconnect_backoff_ms'], 100);
+  assert.equal(own['grpc.max_reconnect_backoff_ms'], 5000);
 });
 
 test('loopback addresses', () => {

@@ -66,7 +66,7 @@ test('out-of-range uint32 options are refused instead of wrapped', () => {
 test('batch answers pair with items by position: errors are typed, a count mismatch or an empty item is refused', () => {
   const response: wire.CompleteResponseWire = { status: 'OK', fence: '7', expires_at: '9' };
   const results = wire.completeBatchResponseFromWire(
-    { items: [{ response }, { error: { code: 3, message: 'items[1].fence: must be non-zero' } }] },
+    { items: [{ response }, { error: { code: 3, message: 'items[1].fence: must be non-zero', reason: '' } }] },
     2,
   );
   assert.deepEqual(results, [
@@ -75,6 +75,14 @@ test('batch answers pair with items by position: errors are typed, a count misma
   ]);
   assert.throws(() => wire.completeBatchResponseFromWire({ items: [{ response }] }, 2), DedupProtocolError);
   assert.throws(() => wire.completeBatchResponseFromWire({ items: [{ response }, {}] }, 2), /items\[1\]/);
+});
+
+test("an item error's reason is kept when the server gives one", () => {
+  const results = wire.beginBatchResponseFromWire(
+    { items: [{ error: { code: 14, message: 'items[0].results: over the budget', reason: 'RESULT_BUDGET' } }] },
+    1,
+  );
+  assert.deepEqual(results, [{ ok: false, code: 14, message: 'items[0].results: over the budget', reason: 'RESULT_BUDGET' }]);
 });
 
 test('batch items are checked like unary requests', () => {

@@ -8,7 +8,11 @@ from __future__ import annotations
 import unittest
 import uuid
 
+import grpc
+
 from dedup_client import Client, CoalescingClient, dedup_pb2
+from dedup_client._proto import dedup_pb2_grpc
+from dedup_client.batch import RESULT_BUDGET_REASON
 from dedupd_process import Dedupd
 
 SERVER: Dedupd
@@ -67,6 +71,20 @@ class ResultBudgetIntegrationTest(unittest.TestCase):
         self.assert_all_duplicates(answers)
         self.assertGreater(self.capped(), capped)  # the cap is what they met
         self.assertLess(self.batches() - batches, CALLERS)  # not each alone
+
+    def test_the_server_marks_refusals_with_the_reason(self) -> None:
+        # What the clients rely on: code UNAVAILABLE, reason RESULT_BUDGET.
+        channel = grpc.insecure_channel(SERVER.target)
+        self.addCleanup(channel.close)
+        response = dedup_pb2_grpc.DedupStub(channel).BeginBatch(
+            dedup_pb2.BeginBatchRequest(items=[
+                dedup_pb2.BeginRequest(namespace="py-budget", key=self.key, args_hash=b"h",
+                                       owner=f"o{i}") for i in range(3)]),
+            timeout=10)
+        self.assertEqual([item.WhichOneof("result") for item in response.items],
+                         ["response", "response", "error"])
+        self.assertEqual(response.items[2].error.code, grpc.StatusCode.UNAVAILABLE.value[0])
+        self.assertEqual(response.items[2].error.reason, RESULT_BUDGET_REASON)
 
     def test_begin_batch_gets_every_item_its_result(self) -> None:
         capped = self.capped()

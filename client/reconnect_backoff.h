@@ -1,0 +1,41 @@
+// How soon a client channel reconnects to a dedupd that went away.
+//
+// gRPC's own reconnect backoff waits 1 s after the first failed connection
+// attempt, then 1.6x longer each time (20 % jitter) up to 120 s, and calls
+// made meanwhile fail at once without trying. So a client whose server
+// restarted (a crash, a deploy, a node of a group coming back) kept failing
+// for seconds after it listened again, the longer the outage the longer:
+// measured with tests/client/reconnect_test.cc (gRPC 1.51, the server
+// SIGKILLed, the client calling every 50 ms, then a restart on the same
+// port), the first call got through 4.6 s after the restart that followed a
+// 0.25 s outage and 6.9 s after a 3 s one. With the values below, attempts
+// start 100 ms apart and are never more than 1 s apart; a refused attempt
+// costs a SYN.
+//
+// GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is left alone on purpose: despite its
+// name, gRPC core reads it as the least time a connection attempt is given
+// (20 s by default; an attempt's deadline is the later of that and the next
+// backoff time). A small value there would cut off, after about 1 s at
+// most, any connect plus TLS handshake slower than that, e.g. a server busy
+// with the handshakes of all its clients at once after a restart, which
+// would then never connect.
+#ifndef DEDUP_CLIENT_RECONNECT_BACKOFF_H_
+#define DEDUP_CLIENT_RECONNECT_BACKOFF_H_
+
+#include "grpcpp/support/channel_arguments.h"
+
+namespace dedup {
+
+inline constexpr int kInitialReconnectBackoffMs = 100;
+inline constexpr int kMaxReconnectBackoffMs = 1000;
+
+// Sets GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS and
+// GRPC_ARG_MAX_RECONNECT_BACKOFF_MS on `args` to the values above, each
+// unless `args` already has it (what a caller set explicitly wins). For
+// every channel the client opens itself; a caller's own channel or
+// ChannelFactory is used as it is.
+void SetReconnectBackoff(grpc::ChannelArguments& args);
+
+}  // namespace dedup
+
+#endif  // DEDUP_CLIENT_RECONNECT_BACKOFF_H_
