@@ -174,6 +174,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     return state_->CountStoredRecords();
   }
 
+  StoredBytes StoredBytesByNamespace() const override {
+    return state_->StoredBytesByNamespace();
+  }
+
   // --- ReplicatedStore ---------------------------------------------------
 
   ClusterStatus GetClusterStatus() const override {

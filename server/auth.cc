@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -89,8 +90,8 @@ Authorizer::Authorizer(std::string path,
                   .Help(
                       "Requests refused RESOURCE_EXHAUSTED because their "
                       "tenant was over a limit of the tenants file, by "
-                      "tenant and limit (rps, inflight; batch items count "
-                      "one each)")
+                      "tenant and limit (rps, inflight, stored_bytes; "
+                      "batch items count one each)")
                   .Register(*registry);
   auto& reloads = prometheus::BuildCounter()
                       .Name("dedup_tenants_reloads_total")
@@ -106,6 +107,14 @@ Authorizer::Authorizer(std::string path,
                   .Register(*registry)
                   .Add({});
   tenants_->Set(table_ == nullptr ? 0 : table_->tenants().size());
+  stored_bytes_ = &prometheus::BuildGauge()
+                       .Name("dedup_tenant_stored_bytes")
+                       .Help(
+                           "Key and value bytes of the records in each "
+                           "tenant's namespaces, as its stored_bytes limit "
+                           "counts them (set once the scan after a start "
+                           "has counted every record)")
+                       .Register(*registry);
 }
 
 absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::FromFile(
@@ -119,6 +128,7 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::FromFile(
 }
 
 Authorizer::~Authorizer() {
+  StopStoredBytesWatch();
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -231,6 +241,94 @@ absl::StatusOr<std::shared_ptr<void>> Authorizer::Admit(const Caller& caller,
         .Increment(requests);
   }
   return admitted;
+}
+
+absl::Status Authorizer::AdmitStoredBytes(const Caller& caller,
+                                          int requests) const {
+  const Tenant* tenant = caller.tenant();
+  if (tenant == nullptr || tenant->limits.stored_bytes == 0) {
+    return absl::OkStatus();
+  }
+  uint64_t used = 0;
+  {
+    absl::ReaderMutexLock lock(&usage_mu_);
+    auto it = usage_.find(tenant->name);
+    if (it == usage_.end()) return absl::OkStatus();  // not measured (yet)
+    used = it->second;
+  }
+  if (used < tenant->limits.stored_bytes) return absl::OkStatus();
+  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      "tenant \"", tenant->name, "\" is over its limit of ",
+      tenant->limits.stored_bytes, " stored bytes (uses ", used,
+      "); nothing was written: records expire after their TTL, or Forget "
+      "frees them; retry in ",
+      kStoredBytesRetryMs, " ms"));
+  status.SetPayload(kRetryDelayPayload,
+                    absl::Cord(absl::StrCat(kStoredBytesRetryMs)));
+  status.SetPayload(kLimitPayload, absl::Cord("stored_bytes"));
+  limited_->Add({{"tenant", tenant->name}, {"limit", "stored_bytes"}})
+      .Increment(requests);
+  return status;
+}
+
+void Authorizer::UpdateStoredBytes(const StoredBytes& bytes) {
+  if (!enabled()) return;
+  std::shared_ptr<const TenantTable> tenants = table();
+  absl::flat_hash_map<std::string, uint64_t> usage;
+  if (bytes.complete) {
+    for (const Tenant& tenant : tenants->tenants()) usage[tenant.name] = 0;
+    for (const auto& [ns, stored] : bytes.by_namespace) {
+      for (const Tenant& tenant : tenants->tenants()) {
+        if (tenant.AllowsNamespace(ns)) {
+          usage[tenant.name] += static_cast<uint64_t>(stored);
+        }
+      }
+    }
+  }
+  absl::MutexLock lock(&usage_mu_);
+  usage_.swap(usage);
+  if (!bytes.complete) return;  // the gauges keep their last figures
+  for (const auto& [name, used] : usage_) {
+    prometheus::Gauge*& gauge = stored_gauges_[name];
+    if (gauge == nullptr) gauge = &stored_bytes_->Add({{"tenant", name}});
+    gauge->Set(static_cast<double>(used));
+  }
+  // Tenants gone from the file since: their series go too.
+  for (auto it = stored_gauges_.begin(); it != stored_gauges_.end();) {
+    if (usage_.contains(it->first)) {
+      ++it;
+    } else {
+      stored_bytes_->Remove(it->second);
+      stored_gauges_.erase(it++);
+    }
+  }
+}
+
+void Authorizer::WatchStoredBytes(absl::AnyInvocable<StoredBytes()> source,
+                                  absl::Duration interval) {
+  if (!enabled() || bytes_watcher_.joinable()) return;
+  UpdateStoredBytes(source());
+  bytes_watcher_ =
+      std::thread([this, source = std::move(source), interval]() mutable {
+        while (true) {
+          {
+            absl::MutexLock lock(&mu_);
+            if (mu_.AwaitWithTimeout(absl::Condition(&stop_bytes_watch_),
+                                     interval)) {
+              return;
+            }
+          }
+          UpdateStoredBytes(source());
+        }
+      });
+}
+
+void Authorizer::StopStoredBytesWatch() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_bytes_watch_ = true;
+  }
+  if (bytes_watcher_.joinable()) bytes_watcher_.join();
 }
 
 absl::Status Authorizer::Reload() {

@@ -22,6 +22,8 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -34,6 +36,7 @@
 #include "prometheus/registry.h"
 #include "server/tenant_limiter.h"
 #include "server/tenants.h"
+#include "storage/namespace_bytes.h"
 
 namespace dedup {
 
@@ -63,6 +66,10 @@ enum class Refusal {
   kNamespace
 };
 inline constexpr int kRefusalCount = 5;
+
+// How long a tenant over its stored_bytes limit is told to wait: its usage
+// falls only as records expire or are forgotten.
+inline constexpr int64_t kStoredBytesRetryMs = 10'000;
 
 // Thread-safe.
 class Authorizer {
@@ -101,6 +108,30 @@ class Authorizer {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<void>> Admit(
       const Caller& caller, int requests) const;
 
+  // The tenants' stored_bytes limit. RESOURCE_EXHAUSTED (kLimitPayload
+  // "stored_bytes", a RetryInfo of kStoredBytesRetryMs) when the caller's
+  // tenant stores at least its limit, as last measured by the watch below;
+  // never while the store's figures are incomplete (the scan after a start),
+  // nor with auth off. For calls that may store more (Begin, Complete and
+  // their batches, `requests` items): what frees bytes (Forget, Release) and
+  // reads stay allowed. Counted in dedup_tenant_limited_total.
+  [[nodiscard]] absl::Status AdmitStoredBytes(const Caller& caller,
+                                              int requests) const
+      ABSL_LOCKS_EXCLUDED(usage_mu_);
+  // Every `interval`, on a thread of its own, sums `source`'s bytes per
+  // namespace over each tenant's prefixes (a namespace within several of a
+  // tenant's prefixes counts once) for AdmitStoredBytes and the gauge
+  // dedup_tenant_stored_bytes{tenant}. At most once; `source` must stay
+  // callable until StopStoredBytesWatch (or destruction). No-op with auth
+  // off.
+  void WatchStoredBytes(absl::AnyInvocable<StoredBytes()> source,
+                        absl::Duration interval) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops that thread (before `source`'s store goes). Idempotent.
+  void StopStoredBytesWatch() ABSL_LOCKS_EXCLUDED(mu_);
+  // Measures once now (what the watch does each interval).
+  void UpdateStoredBytes(const StoredBytes& bytes)
+      ABSL_LOCKS_EXCLUDED(usage_mu_);
+
   // Re-reads the tenants file. On error the tables in use stay as they were
   // and the error (file, line, field) is returned and logged. No-op when
   // auth is off.
@@ -123,6 +154,15 @@ class Authorizer {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watcher_;
   mutable TenantLimiter limiter_{RealClock()};
+  bool stop_bytes_watch_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread bytes_watcher_;
+  // Bytes stored per tenant name, as last measured; empty while the figures
+  // are incomplete.
+  mutable absl::Mutex usage_mu_;
+  absl::flat_hash_map<std::string, uint64_t> usage_ ABSL_GUARDED_BY(usage_mu_);
+  absl::flat_hash_map<std::string, prometheus::Gauge*> stored_gauges_
+      ABSL_GUARDED_BY(usage_mu_);
+  prometheus::Family<prometheus::Gauge>* stored_bytes_ = nullptr;
 
   std::array<prometheus::Counter*, kRefusalCount> refusals_{};
   prometheus::Family<prometheus::Counter>* limited_ = nullptr;

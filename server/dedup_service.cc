@@ -83,11 +83,18 @@ bool DedupService::NotServing(const RpcCall& call, Access access) const {
 
 absl::Status DedupService::Authorize(const grpc::CallbackServerContext& context,
                                      TenantRole role, absl::string_view what,
-                                     absl::string_view ns,
-                                     RpcCall* call) const {
+                                     absl::string_view ns, RpcCall* call,
+                                     bool may_store_more) const {
   absl::StatusOr<Caller> caller = auth_->Authorize(context, role, what);
   if (!caller.ok()) return caller.status();
   if (absl::Status s = auth_->AllowNamespace(*caller, ns); !s.ok()) return s;
+  // Before the other limits: a refused call spends none of the tenant's
+  // requests per second.
+  if (may_store_more) {
+    if (absl::Status s = auth_->AdmitStoredBytes(*caller, 1); !s.ok()) {
+      return s;
+    }
+  }
   absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, 1);
   if (!admitted.ok()) return admitted.status();
   call->Hold(*std::move(admitted));
@@ -99,7 +106,8 @@ grpc::ServerUnaryReactor* DedupService::Begin(
     v1::BeginResponse* response) {
   RpcCall call(context, Method::kBegin, metrics_);
   if (call.Refused(Authorize(*context, TenantRole::kClient, "Begin",
-                             request->namespace_(), &call))) {
+                             request->namespace_(), &call,
+                             /*may_store_more=*/true))) {
     return call.reactor();
   }
   if (call.Rejected(ValidateBegin(*request, limits_))) return call.reactor();
@@ -137,6 +145,8 @@ grpc::ServerUnaryReactor* DedupService::Complete(
     grpc::CallbackServerContext* context, const v1::CompleteRequest* request,
     v1::CompleteResponse* response) {
   RpcCall call(context, Method::kComplete, metrics_);
+  // Never refused for stored_bytes: the side effect already happened, and a
+  // refused Complete would leave the claim to a takeover that runs it again.
   if (call.Refused(Authorize(*context, TenantRole::kClient, "Complete",
                              request->namespace_(), &call))) {
     return call.reactor();

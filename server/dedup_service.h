@@ -73,10 +73,13 @@ class DedupService final : public v1::Dedup::CallbackService {
   bool NotServing(const RpcCall& call, Access access = Access::kWrite) const;
   // The whole check of a unary call (Authorizer::Authorize, its namespace,
   // then the tenant's limits, whose in-flight slot `call` holds); `what`
-  // names the method in a refusal.
+  // names the method in a refusal. `may_store_more`: the call may grow
+  // what the tenant stores with a new claim (Begin), so its stored_bytes
+  // limit applies too. (Never Complete: see DedupService::Complete.)
   absl::Status Authorize(const grpc::CallbackServerContext& context,
                          TenantRole role, absl::string_view what,
-                         absl::string_view ns, RpcCall* call) const;
+                         absl::string_view ns, RpcCall* call,
+                         bool may_store_more = false) const;
   std::atomic<bool> lame_duck_{false};
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).

@@ -59,6 +59,10 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
   if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  // A tenant at its stored_bytes limit: every item would be refused alike
+  // (the limit is the tenant's, not a namespace's), so the whole call is,
+  // with the RetryInfo clients already wait on.
+  if (call.Refused(auth_->AdmitStoredBytes(*caller, n))) return call.reactor();
   // Each item counts against the tenant's requests per second.
   absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, n);
   if (call.Refused(admitted.status())) return call.reactor();
@@ -126,6 +130,9 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
   if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
   if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  // No stored_bytes check: a Complete records a side effect that already
+  // happened, and refusing it would leave the claim to a takeover that runs
+  // the side effect again. Usage may overshoot by the results in flight.
   // Each item counts against the tenant's requests per second.
   absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, n);
   if (call.Refused(admitted.status())) return call.reactor();

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -222,6 +223,12 @@ int main(int argc, char** argv) {
     Log(std::string(store.status().message()));
     return kExitDataDir;
   }
+  // The tenants' stored_bytes limits, measured every second; the watch stops
+  // before the store goes (this is declared after it).
+  auth->WatchStoredBytes(
+      [s = store->get()] { return s->StoredBytesByNamespace(); },
+      absl::Seconds(1));
+  absl::Cleanup stop_bytes_watch = [&auth] { auth->StopStoredBytesWatch(); };
   // After the store: in single-node mode the data dir is RocksDB's own, and
   // a first start must find it empty.
   if (config->event_log.destination != "off" && !config->event_log.raw_keys) {

@@ -40,7 +40,7 @@ enum class TenantRole : uint8_t { kClient = 1, kOperator = 2 };
 struct TenantLimits {
   uint64_t rps = 0;           // requests per second (batch items count one)
   uint64_t inflight = 0;      // calls in flight at once
-  uint64_t stored_bytes = 0;  // reserved: not enforced yet
+  uint64_t stored_bytes = 0;  // key + value bytes stored (auth.h)
 };
 
 using TokenDigest = std::array<unsigned char, 32>;

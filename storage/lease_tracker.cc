@@ -100,7 +100,19 @@ bool ScanRecordsForLeases(
     rocksdb::DB* db, const std::atomic<bool>& stop,
     absl::FunctionRef<void(absl::string_view skey, absl::string_view value)>
         seed) {
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(TotalOrderScan()));
+  return ScanRecordsForLeases(
+      std::unique_ptr<rocksdb::Iterator>(db->NewIterator(TotalOrderScan())),
+      stop, seed);
+}
+
+std::unique_ptr<rocksdb::Iterator> NewRecordScan(rocksdb::DB* db) {
+  return std::unique_ptr<rocksdb::Iterator>(db->NewIterator(TotalOrderScan()));
+}
+
+bool ScanRecordsForLeases(
+    std::unique_ptr<rocksdb::Iterator> it, const std::atomic<bool>& stop,
+    absl::FunctionRef<void(absl::string_view skey, absl::string_view value)>
+        seed) {
   uint64_t scanned = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (++scanned % 4096 == 0 && stop.load()) return false;

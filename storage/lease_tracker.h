@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,13 @@ class LeaseTracker {
 // it read them all (not stopped, no read error).
 [[nodiscard]] bool ScanRecordsForLeases(
     rocksdb::DB* db, const std::atomic<bool>& stop,
+    absl::FunctionRef<void(absl::string_view skey, absl::string_view value)>
+        seed);
+// The same over `it`, an iterator from NewRecordScan taken earlier: its view
+// is fixed when it is created (namespace_bytes.h counts from that moment).
+[[nodiscard]] std::unique_ptr<rocksdb::Iterator> NewRecordScan(rocksdb::DB* db);
+[[nodiscard]] bool ScanRecordsForLeases(
+    std::unique_ptr<rocksdb::Iterator> it, const std::atomic<bool>& stop,
     absl::FunctionRef<void(absl::string_view skey, absl::string_view value)>
         seed);
 

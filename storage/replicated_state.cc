@@ -134,6 +134,8 @@ class EntryBatch {
     for (size_t k = 0; k < keys.size(); ++k) {
       if (statuses[k].ok()) {
         slots_[k].value = values[k].ToString();
+        slots_[k].stored_bytes =
+            StoredRecordBytes(*slots_[k].skey, *slots_[k].value);
       } else if (!statuses[k].IsNotFound()) {
         slots_[k].status = FromRocks(statuses[k], "storage read");
       }
@@ -174,6 +176,19 @@ class EntryBatch {
 
   rocksdb::WriteBatch& batch() { return batch_; }
 
+  // Calls fn(skey, delta) per written key: the bytes its final value stores
+  // less those it held before the entry (namespace_bytes.h).
+  template <typename Fn>
+  void ForEachStoredBytesChange(Fn fn) const {
+    for (const Slot& slot : slots_) {
+      if (!slot.written) continue;
+      const int64_t now = slot.value.has_value()
+                              ? StoredRecordBytes(*slot.skey, *slot.value)
+                              : 0;
+      fn(*slot.skey, now - slot.stored_bytes);
+    }
+  }
+
   // Each written key's final value (nullptr: deleted). Valid while the
   // batch is.
   std::vector<LeaseTracker::Write> Writes() const {
@@ -194,6 +209,7 @@ class EntryBatch {
     absl::Status status;                // not OK: the read failed
     std::optional<std::string> value;   // nullopt: no record
     bool written = false;
+    int64_t stored_bytes = 0;  // what the key held before the entry
   };
   std::vector<uint32_t> slot_of_;  // per operation
   std::vector<Slot> slots_;
@@ -205,7 +221,8 @@ class RocksReplicatedState : public ReplicatedState {
   explicit RocksReplicatedState(ReplicatedStateOptions options)
       : options_(std::move(options)),
         filter_(&clock_, options_.compaction_grace_ms),
-        leases_(options_.max_tracked_leases) {}
+        leases_(options_.max_tracked_leases),
+        stored_bytes_(/*writers=*/1, options_.max_tracked_namespaces) {}
 
   ~RocksReplicatedState() override { (void)Close(); }
 
@@ -231,6 +248,7 @@ class RocksReplicatedState : public ReplicatedState {
     {
       absl::WriterMutexLock lock(&db_mu_);
       if (closed_) return absl::UnavailableError("state is closed");
+      filter_.CountDrops(nullptr, nullptr);
       if (absl::Status s = FromRocks(db_->Close(), "close"); !s.ok()) return s;
       db_.reset();
       if (absl::Status s = SwapInStateDir(incoming, options_.path); !s.ok()) {
@@ -329,6 +347,10 @@ class RocksReplicatedState : public ReplicatedState {
       return s;
     }
     leases_.OnWrites(batch.Writes(), now);
+    batch.ForEachStoredBytesChange(
+        [this](absl::string_view skey, int64_t delta) {
+          stored_bytes_.writer(0).AddRecord(skey, delta);
+        });
     fence_.store(fence);
     clock_.now_ms.store(now);
     applied_.store(index);
@@ -451,6 +473,11 @@ class RocksReplicatedState : public ReplicatedState {
     return stats;
   }
 
+  StoredBytes StoredBytesByNamespace() const override {
+    if (closed_.load()) return StoredBytes();
+    return stored_bytes_.Snapshot();
+  }
+
   absl::Status CompactAll() override {
     absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
@@ -481,6 +508,7 @@ class RocksReplicatedState : public ReplicatedState {
     if (closed_) return absl::OkStatus();
     closed_ = true;
     if (db_ == nullptr) return absl::OkStatus();
+    filter_.CountDrops(nullptr, nullptr);
     // A clean stop leaves nothing for the log to replay.
     absl::Status status = FromRocks(db_->SyncWAL(), "sync WAL");
     absl::Status close = FromRocks(db_->Close(), "close");
@@ -492,9 +520,22 @@ class RocksReplicatedState : public ReplicatedState {
   // One pass over the records after an open, reading only their headers, so
   // lease statistics need no scan per scrape. Runs on seeder_ while entries
   // apply (LeaseTracker: their writes win).
+  // The scan's view is taken here, before any later entry applies: the
+  // bytes per namespace count every change from exactly that view on.
   void StartSeeding() {
     leases_.BeginSeeding();
-    seeder_ = std::thread([this] { SeedLeases(); });
+    std::unique_ptr<rocksdb::Iterator> scan;
+    {
+      absl::ReaderMutexLock lock(&db_mu_);
+      if (!closed_ && db_ != nullptr) {
+        scan = NewRecordScan(db_.get());
+        stored_bytes_.BeginScan();
+        filter_.CountDrops(db_.get(), &stored_bytes_.dropped());
+      }
+    }
+    seeder_ = std::thread([this, scan = std::move(scan)]() mutable {
+      SeedLeases(std::move(scan));
+    });
   }
 
   // Not with db_mu_ held: the scan holds it shared until it sees the flag.
@@ -504,18 +545,24 @@ class RocksReplicatedState : public ReplicatedState {
     stop_seeding_.store(false);
   }
 
-  void SeedLeases() {
+  void SeedLeases(std::unique_ptr<rocksdb::Iterator> scan) {
     absl::ReaderMutexLock lock(&db_mu_);
-    if (closed_ || db_ == nullptr) {
+    if (closed_ || db_ == nullptr || scan == nullptr) {
+      scan.reset();  // before the database goes
       leases_.FinishSeeding(false);
+      stored_bytes_.FinishScan(false);
       return;
     }
     const int64_t now_ms = clock_.now_ms.load();
-    leases_.FinishSeeding(ScanRecordsForLeases(
-        db_.get(), stop_seeding_,
-        [this, now_ms](absl::string_view skey, absl::string_view value) {
+    NamespaceBytes& scanned_bytes = stored_bytes_.scanned();
+    const bool complete = ScanRecordsForLeases(
+        std::move(scan), stop_seeding_,
+        [&](absl::string_view skey, absl::string_view value) {
           leases_.Seed(skey, value, now_ms);
-        }));
+          scanned_bytes.AddRecord(skey, StoredRecordBytes(skey, value));
+        });
+    leases_.FinishSeeding(complete);
+    stored_bytes_.FinishScan(complete);
   }
 
   // Opens the database at options_.path and loads the metadata.
@@ -557,6 +604,7 @@ class RocksReplicatedState : public ReplicatedState {
   std::atomic<uint64_t> fence_{0};
   std::atomic<bool> closed_{false};
   LeaseTracker leases_;
+  StoredBytesAccount stored_bytes_;
   std::thread seeder_;  // Init, ReplaceWith and Close start and join it
   std::atomic<bool> stop_seeding_{false};
 };

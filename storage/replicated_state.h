@@ -52,6 +52,8 @@ struct ReplicatedStateOptions {
   uint64_t periodic_compaction_s = 6 * 3600;
   // In-flight records whose leases are tracked for StoreStats.
   size_t max_tracked_leases = 1'000'000;
+  // Namespaces whose stored bytes are counted (StoredBytesByNamespace).
+  size_t max_tracked_namespaces = 100'000;
 };
 
 // The answer to one operation of an entry, by its type: BeginDecision
@@ -146,6 +148,10 @@ class ReplicatedState {
   [[nodiscard]] virtual absl::StatusOr<std::map<uint64_t, std::string>>
   Members() = 0;
   [[nodiscard]] virtual StoreStats Stats() = 0;
+  // Bytes stored per namespace on this replica, as Store's (store.h): kept
+  // by Apply and compaction drops from the scan after each open or
+  // ReplaceWith. Any thread.
+  [[nodiscard]] virtual StoredBytes StoredBytesByNamespace() const = 0;
   [[nodiscard]] virtual absl::Status CompactAll() = 0;
   // Counts record keys physically present (expired or not). O(records).
   [[nodiscard]] virtual absl::StatusOr<uint64_t> CountStoredRecords() = 0;

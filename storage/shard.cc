@@ -22,9 +22,10 @@ void Fail(Op& op, const absl::Status& status) {
 
 }  // namespace
 
-Shard::Shard(const ShardContext& context)
+Shard::Shard(const ShardContext& context, NamespaceBytes* stored_bytes)
     : context_(context),
       leases_(context.max_tracked_inflight),
+      stored_bytes_(stored_bytes),
       thread_([this] { Run(); }) {
   leases_.BeginSeeding();  // before anything is submitted
 }
@@ -303,6 +304,12 @@ void Shard::UpdateInflight(Batch& batch, int64_t now_ms) {
         writes.emplace_back(skey, value);
       });
   leases_.OnWrites(writes, now_ms);
+  if (stored_bytes_ != nullptr) {
+    batch.ForEachStoredBytesChange(
+        [this](absl::string_view skey, int64_t delta) {
+          stored_bytes_->AddRecord(skey, delta);
+        });
+  }
 }
 
 void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {

@@ -27,6 +27,7 @@
 #include "rocksdb/db.h"
 #include "storage/fence_allocator.h"
 #include "storage/lease_tracker.h"
+#include "storage/namespace_bytes.h"
 #include "storage/store.h"
 #include "storage/wal_syncer.h"
 #include "storage/write_health.h"
@@ -102,8 +103,10 @@ struct ShardContext {
 
 class Shard {
  public:
-  // Starts the thread.
-  explicit Shard(const ShardContext& context);
+  // Starts the thread. `stored_bytes` (not owned, may be null) receives
+  // this shard's changes to the bytes stored per namespace.
+  explicit Shard(const ShardContext& context,
+                 NamespaceBytes* stored_bytes = nullptr);
   // Stops (see Stop).
   ~Shard();
 
@@ -230,6 +233,7 @@ class Shard {
   // Written by the shard thread after each commit, read by Stats().
   // Leases of the shard's in-flight records (seeding from construction).
   LeaseTracker leases_;
+  NamespaceBytes* const stored_bytes_;
 
   std::thread thread_;
 };

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
 #include "storage/authority.h"
+#include "storage/namespace_bytes.h"
 #include "storage/record.h"
 #include "storage/shard.h"
 
@@ -71,12 +73,16 @@ class Shard::Batch {
       value = *written;
     } else {
       rocksdb::Status s = db_->Get(read_options_, skey, &value);
-      if (s.IsNotFound()) return std::optional<Record>();
+      if (s.IsNotFound()) {
+        stored_bytes_.try_emplace(KeyId(skey), 0);
+        return std::optional<Record>();
+      }
       if (s.IsIncomplete() && is_inline()) Refuse();
       if (!s.ok()) {
         return absl::UnavailableError(
             absl::StrCat("storage read: ", s.ToString()));
       }
+      stored_bytes_.try_emplace(KeyId(skey), StoredRecordBytes(skey, value));
     }
     absl::StatusOr<Record> record = DecodeRecord(value);
     if (!record.ok()) return record.status();
@@ -152,6 +158,20 @@ class Shard::Batch {
       fn(skey, value.has_value() ? &*value : nullptr);
     }
   }
+  // Calls fn(skey, delta) once per key written: the bytes its final write
+  // stores less those its first read found (namespace_bytes.h).
+  template <typename Fn>
+  void ForEachStoredBytesChange(Fn fn) const {
+    for (const auto& [skey, index] : latest_) {
+      const std::optional<std::string>& value = writes_[index].value;
+      const int64_t now =
+          value.has_value() ? StoredRecordBytes(skey, *value) : 0;
+      auto before = stored_bytes_.find(KeyId(skey));
+      // Every write follows a read of its key; a write without one would
+      // count as new.
+      fn(skey, now - (before == stored_bytes_.end() ? 0 : before->second));
+    }
+  }
   int write_count() const { return batch_.Count(); }
   // What RocksDB answered the write (OK before Commit).
   const rocksdb::Status& write_status() const { return write_status_; }
@@ -183,6 +203,12 @@ class Shard::Batch {
   rocksdb::Status write_status_;
   std::deque<Write> writes_;
   absl::flat_hash_map<absl::string_view, size_t> latest_;  // into writes_
+  // Keys by a 64-bit hash, as in LeaseTracker: no copy of each key read.
+  static uint64_t KeyId(absl::string_view skey) {
+    return absl::Hash<absl::string_view>{}(skey);
+  }
+  // Per key read from the database: the bytes it held before this batch.
+  absl::flat_hash_map<uint64_t, int64_t> stored_bytes_;
   Completions completions_;
 };
 

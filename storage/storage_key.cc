@@ -46,6 +46,11 @@ bool IsRecordKey(absl::string_view storage_key) {
          static_cast<unsigned char>(storage_key[0]) < (kSlotCount >> 8);
 }
 
+absl::string_view NamespaceOfStorageKey(absl::string_view storage_key) {
+  const size_t length = static_cast<unsigned char>(storage_key[2]);
+  return storage_key.substr(3, length);
+}
+
 std::string FenceReservationKey() {
   return std::string(kMetaPrefix) + "fence_reserved";
 }

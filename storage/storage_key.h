@@ -29,6 +29,11 @@ inline constexpr uint32_t kSlotCount = 16384;
 // True for keys written by EncodeStorageKey (not metadata).
 [[nodiscard]] bool IsRecordKey(absl::string_view storage_key);
 
+// The namespace encoded in a record key (a view into it). Requires
+// IsRecordKey(storage_key); a length past the key's end is cut to it.
+[[nodiscard]] absl::string_view NamespaceOfStorageKey(
+    absl::string_view storage_key);
+
 // First key after every record key: metadata keys start here.
 inline constexpr absl::string_view kMetaPrefix("\xff\xff", 2);
 

@@ -87,12 +87,23 @@ class RocksStore : public Store {
     // buffered until the syncer flushes it), so idle shards let callers
     // write on their own threads.
     context.inline_writes = options_.durability != Durability::kAsync;
+    stored_bytes_ = std::make_unique<StoredBytesAccount>(
+        options_.shards, options_.max_tracked_namespaces);
     for (int i = 0; i < options_.shards; ++i) {
-      shards_.push_back(std::make_unique<Shard>(context));
+      shards_.push_back(
+          std::make_unique<Shard>(context, &stored_bytes_->writer(i)));
     }
+    // The scan's view is taken before any operation can be submitted (Open
+    // has not returned): the bytes per namespace count every change from
+    // exactly that view on.
+    std::unique_ptr<rocksdb::Iterator> scan = NewRecordScan(db_.get());
+    stored_bytes_->BeginScan();
+    filter_->CountDrops(db_.get(), &stored_bytes_->dropped());
     // In the background: a restart must not wait O(records) before it
     // serves (0.44 s per million records here).
-    seeder_ = std::thread([this] { SeedInflightLeases(); });
+    seeder_ = std::thread([this, scan = std::move(scan)]() mutable {
+      SeedInflightLeases(std::move(scan));
+    });
     if (options_.durability == Durability::kAsync) {
       periodic_wal_sync_ = std::thread([this] { SyncWalPeriodically(); });
     }
@@ -184,6 +195,7 @@ class RocksStore : public Store {
     if (closed_.exchange(true)) return absl::OkStatus();
     health_->Stop();                         // no Resume() from here on
     if (seeder_.joinable()) seeder_.join();  // it stops early once closed_
+    filter_->CountDrops(nullptr, nullptr);   // before db_ goes
     for (auto& shard : shards_) shard->Stop();
     // After the shards: their last answers wait for it.
     if (syncer_ != nullptr) syncer_->Stop();
@@ -259,6 +271,11 @@ class RocksStore : public Store {
     return stats;
   }
 
+  StoredBytes StoredBytesByNamespace() const override {
+    if (closed_.load() || stored_bytes_ == nullptr) return StoredBytes();
+    return stored_bytes_->Snapshot();
+  }
+
   absl::StatusOr<uint64_t> CountStoredRecords() override {
     if (closed_.load()) return absl::UnavailableError("store is closed");
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
@@ -277,15 +294,19 @@ class RocksStore : public Store {
   // One pass over the records after open, reading only headers, so lease
   // statistics need no scan per scrape. Runs on seeder_ while the shards
   // serve (see Shard::SeedInflight for why their writes win).
-  void SeedInflightLeases() {
+  // The same pass counts the bytes stored per namespace.
+  void SeedInflightLeases(std::unique_ptr<rocksdb::Iterator> scan) {
     const int64_t now_ms = options_.clock->NowMillis();
+    NamespaceBytes& scanned_bytes = stored_bytes_->scanned();
     const bool scanned = ScanRecordsForLeases(
-        db_.get(), closed_,
-        [this, now_ms](absl::string_view skey, absl::string_view value) {
+        std::move(scan), closed_,
+        [&](absl::string_view skey, absl::string_view value) {
           shards_[ShardOf(skey)]->SeedInflight(skey, value, now_ms);
+          scanned_bytes.AddRecord(skey, StoredRecordBytes(skey, value));
         });
     const bool complete = scanned && !closed_.load();
     for (auto& shard : shards_) shard->FinishSeeding(complete);
+    stored_bytes_->FinishScan(complete);
   }
 
   // Answers `done` at once when writes are stopped: true if it did.
@@ -360,6 +381,8 @@ class RocksStore : public Store {
   std::unique_ptr<DurableMarker> marker_;
   std::unique_ptr<FenceAllocator> fences_;
   std::unique_ptr<WalSyncer> syncer_;  // kSync only
+  // Before shards_: they write into it until they stop.
+  std::unique_ptr<StoredBytesAccount> stored_bytes_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::thread periodic_wal_sync_;
   std::thread seeder_;

@@ -39,6 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "storage/authority.h"
 #include "storage/clock.h"
+#include "storage/namespace_bytes.h"
 
 namespace dedup {
 
@@ -106,6 +107,9 @@ struct StoreOptions {
   // (a data dir that lost acknowledged writes, a missing CURRENT, a table
   // file that cannot be opened) always run.
   bool verify_data_at_open = true;
+  // Namespaces whose stored bytes are counted (StoredBytesByNamespace), per
+  // shard; past it the figures say they are truncated.
+  size_t max_tracked_namespaces = 100'000;
 };
 
 // Answer of a Begin that may have waited. `decision.record` is the record as
@@ -294,6 +298,14 @@ class Store {
   [[nodiscard]] virtual absl::Status CompactAll() = 0;
 
   [[nodiscard]] virtual StoreStats Stats() = 0;
+
+  // The key and value bytes stored per namespace (namespace_bytes.h): kept
+  // on every write and compaction drop, from the scan that runs after open
+  // (incomplete until it is done). O(namespaces): about once a second. The
+  // default counts nothing (incomplete). Any thread.
+  [[nodiscard]] virtual StoredBytes StoredBytesByNamespace() const {
+    return StoredBytes();
+  }
 
   // Counts record keys physically present in RocksDB (expired or not) by a
   // full scan. For tests and tools: O(records).

@@ -1,6 +1,7 @@
 #include "storage/ttl_compaction_filter.h"
 
 #include <optional>
+#include <string>
 
 #include "storage/record.h"
 #include "storage/storage_key.h"
@@ -24,8 +25,28 @@ bool TtlCompactionFilter::Filter(int /*level*/, const rocksdb::Slice& key,
       absl::string_view(key.data(), key.size()),
       absl::string_view(existing_value.data(), existing_value.size()),
       clock_->NowMillis(), grace_ms_);
-  if (drop) dropped_.fetch_add(1, std::memory_order_relaxed);
+  if (drop) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    CountDrop(absl::string_view(key.data(), key.size()),
+              absl::string_view(existing_value.data(), existing_value.size()));
+  }
   return drop;
+}
+
+void TtlCompactionFilter::CountDrop(absl::string_view key,
+                                    absl::string_view value) const {
+  NamespaceBytes* const bytes = bytes_.load();
+  rocksdb::DB* const db = db_.load();
+  if (bytes == nullptr || db == nullptr) return;
+  // Only expired records are dropped, so this costs one read per record
+  // that compactions free, not per record they rewrite. (A write racing
+  // with the drop of the very record it replaces can still count it twice;
+  // the scan at the next open starts afresh.)
+  std::string newest;
+  const rocksdb::Status s = db->Get(
+      rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &newest);
+  if (!s.ok() || newest != value) return;
+  bytes->AddRecord(key, -StoredRecordBytes(key, value));
 }
 
 }  // namespace dedup

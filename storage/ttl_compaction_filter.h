@@ -10,7 +10,9 @@
 
 #include "absl/strings/string_view.h"
 #include "rocksdb/compaction_filter.h"
+#include "rocksdb/db.h"
 #include "storage/clock.h"
+#include "storage/namespace_bytes.h"
 
 namespace dedup {
 
@@ -36,10 +38,25 @@ class TtlCompactionFilter : public rocksdb::CompactionFilter {
   // Records dropped since construction.
   [[nodiscard]] uint64_t dropped() const { return dropped_.load(); }
 
+  // From now on a dropped record's bytes are subtracted from `bytes` (not
+  // owned; null: stop), when it is still the newest version of its key in
+  // `db`: a compaction sees a key's newest version among its input files
+  // only, and a newer one elsewhere (the memtable, an upper level) has
+  // already been counted in its place by the write that made it. Set `db`
+  // to null before closing it.
+  void CountDrops(rocksdb::DB* db, NamespaceBytes* bytes) {
+    bytes_.store(bytes);
+    db_.store(db);
+  }
+
  private:
+  void CountDrop(absl::string_view key, absl::string_view value) const;
+
   const Clock* const clock_;
   const int64_t grace_ms_;
   mutable std::atomic<uint64_t> dropped_{0};
+  std::atomic<rocksdb::DB*> db_{nullptr};
+  std::atomic<NamespaceBytes*> bytes_{nullptr};
 };
 
 }  // namespace dedup
