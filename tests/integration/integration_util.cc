@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "dedup/v1/error_details.pb.h"
 
 namespace dedup::v1 {
 
@@ -64,6 +65,19 @@ int64_t PeakRssMib(pid_t pid) {
     if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) {
       return kib / 1024;
     }
+  }
+  return -1;
+}
+
+int64_t RetryDelayMs(const grpc::Status& s) {
+  v1::RpcStatus details;
+  if (!details.ParseFromString(s.error_details())) return -1;
+  for (const auto& any : details.details()) {
+    if (any.type_url() != "type.googleapis.com/google.rpc.RetryInfo") continue;
+    v1::RetryInfo retry;
+    if (!retry.ParseFromString(any.value())) return -1;
+    return retry.retry_delay().seconds() * 1000 +
+           retry.retry_delay().nanos() / 1'000'000;
   }
   return -1;
 }

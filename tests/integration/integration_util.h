@@ -38,6 +38,10 @@ void SleepMs(int64_t ms);
 // Peak resident memory of process `pid` (VmHWM), MiB; -1 if unknown.
 [[nodiscard]] int64_t PeakRssMib(pid_t pid);
 
+// Delay of the google.rpc.RetryInfo in a refusal's status details
+// (grpc-status-details-bin), ms; -1 when there is none.
+[[nodiscard]] int64_t RetryDelayMs(const grpc::Status& s);
+
 // "<TestName>/<suffix>": keys that never collide between tests sharing a
 // server.
 [[nodiscard]] std::string TestKey(absl::string_view suffix);

@@ -25,7 +25,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dedup/v1/dedup.grpc.pb.h"
-#include "dedup/v1/error_details.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/integration_util.h"
@@ -125,20 +124,6 @@ Latencies MeasureBilling(const std::string& address, const std::string& tag) {
   }
   std::sort(out.begin_ms.begin(), out.begin_ms.end());
   return out;
-}
-
-// Delay of the RetryInfo in a refusal's details, ms; -1 when there is none.
-int64_t RetryDelayMs(const grpc::Status& s) {
-  v1::RpcStatus details;
-  if (!details.ParseFromString(s.error_details())) return -1;
-  for (const auto& any : details.details()) {
-    if (any.type_url() != "type.googleapis.com/google.rpc.RetryInfo") continue;
-    v1::RetryInfo retry;
-    if (!retry.ParseFromString(any.value())) return -1;
-    return retry.retry_delay().seconds() * 1000 +
-           retry.retry_delay().nanos() / 1'000'000;
-  }
-  return -1;
 }
 
 struct FloodCounts {

@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "dedup/v1/dedup.grpc.pb.h"
-#include "dedup/v1/error_details.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/integration_util.h"
@@ -119,20 +118,6 @@ class Client {
 
   std::unique_ptr<v1::Dedup::Stub> stub_;
 };
-
-// Delay of the RetryInfo in a refusal's details, ms; -1 when there is none.
-int64_t RetryDelayMs(const grpc::Status& s) {
-  v1::RpcStatus details;
-  if (!details.ParseFromString(s.error_details())) return -1;
-  for (const auto& any : details.details()) {
-    if (any.type_url() != "type.googleapis.com/google.rpc.RetryInfo") continue;
-    v1::RetryInfo retry;
-    if (!retry.ParseFromString(any.value())) return -1;
-    return retry.retry_delay().seconds() * 1000 +
-           retry.retry_delay().nanos() / 1'000'000;
-  }
-  return -1;
-}
 
 // A metric's value; an error when the series is absent.
 absl::StatusOr<double> Metric(const ServerProcess& server,

@@ -58,6 +58,18 @@ class StoreWriteStopTest : public ::testing::Test {
     if (!mount_point_.empty()) rmdir(mount_point_.c_str());
   }
 
+  // Deletes the filler and polls (up to 10 s) until the store writes again;
+  // returns how long that took.
+  absl::Duration FreeSpaceAndAwaitWrites() {
+    EXPECT_TRUE(std::filesystem::remove(filler_));
+    const absl::Time freed = absl::Now();
+    while (store_->Stats().write_stopped &&
+           absl::Now() - freed < absl::Seconds(10)) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return absl::Now() - freed;
+  }
+
   std::string mount_point_;
   bool mounted_ = false;
   std::string filler_;
@@ -107,16 +119,11 @@ TEST_F(StoreWriteStopTest, StopsAtTheFreeSpaceFloorAndResumesWithRoom) {
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_TRUE(got->has_value());
 
-  ASSERT_TRUE(std::filesystem::remove(filler_));
-  const absl::Time freed = absl::Now();
-  while (store_->Stats().write_stopped &&
-         absl::Now() - freed < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const absl::Duration resumed_after = FreeSpaceAndAwaitWrites();
   stats = store_->Stats();
   ASSERT_FALSE(stats.write_stopped) << stats.write_error;
   EXPECT_EQ(stats.write_resumes, 1u);
-  EXPECT_LT(absl::Now() - freed, absl::Seconds(1));
+  EXPECT_LT(resumed_after, absl::Seconds(1));
   absl::StatusOr<BeginResult> began =
       BeginSync(*store_, "after", MakeBeginParams("o"));
   EXPECT_TRUE(began.ok()) << began.status();
@@ -201,17 +208,12 @@ TEST_F(StoreWriteStopTest, RocksDbWriteFailureStopsReadsDurableStateResumes) {
         << "a read reported a Complete whose WAL sync failed";
   }
 
-  ASSERT_TRUE(std::filesystem::remove(filler_));
-  const absl::Time freed = absl::Now();
-  while (store_->Stats().write_stopped &&
-         absl::Now() - freed < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const absl::Duration resumed_after = FreeSpaceAndAwaitWrites();
   stats = store_->Stats();
   ASSERT_FALSE(stats.write_stopped) << stats.write_error;
   EXPECT_EQ(stats.write_resumes, 1u);
   EXPECT_TRUE(stats.write_error.empty());
-  EXPECT_LT(absl::Now() - freed, absl::Seconds(2));
+  EXPECT_LT(resumed_after, absl::Seconds(2));
 
   // The refused Complete, retried, lands (or had landed: same answer).
   if (!unacked.empty()) {
