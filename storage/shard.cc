@@ -96,12 +96,18 @@ void Shard::Run() {
         queue_.pop_front();
       }
       last = stopping_ && queue_.empty();
+      taken_ = !ops.empty();
     }
+    const bool took = !ops.empty();
     Batch batch(context_.db, Batch::Mode::kShardThread, context_.wal_io_mu);
     absl::Status committed;
     {
       absl::MutexLock lock(&process_mu_);
       committed = ProcessBatch(batch, ops, last);
+    }
+    if (took) {
+      absl::MutexLock lock(&mu_);
+      taken_ = false;
     }
     // Outside the lock, so the shard counts as idle while answers go out.
     Release(batch, committed);
@@ -200,7 +206,7 @@ bool Shard::TryAnswerInline(Operation& operation) {
   bool idle;
   {
     absl::MutexLock lock(&mu_);
-    idle = queue_.empty() && !stopping_;
+    idle = queue_.empty() && !taken_ && !stopping_;
   }
   // Parked Begins need the shard thread's timers, so any waiter means busy.
   if (idle && waiters_.empty()) {

@@ -216,6 +216,10 @@ class Shard {
   absl::Mutex mu_;
   std::deque<Operation> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The shard thread has taken operations off queue_ and not yet committed
+  // them. Inline answers wait for it too, or an operation submitted later
+  // could be decided before one submitted earlier (the shard is FIFO).
+  bool taken_ ABSL_GUARDED_BY(mu_) = false;
 
   // Waiters.
   bool draining_ ABSL_GUARDED_BY(process_mu_) = false;  // Begins never park

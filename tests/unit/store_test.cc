@@ -210,6 +210,40 @@ TEST_F(StoreTest, IdleShardAnswersOnCallersThreadOnlyWithoutDiskWrites) {
   EXPECT_FALSE(begin("k", /*wait_ms=*/1000));
 }
 
+// A shard decides operations in the order they were submitted, also when
+// a later one could be answered inline: a Get submitted right after a Begin
+// sees the record that Begin writes. (CI once caught the shard thread between
+// taking a batch off its queue and deciding it, and a Get answered inline in
+// that gap.)
+TEST_F(StoreTest, AShardDecidesOperationsInSubmissionOrder) {
+  OpenStore(Options(Durability::kSync));
+  Store& store = *store_;
+  constexpr int kThreads = 4;
+  constexpr int kKeysPerThread = 500;
+  std::atomic<int> missed{0};
+  absl::BlockingCounter answered(2 * kThreads * kKeysPerThread);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kKeysPerThread; ++i) {
+        const std::string key = absl::StrCat("k-", t, "-", i);
+        store.Begin("ns", key, MakeBeginParams("o"), 0,
+                    [&](absl::StatusOr<BeginResult>) {
+                      answered.DecrementCount();
+                    });
+        store.Get("ns", key,
+                  [&](absl::StatusOr<std::optional<Record>> got) {
+                    if (!got.ok() || !got->has_value()) ++missed;
+                    answered.DecrementCount();
+                  });
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  answered.Wait();
+  EXPECT_EQ(missed.load(), 0) << "Gets decided before the Begin before them";
+}
+
 TEST_F(StoreTest, WithoutAWalIdleShardWritesInlineAndSemanticsHold) {
   OpenStore(Options(Durability::kNone));
   Store& store = *store_;
