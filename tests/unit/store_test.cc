@@ -227,15 +227,13 @@ TEST_F(StoreTest, AShardDecidesOperationsInSubmissionOrder) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kKeysPerThread; ++i) {
         const std::string key = absl::StrCat("k-", t, "-", i);
-        store.Begin("ns", key, MakeBeginParams("o"), 0,
-                    [&](absl::StatusOr<BeginResult>) {
-                      answered.DecrementCount();
-                    });
-        store.Get("ns", key,
-                  [&](absl::StatusOr<std::optional<Record>> got) {
-                    if (!got.ok() || !got->has_value()) ++missed;
-                    answered.DecrementCount();
-                  });
+        store.Begin(
+            "ns", key, MakeBeginParams("o"), 0,
+            [&](absl::StatusOr<BeginResult>) { answered.DecrementCount(); });
+        store.Get("ns", key, [&](absl::StatusOr<std::optional<Record>> got) {
+          if (!got.ok() || !got->has_value()) ++missed;
+          answered.DecrementCount();
+        });
       }
     });
   }
