@@ -22,12 +22,9 @@ v1::StatsResponse Stats(v1::Admin::Stub& admin) {
 }
 
 double Metric(const ServerProcess& server, const std::string& series) {
-  absl::StatusOr<std::string> text = HttpGet(server.metrics_port(), "/metrics");
-  EXPECT_TRUE(text.ok()) << text.status();
-  if (!text.ok()) return -1;
-  absl::StatusOr<double> value = SampleValue(*text, series);
-  EXPECT_TRUE(value.ok()) << value.status();
-  return value.ok() ? *value : -1;
+  absl::StatusOr<double> value = ScrapeSample(server.metrics_port(), series);
+  EXPECT_TRUE(value.ok()) << series << ": " << value.status();
+  return value.value_or(-1);
 }
 
 TEST(AdminTest, CompactionDropsExpiredRecordsAndCountsThem) {

@@ -198,13 +198,9 @@ class AuthTest : public ::testing::Test {
   }
 
   static double Metric(const ServerProcess& server, const std::string& series) {
-    absl::StatusOr<std::string> page =
-        HttpGet(server.metrics_port(), "/metrics");
-    EXPECT_TRUE(page.ok()) << page.status();
-    if (!page.ok()) return -1;
-    absl::StatusOr<double> value = SampleValue(*page, series);
+    absl::StatusOr<double> value = ScrapeSample(server.metrics_port(), series);
     EXPECT_TRUE(value.ok()) << series << ": " << value.status();
-    return value.ok() ? *value : -1;
+    return value.value_or(-1);
   }
 
   static std::string* pki_;

@@ -193,11 +193,7 @@ class DiskFullTest : public ::testing::TestWithParam<FillCase> {
   }
 
   double Metric(const std::string& series) const {
-    absl::StatusOr<std::string> page =
-        HttpGet(server_->metrics_port(), "/metrics");
-    if (!page.ok()) return -1;
-    absl::StatusOr<double> value = SampleValue(*page, series);
-    return value.ok() ? *value : -1;
+    return ScrapeSample(server_->metrics_port(), series).value_or(-1);
   }
 
   // Every acknowledged Complete reads back, with its result.

@@ -50,10 +50,7 @@ int OpenDescriptors(pid_t pid) {
 }
 
 double Metric(const ServerProcess& server, const std::string& series) {
-  absl::StatusOr<std::string> page = HttpGet(server.metrics_port(), "/metrics");
-  if (!page.ok()) return -1;
-  absl::StatusOr<double> value = SampleValue(*page, series);
-  return value.ok() ? *value : -1;
+  return ScrapeSample(server.metrics_port(), series).value_or(-1);
 }
 
 TEST(HardeningTest, BatchAnswersCarryBoundedResults) {

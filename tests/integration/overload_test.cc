@@ -211,11 +211,9 @@ TEST(OverloadTest, FloodingTenantIsRefusedAndOthersKeepTheirLatency) {
     EXPECT_LT(rss_after - rss_before, 100) << "MiB";
   }
   // Refusals are counted, by reason.
-  absl::StatusOr<std::string> page =
-      HttpGet(server->metrics_port(), "/metrics");
-  ASSERT_TRUE(page.ok()) << page.status();
-  absl::StatusOr<double> limited = SampleValue(
-      *page, R"(dedup_tenant_limited_total{limit="rps",tenant="flood"})");
+  absl::StatusOr<double> limited =
+      ScrapeSample(server->metrics_port(),
+                   R"(dedup_tenant_limited_total{limit="rps",tenant="flood"})");
   ASSERT_TRUE(limited.ok()) << limited.status();
   EXPECT_EQ(*limited, counts.refused.load());
   if (!UnderSanitizer()) {

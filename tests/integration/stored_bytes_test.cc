@@ -122,9 +122,7 @@ class Client {
 // A metric's value; an error when the series is absent.
 absl::StatusOr<double> Metric(const ServerProcess& server,
                               const std::string& series) {
-  absl::StatusOr<std::string> page = HttpGet(server.metrics_port(), "/metrics");
-  if (!page.ok()) return page.status();
-  return SampleValue(*page, series);
+  return ScrapeSample(server.metrics_port(), series);
 }
 
 constexpr char kQuotaGauge[] = R"(dedup_tenant_stored_bytes{tenant="quota"})";

@@ -69,4 +69,10 @@ absl::StatusOr<double> SampleValue(const std::string& exposition,
   return absl::NotFoundError(absl::StrCat("no sample ", series));
 }
 
+absl::StatusOr<double> ScrapeSample(int port, const std::string& series) {
+  absl::StatusOr<std::string> page = HttpGet(port, "/metrics");
+  if (!page.ok()) return page.status();
+  return SampleValue(*page, series);
+}
+
 }  // namespace dedup::testing

@@ -18,6 +18,11 @@ namespace dedup::testing {
 [[nodiscard]] absl::StatusOr<double> SampleValue(const std::string& exposition,
                                                  const std::string& series);
 
+// The value of `series` on the /metrics page served at `port` (HttpGet,
+// then SampleValue): the error of either when the scrape or the lookup fails.
+[[nodiscard]] absl::StatusOr<double> ScrapeSample(int port,
+                                                  const std::string& series);
+
 }  // namespace dedup::testing
 
 #endif  // DEDUP_TESTS_TESTING_HTTP_GET_H_
