@@ -18,6 +18,7 @@ extern "C" {
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "replication/log_budget.h"
@@ -56,6 +57,37 @@ namespace {
 constexpr uint64_t kTickMs = 10;
 // Exit code of a node that met a damaged log entry (see FsmApply).
 constexpr int kExitDamagedEntry = 5;
+// Exit code of a node whose disk failed a Raft log append or a state
+// machine write (see StopOnStorageFailure).
+constexpr int kExitStorageFailure = 6;
+
+// Ends the process after a failed append or apply, before libraft 0.15
+// handles the failure itself. What it would do is worse than a restart
+// (found by filling a node's disk in a 3-node group): a leader whose append
+// fails neither steps down nor stops, and proposes its next entry at the
+// same index in the same term, so followers that stored the failed one keep
+// a different entry there (replicas diverge); a follower whose append fails
+// goes on writing later entries at shifted indexes; a state machine apply
+// that fails makes a follower's Raft stop for good, silently. A restart is
+// safe: nothing that failed was acknowledged by this node, the log on disk
+// ends at its last complete append, and the entries after it come again
+// from the leader (or, for a leader, from the member that takes over).
+// libraft 0.15's raft_strerror has no text for RAFT_NOSPACE.
+std::string AppendError(int rv, const char* detail) {
+  return absl::StrCat(
+      rv == RAFT_NOSPACE ? "no space left on the disk" : raft_strerror(rv),
+      " (", rv, "): ", detail);
+}
+
+[[noreturn]] void StopOnStorageFailure(const std::string& what) {
+  std::fprintf(stderr,
+               "dedupd: FATAL: %s; stopping so that the group goes on without "
+               "this node (restart it once its disk has room or works: it "
+               "catches up from the others)\n",
+               what.c_str());
+  std::fflush(stderr);
+  _exit(kExitStorageFailure);
+}
 
 int ToRaftRole(MemberRole role) {
   switch (role) {
@@ -195,7 +227,10 @@ class RaftConsensus : public Consensus {
     timer_.data = this;
     uv_timer_start(&timer_, &RaftConsensus::OnTimer, kTickMs, kTickMs);
     RefreshStatus();
-    thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+    thread_ = std::thread([this] {
+      loop_io = &io_;
+      uv_run(&loop_, UV_RUN_DEFAULT);
+    });
     return absl::OkStatus();
   }
 
@@ -333,10 +368,8 @@ class RaftConsensus : public Consensus {
       _exit(kExitDamagedEntry);
     }
     if (!s.ok()) {
-      std::fprintf(stderr, "dedupd: cannot apply log entry %llu: %s\n",
-                   static_cast<unsigned long long>(index),
-                   std::string(s.message()).c_str());
-      return RAFT_IOERR;
+      StopOnStorageFailure(
+          absl::StrCat("cannot apply log entry ", index, ": ", s.message()));
     }
     self->FitLogToBudget(buf->len);
     return 0;
@@ -407,7 +440,31 @@ class RaftConsensus : public Consensus {
     auto* counted = reinterpret_cast<CountedIo*>(io);
     counted->self->log_appends_.fetch_add(1);
     counted->self->log_appended_entries_.fetch_add(n);
-    return counted->append(io, req, entries, n, cb);
+    counted->callbacks[req] = cb;
+    const int rv = counted->append(io, req, entries, n, &AppendDone);
+    if (rv != 0) counted->callbacks.erase(req);
+    if (rv != 0 && rv != RAFT_CANCELED && !counted->self->closing_) {
+      StopOnStorageFailure(absl::StrCat(
+          "cannot append ", n,
+          " entries to the Raft log: ", AppendError(rv, counted->io.errmsg)));
+    }
+    return rv;
+  }
+
+  // The backend's completion of CountingAppend's request: a failure ends
+  // the process before libraft sees it (see StopOnStorageFailure).
+  static void AppendDone(struct raft_io_append* req, int status) {
+    CountedIo* counted = loop_io;
+    auto it = counted->callbacks.find(req);
+    const raft_io_append_cb cb = it->second;
+    counted->callbacks.erase(it);
+    // (Canceled: the backend is closing, as at a clean stop.)
+    if (status != 0 && status != RAFT_CANCELED && !counted->self->closing_) {
+      StopOnStorageFailure(
+          absl::StrCat("a Raft log append failed: ",
+                       AppendError(status, counted->io.errmsg)));
+    }
+    cb(req, status);
   }
 
   static void OnApplied(struct raft_apply* req, int status, void*) {
@@ -551,8 +608,14 @@ class RaftConsensus : public Consensus {
     int (*append)(struct raft_io*, struct raft_io_append*,
                   const struct raft_entry[], unsigned,
                   raft_io_append_cb) = nullptr;
+    // libraft's callback of each append in flight (the backend is given
+    // AppendDone instead).
+    absl::flat_hash_map<struct raft_io_append*, raft_io_append_cb> callbacks;
   };
   CountedIo io_{};
+  // The io_ of the loop running on this thread (its callbacks carry no
+  // pointer of ours).
+  static thread_local CountedIo* loop_io;
   std::atomic<uint64_t> log_appends_{0};
   std::atomic<uint64_t> log_appended_entries_{0};
   struct raft_fsm fsm_ {};
@@ -569,6 +632,8 @@ class RaftConsensus : public Consensus {
   mutable absl::Mutex status_mu_;
   ConsensusStatus status_ ABSL_GUARDED_BY(status_mu_);
 };
+
+thread_local RaftConsensus::CountedIo* RaftConsensus::loop_io = nullptr;
 
 }  // namespace
 

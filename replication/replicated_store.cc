@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -17,6 +18,7 @@
 #include "replication/pending_op.h"
 #include "replication/snapshot_transfer.h"
 #include "storage/storage_key.h"
+#include "storage/write_health.h"
 
 namespace dedup {
 namespace {
@@ -31,11 +33,20 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
                      (static_cast<uint64_t>(std::random_device()()) << 32)),
         members_(options_.nodes) {
     ReloadMembers();
+    if (options_.min_free_disk_bytes > 0) {
+      // Only its free-space watch: RocksDB errors here end the process
+      // (a replica must never skip an entry), so nothing needs resuming.
+      WriteHealthOptions space;
+      space.path = std::filesystem::path(options_.raft.dir).parent_path();
+      space.min_free_bytes = options_.min_free_disk_bytes;
+      space_ = std::make_unique<WriteHealth>(std::move(space));
+    }
   }
 
   ~ReplicatedStoreImpl() override { (void)Close(); }
 
   absl::Status Start() {
+    if (space_ != nullptr) space_->Start(nullptr, nullptr);
     absl::StatusOr<std::unique_ptr<Consensus>> consensus =
         StartRaft(options_.raft, this);
     if (!consensus.ok()) return consensus.status();
@@ -141,6 +152,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   absl::Status Close() override {
     if (closed_.exchange(true)) return absl::OkStatus();
     draining_.store(true);
+    if (space_ != nullptr) space_->Stop();
     if (consensus_ != nullptr) {
       consensus_->Post([this] {
         AnswerAllWaiters();
@@ -167,6 +179,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   StoreStats Stats() override {
     StoreStats stats = state_->Stats();
     stats.waiting_begins = parked_.size();
+    if (space_ != nullptr) space_->AddTo(stats);
     return stats;
   }
 
@@ -273,6 +286,16 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       std::move(p).Fail(s);
       return;
     }
+    // Reads still go through the log, but their entries are tiny.
+    if (p.op.type != OpType::kGet && space_ != nullptr &&
+        space_->StoppedBeforeWrite()) {
+      HandOffLeadership();
+      std::move(p).Fail(absl::UnavailableError(absl::StrCat(
+          space_->CheckWritable().message(),
+          "; meanwhile this node hands leadership to another member: retry "
+          "(the new leader is named once elected)")));
+      return;
+    }
     bool post = false;
     bool full = false;
     {
@@ -290,6 +313,26 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       return;
     }
     if (post) consensus_->Post([this] { Drain(); });
+  }
+
+  // A leader short of disk space asks libraft to transfer leadership to the
+  // most up-to-date voter, at most every kHandOffIntervalMs. (A member that
+  // is short too hands it on in turn; writes wait meanwhile either way.)
+  void HandOffLeadership() {
+    const int64_t now = options_.clock->NowMillis();
+    int64_t last = last_hand_off_ms_.load();
+    if (now - last < kHandOffIntervalMs ||
+        !last_hand_off_ms_.compare_exchange_strong(last, now)) {
+      return;
+    }
+    std::fprintf(stderr, "dedupd: %s; handing leadership to another member\n",
+                 std::string(space_->CheckWritable().message()).c_str());
+    TransferLeadership(0, [](absl::Status s) {
+      if (!s.ok()) {
+        std::fprintf(stderr, "dedupd: leadership not handed off: %s\n",
+                     std::string(s.message()).c_str());
+      }
+    });
   }
 
   // Consensus thread: proposes what is queued, in entries.
@@ -552,6 +595,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   std::unique_ptr<Consensus> consensus_;
 
   std::atomic<bool> closed_{false};
+  static constexpr int64_t kHandOffIntervalMs = 2000;
+  // Watches free space; null without a floor.
+  std::unique_ptr<WriteHealth> space_;
+  std::atomic<int64_t> last_hand_off_ms_{INT64_MIN / 2};
   std::atomic<bool> draining_{false};
   std::atomic<bool> is_leader_{false};
   std::atomic<uint64_t> leader_id_{0};

@@ -72,6 +72,12 @@ struct ReplicatedStoreOptions {
   int max_inflight_entries = 4;
   // Queued operations beyond which new ones get RESOURCE_EXHAUSTED.
   size_t max_queued = 100'000;
+  // Writes are refused while the filesystem of the Raft log dir has less
+  // free space than this, and a leader hands leadership to another member;
+  // 0: no check. libraft 0.15 must never meet a full disk (a failed append
+  // ends the process, see raft_consensus.cc), so this leaves room for the
+  // log's preallocated segments and RocksDB's flushes.
+  uint64_t min_free_disk_bytes = 0;
   // How a node that must install a snapshot gets the state (from the node
   // that took it, else from any other member). Null: such a node stops
   // with an error.

@@ -208,6 +208,12 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   store.raft.log_budget_bytes = uint64_t{log_budget_mb} << 20;
   store.state.path = (data / "state").string();
   store.state.memory_budget_bytes = single.memory_budget_bytes;
+  // By default room to flush every memtable plus libraft's segments (8 MiB
+  // each, up to three open) and headroom for RocksDB's own files.
+  store.min_free_disk_bytes =
+      single.min_free_disk_bytes >= 0
+          ? static_cast<uint64_t>(single.min_free_disk_bytes)
+          : single.memory_budget_bytes + (64 << 20);
   store.state.compaction_grace_ms = single.compaction_grace_ms;
   store.state.periodic_compaction_s = single.periodic_compaction_s;
   store.clock = single.clock;

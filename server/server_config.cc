@@ -47,8 +47,11 @@ ABSL_FLAG(int64_t, min_free_disk_mb, -1,
           "writes are refused (UNAVAILABLE, health NOT_SERVING) while the "
           "data dir's filesystem has less free space than this, MiB, and "
           "come back by themselves once it has more; -1: "
-          "--memory_budget_mb (room to flush every memtable); 0: no check "
-          "(RocksDB then meets a full disk itself)");
+          "--memory_budget_mb (room to flush every memtable; in a group "
+          "64 MiB more, for the Raft log, and a leader below it hands "
+          "leadership to another member); 0: no check (RocksDB, or in a "
+          "group libraft, then meets a full disk itself: a group node stops "
+          "with exit code 6)");
 ABSL_FLAG(int64_t, write_retry_interval_ms, 1000,
           "after RocksDB could not write (disk full, I/O error), how often "
           "it is asked to resume");
