@@ -14,6 +14,7 @@
 #include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_buffer_manager.h"
+#include "storage/resource_error_fs.h"
 
 namespace dedup {
 namespace {
@@ -48,6 +49,7 @@ class StderrLogger : public rocksdb::Logger {
 rocksdb::Options RecordDbOptions(const RecordDbTuning& tuning) {
   rocksdb::Options db;
   db.create_if_missing = true;
+  db.env = ResourceErrorRetryableEnv();
   db.compaction_filter = tuning.compaction_filter;
   db.periodic_compaction_seconds = tuning.periodic_compaction_s;
   db.max_background_jobs = 2;

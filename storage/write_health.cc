@@ -102,7 +102,8 @@ std::string WriteHealth::RocksDbErrorMessageLocked() const {
   return absl::StrCat(
       "storage cannot write: ", error_,
       "; writes resume by themselves once the cause is gone (a full disk: "
-      "once the data dir's filesystem has room); retrying every ",
+      "once the data dir's filesystem has room; too many open files: once "
+      "descriptors are free); retrying every ",
       retry);
 }
 
