@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -9,9 +10,9 @@
 namespace dedup {
 
 HealthWatch::HealthWatch(const Store* store,
-                         grpc::HealthCheckServiceInterface* health,
+                         std::vector<grpc::HealthCheckServiceInterface*> health,
                          absl::Duration interval)
-    : store_(store), health_(health), interval_(interval) {
+    : store_(store), health_(std::move(health)), interval_(interval) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -27,7 +28,9 @@ void HealthWatch::Run() {
     if (status.ok() == serving) continue;
     serving = status.ok();
     // Sets every service's status, "" included (ignored after Shutdown).
-    health_->SetServingStatus(serving);
+    for (grpc::HealthCheckServiceInterface* h : health_) {
+      h->SetServingStatus(serving);
+    }
     const std::string line =
         serving ? std::string("health SERVING: storage writes again")
                 : absl::StrCat("health NOT_SERVING: ", status.message());

@@ -14,6 +14,7 @@
 #define DEDUP_SERVER_HEALTH_WATCH_H_
 
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -24,9 +25,11 @@ namespace dedup {
 
 class HealthWatch {
  public:
-  // Neither pointer is owned; both must outlive this object. Checks
-  // `store->CheckServing()` every `interval` and logs each change.
-  HealthWatch(const Store* store, grpc::HealthCheckServiceInterface* health,
+  // No pointer is owned; all must outlive this object. Checks
+  // `store->CheckServing()` every `interval`, sets the status of every
+  // service in `health` (one per listener) and logs each change.
+  HealthWatch(const Store* store,
+              std::vector<grpc::HealthCheckServiceInterface*> health,
               absl::Duration interval);
   // Stops the watch (the status stays as last set).
   ~HealthWatch();
@@ -37,7 +40,7 @@ class HealthWatch {
   void Run();
 
   const Store* const store_;
-  grpc::HealthCheckServiceInterface* const health_;
+  const std::vector<grpc::HealthCheckServiceInterface*> health_;
   const absl::Duration interval_;
   absl::Notification stop_;
   std::thread thread_;

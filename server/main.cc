@@ -300,6 +300,38 @@ int main(int argc, char** argv) {
                      " (address in use or invalid?)"));
     return kExitListen;
   }
+  // Probes that cannot speak TLS get the same health status in plaintext,
+  // on a listener that serves nothing else.
+  std::vector<grpc::HealthCheckServiceInterface*> health = {
+      server->GetHealthCheckService()};
+  std::unique_ptr<grpc::Server> health_server;
+  if (!config->health_address.empty()) {
+    grpc::ServerBuilder health_builder;
+    int health_port = 0;
+    health_builder.AddListeningPort(config->health_address,
+                                    grpc::InsecureServerCredentials(),
+                                    &health_port);
+    health_server = health_builder.BuildAndStart();
+    if (health_server == nullptr || health_port == 0) {
+      Log(absl::StrCat("cannot listen on ", config->health_address,
+                       " (--health_address: in use or invalid?)"));
+      server->Shutdown();
+      return kExitListen;
+    }
+    // It serves none of them, so it must be told their names.
+    for (const char* name : {dedup::v1::Dedup::service_full_name(),
+                             dedup::v1::Admin::service_full_name()}) {
+      health_server->GetHealthCheckService()->SetServingStatus(name, true);
+    }
+    if (cluster_service != nullptr) {
+      health_server->GetHealthCheckService()->SetServingStatus(
+          dedup::v1::Cluster::service_full_name(), true);
+    }
+    health.push_back(health_server->GetHealthCheckService());
+    Log(absl::StrCat("health (plaintext, grpc.health.v1 only) on ",
+                     HostOf(config->health_address), ":", health_port));
+  }
+
   // Tests and scripts wait for this exact line to learn the port.
   std::fprintf(stderr,
                "dedupd listening on %s:%d (data_dir=%s durability=%s tls=%s "
@@ -322,8 +354,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<dedup::HealthWatch> health_watch;
   if (replicated == nullptr) {
     health_watch = std::make_unique<dedup::HealthWatch>(
-        store->get(), server->GetHealthCheckService(),
-        absl::Milliseconds(kHealthWatchIntervalMs));
+        store->get(), health, absl::Milliseconds(kHealthWatchIntervalMs));
   }
 
   int signal_number = 0;
@@ -337,7 +368,7 @@ int main(int argc, char** argv) {
   Log(absl::StrCat("received ", strsignal(signal_number),
                    ", draining in-flight calls"));
   health_watch.reset();
-  server->GetHealthCheckService()->Shutdown();
+  for (grpc::HealthCheckServiceInterface* h : health) h->Shutdown();
   // A leader hands over first, so the group elects no one while this node
   // drains: clients see one redirect instead of an election's silence.
   if (replicated != nullptr &&
@@ -373,6 +404,7 @@ int main(int argc, char** argv) {
                    std::max(std::chrono::steady_clock::duration::zero(),
                             grace_end - std::chrono::steady_clock::now()));
   server->Wait();
+  if (health_server != nullptr) health_server->Shutdown();
   stop_metrics.join();
   if (absl::Status s = (*store)->Close(); !s.ok()) {
     Log(absl::StrCat("error closing the store: ", s.message()));

@@ -11,6 +11,11 @@ ABSL_FLAG(std::string, address, "127.0.0.1:50051",
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "host:port serving Prometheus /metrics; empty disables; port 0 "
           "picks a free port (printed at start)");
+ABSL_FLAG(std::string, health_address, "",
+          "host:port of a second, plaintext listener serving only the "
+          "standard gRPC health service (grpc.health.v1), for probes that "
+          "cannot speak TLS (kubelet's); empty: none; port 0 picks a free "
+          "port (printed at start)");
 ABSL_FLAG(std::vector<std::string>, metrics_namespaces, {},
           "comma-separated namespaces that get their own label value in "
           "dedup_namespace_begin_total; others count as 'other' (keeps "
@@ -110,6 +115,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   }
 
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.health_address = absl::GetFlag(FLAGS_health_address);
   config.metrics_namespaces = absl::GetFlag(FLAGS_metrics_namespaces);
   for (const std::string& ns : config.metrics_namespaces) {
     if (ns.empty() || ns == "other") {

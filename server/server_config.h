@@ -18,6 +18,8 @@ struct ServerConfig {
   std::string address;
   // host:port of the Prometheus /metrics endpoint; empty disables it.
   std::string metrics_address;
+  // host:port of the plaintext health-only listener; empty: none.
+  std::string health_address;
   // Namespaces counted under their own label value (the rest as "other").
   std::vector<std::string> metrics_namespaces;
   EventLogOptions event_log;

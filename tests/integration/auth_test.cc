@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -405,6 +406,66 @@ TEST_F(AuthTest, TlsServesOnlyTls) {
   const Credentials other_ca = Tls(Pem("ca2.pem"), kBillingToken);
   EXPECT_EQ(Begin(a, other_ca, "billing:x", "k").error_code(),
             grpc::StatusCode::UNAVAILABLE);
+}
+
+// Kubelet's grpc probes speak plaintext only: --health_address serves the
+// same health status without TLS, and nothing else.
+TEST_F(AuthTest, PlaintextHealthListenerBesideTls) {
+  std::vector<std::string> flags = TlsFlags(/*mtls=*/false);
+  flags.push_back("--tenants_file=" + tenants_file_);
+  flags.push_back("--health_address=127.0.0.1:0");
+  flags.push_back("--lame_duck_ms=3000");
+  DEDUP_START_SERVER(server, flags);
+  const std::string log = server->captured_stderr();
+  const std::string marker = "grpc.health.v1 only) on 127.0.0.1:";
+  const size_t at = log.find(marker);
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string health_address =
+      "127.0.0.1:" +
+      std::to_string(std::atoi(log.c_str() + at + marker.size()));
+  auto plaintext =
+      grpc::CreateChannel(health_address, grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(plaintext);
+  auto check = [&](const std::string& service) {
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 3000);
+    const grpc::Status s = health->Check(&ctx, request, &response);
+    EXPECT_TRUE(s.ok()) << service << ": " << s.error_message();
+    return response.status();
+  };
+  EXPECT_EQ(check(""), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(check("dedup.v1.Dedup"),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  // Nothing but health there, with or without a credential.
+  {
+    auto dedup = v1::Dedup::NewStub(plaintext);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 3000);
+    ctx.AddMetadata("authorization", std::string("Bearer ") + kBillingToken);
+    v1::BeginRequest req;
+    req.set_namespace_("billing:x");
+    req.set_key("k");
+    req.set_args_hash("h");
+    v1::BeginResponse resp;
+    EXPECT_EQ(dedup->Begin(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+  }
+  // Draining (lame duck): NOT_SERVING there too, before the port closes.
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  grpc::health::v1::HealthCheckResponse::ServingStatus status =
+      grpc::health::v1::HealthCheckResponse::SERVING;
+  for (int i = 0;
+       i < 40 && status == grpc::health::v1::HealthCheckResponse::SERVING;
+       ++i) {
+    SleepMs(25);
+    status = check("");
+  }
+  EXPECT_EQ(status, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_TRUE(server->WaitForExit(std::chrono::seconds(20)));
+  EXPECT_EQ(server->exit_code(), 0);
 }
 
 TEST_F(AuthTest, ClientCertificatesIdentifyTenants) {

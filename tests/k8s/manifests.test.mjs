@@ -25,6 +25,8 @@ const REPLICAS = 3;
 const CLIENT_PORT = 50051;
 const RAFT_PORT = 7001;
 const METRICS_PORT = 9464;
+// Plaintext grpc.health.v1 only (--health_address): kubelet's probes speak no TLS.
+const HEALTH_PORT = 8081;
 
 // --- loading ---------------------------------------------------------------
 
@@ -186,12 +188,14 @@ function invariantProblems(objects) {
   if (ports.grpc !== CLIENT_PORT) problems.push(`container port grpc is ${ports.grpc}, want ${CLIENT_PORT}`);
   if (ports.raft !== RAFT_PORT) problems.push(`container port raft is ${ports.raft}, want ${RAFT_PORT}`);
   if (ports.metrics !== METRICS_PORT) problems.push(`container port metrics is ${ports.metrics}, want ${METRICS_PORT}`);
+  if (ports.health !== HEALTH_PORT) problems.push(`container port health is ${ports.health}, want ${HEALTH_PORT}`);
 
   // The start command serves what the ports and probes say.
   const script = (dedupd.command ?? []).join('\n');
   for (const [flag, want] of [
     ['address', `0.0.0.0:${CLIENT_PORT}`],
     ['metrics_address', `0.0.0.0:${METRICS_PORT}`],
+    ['health_address', `0.0.0.0:${HEALTH_PORT}`],
     ['raft_address', `$POD_IP:${RAFT_PORT}`],
   ]) {
     if (flagValue(script, flag) !== want) problems.push(`start command --${flag} is not ${want}`);
@@ -204,7 +208,8 @@ function invariantProblems(objects) {
     problems.push(`--data_dir=${dataDir} is not on the volume claimed per pod`);
   }
 
-  // Probes: Kubernetes' own gRPC probe on the client port.
+  // Probes: Kubernetes' own gRPC probe on the plaintext health port (the
+  // client port may speak TLS, which kubelet's probe cannot).
   for (const probe of ['readinessProbe', 'livenessProbe', 'startupProbe']) {
     const p = dedupd[probe];
     if (p === undefined) {
@@ -212,8 +217,8 @@ function invariantProblems(objects) {
       continue;
     }
     const handlers = ['grpc', 'httpGet', 'tcpSocket', 'exec'].filter((h) => p[h] !== undefined);
-    if (handlers.join() !== 'grpc' || p.grpc.port !== CLIENT_PORT) {
-      problems.push(`${probe} is not a grpc probe on port ${CLIENT_PORT}`);
+    if (handlers.join() !== 'grpc' || p.grpc.port !== HEALTH_PORT) {
+      problems.push(`${probe} is not a grpc probe on port ${HEALTH_PORT}`);
     }
   }
 
@@ -382,6 +387,7 @@ describe(`deploy/k8s (${manifestDir})`, () => {
         `--raft_address=10.244.1.7:${RAFT_PORT}`,
         `--address=0.0.0.0:${CLIENT_PORT}`,
         `--metrics_address=0.0.0.0:${METRICS_PORT}`,
+        `--health_address=0.0.0.0:${HEALTH_PORT}`,
         '--data_dir=/var/lib/dedup/data',
         '--shutdown_grace_ms=10000',
         '--insecure',
@@ -427,6 +433,7 @@ describe('the checks reject broken manifests', () => {
     }, /anti-affinity/],
     ['tcp readiness probe', (l) => { container(l).readinessProbe = { tcpSocket: { port: CLIENT_PORT } }; }, /readinessProbe is not a grpc probe/],
     ['liveness probe on the metrics port', (l) => { container(l).livenessProbe.grpc.port = METRICS_PORT; }, /livenessProbe is not a grpc probe/],
+    ['readiness probe on the client port (TLS there breaks it)', (l) => { container(l).readinessProbe.grpc.port = CLIENT_PORT; }, /readinessProbe is not a grpc probe/],
     ['no liveness probe', (l) => { delete container(l).livenessProbe; }, /livenessProbe is missing/],
     ['no preStop', (l) => { delete container(l).lifecycle; }, /preStop/],
     ['short grace period', (l) => { find(l, 'StatefulSet').spec.template.spec.terminationGracePeriodSeconds = 10; }, /terminationGracePeriodSeconds is 10/],
