@@ -61,6 +61,13 @@ constexpr int kExitDamagedEntry = 5;
 // machine write (see StopOnStorageFailure).
 constexpr int kExitStorageFailure = 6;
 
+// libraft 0.15's raft_strerror has no text for RAFT_NOSPACE.
+std::string AppendError(int rv, const char* detail) {
+  return absl::StrCat(
+      rv == RAFT_NOSPACE ? "no space left on the disk" : raft_strerror(rv),
+      " (", rv, "): ", detail);
+}
+
 // Ends the process after a failed append or apply, before libraft 0.15
 // handles the failure itself. What it would do is worse than a restart
 // (found by filling a node's disk in a 3-node group): a leader whose append
@@ -72,13 +79,6 @@ constexpr int kExitStorageFailure = 6;
 // safe: nothing that failed was acknowledged by this node, the log on disk
 // ends at its last complete append, and the entries after it come again
 // from the leader (or, for a leader, from the member that takes over).
-// libraft 0.15's raft_strerror has no text for RAFT_NOSPACE.
-std::string AppendError(int rv, const char* detail) {
-  return absl::StrCat(
-      rv == RAFT_NOSPACE ? "no space left on the disk" : raft_strerror(rv),
-      " (", rv, "): ", detail);
-}
-
 [[noreturn]] void StopOnStorageFailure(const std::string& what) {
   std::fprintf(stderr,
                "dedupd: FATAL: %s; stopping so that the group goes on without "
