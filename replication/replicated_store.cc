@@ -205,6 +205,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     return status;
   }
 
+  absl::Status CheckDiskSpace() const override {
+    return space_ == nullptr ? absl::OkStatus() : space_->CheckWritable();
+  }
+
   absl::StatusOr<StateDigest> Digest() override {
     return state_->ComputeDigest();
   }

@@ -138,6 +138,10 @@ class ReplicatedStore : public Store {
 
   [[nodiscard]] virtual ClusterStatus GetClusterStatus() const = 0;
   [[nodiscard]] virtual absl::StatusOr<StateDigest> Digest() = 0;
+  // OK, or UNAVAILABLE saying why while this node's data dir has less free
+  // space than ReplicatedStoreOptions::min_free_disk_bytes, whatever its
+  // role (a leader then refuses writes). Any thread.
+  [[nodiscard]] virtual absl::Status CheckDiskSpace() const = 0;
 
   // Any thread (it blocks for a RocksDB flush: not on gRPC's callback
   // threads). A checkpoint of the state for a node installing a snapshot;

@@ -9,10 +9,12 @@
 
 namespace dedup {
 
-HealthWatch::HealthWatch(const Store* store,
+HealthWatch::HealthWatch(std::function<absl::Status()> check,
                          std::vector<grpc::HealthCheckServiceInterface*> health,
                          absl::Duration interval)
-    : store_(store), health_(std::move(health)), interval_(interval) {
+    : check_(std::move(check)),
+      health_(std::move(health)),
+      interval_(interval) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -24,7 +26,7 @@ HealthWatch::~HealthWatch() {
 void HealthWatch::Run() {
   bool serving = true;  // what gRPC's health service starts with
   do {
-    const absl::Status status = store_->CheckServing();
+    const absl::Status status = check_();
     if (status.ok() == serving) continue;
     serving = status.ok();
     // Sets every service's status, "" included (ignored after Shutdown).

@@ -1,34 +1,35 @@
 // Keeps the standard gRPC health status (grpc.health.v1, service "" and
-// dedup.v1.Dedup) in step with whether a single node's store can write:
-// NOT_SERVING while writes are stopped (a nearly full disk, a RocksDB error;
-// storage/write_health.h), SERVING again once they resume by themselves. A
-// load balancer or orchestrator then stops sending writes to a node that can
-// only refuse them, and an alert on the health check fires.
-//
-// Cluster mode does not use it: a follower refuses writes too (it names the
-// leader), and probes must not fail the followers of a healthy group.
+// dedup.v1.Dedup) in step with a check of the node's storage: for a single
+// node whether its store can write (NOT_SERVING while writes are stopped: a
+// nearly full disk, a RocksDB error; storage/write_health.h), for a group
+// member only whether its disk has room (a follower refuses writes too, it
+// names the leader, and probes must not fail the followers of a healthy
+// group). SERVING again once the cause is gone. A load balancer or
+// orchestrator then stops sending calls to a node that can only refuse
+// them, and an alert on the health check fires.
 //
 // Thread safety: construct and destroy on one thread; the watch runs on its
 // own thread.
 #ifndef DEDUP_SERVER_HEALTH_WATCH_H_
 #define DEDUP_SERVER_HEALTH_WATCH_H_
 
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "storage/store.h"
 
 namespace dedup {
 
 class HealthWatch {
  public:
-  // No pointer is owned; all must outlive this object. Checks
-  // `store->CheckServing()` every `interval`, sets the status of every
-  // service in `health` (one per listener) and logs each change.
-  HealthWatch(const Store* store,
+  // No pointer is owned; all must outlive this object. Runs `check` every
+  // `interval` (on the watch's thread), sets the status of every service in
+  // `health` (one per listener) and logs each change.
+  HealthWatch(std::function<absl::Status()> check,
               std::vector<grpc::HealthCheckServiceInterface*> health,
               absl::Duration interval);
   // Stops the watch (the status stays as last set).
@@ -39,7 +40,7 @@ class HealthWatch {
  private:
   void Run();
 
-  const Store* const store_;
+  const std::function<absl::Status()> check_;
   const std::vector<grpc::HealthCheckServiceInterface*> health_;
   const absl::Duration interval_;
   absl::Notification stop_;

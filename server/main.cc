@@ -60,7 +60,7 @@ constexpr int kExitShutdownError = 1;
 // once).
 constexpr int kTenantsFileCheckSeconds = 2;
 
-// How often a single node's health status follows its storage's.
+// How often a node's health status follows its storage's.
 constexpr int64_t kHealthWatchIntervalMs = 250;
 
 // Headroom over the result limit for the rest of a CompleteRequest.
@@ -349,13 +349,17 @@ int main(int argc, char** argv) {
                    : "");
   std::fflush(stderr);
 
-  // A single node that cannot write says so to health checks (a follower's
-  // refusals are normal and leave it SERVING).
-  std::unique_ptr<dedup::HealthWatch> health_watch;
+  // A node that cannot write says so to health checks (in a group, only for
+  // want of disk space: a follower's refusals are normal).
+  std::function<absl::Status()> storage_check;
   if (replicated == nullptr) {
-    health_watch = std::make_unique<dedup::HealthWatch>(
-        store->get(), health, absl::Milliseconds(kHealthWatchIntervalMs));
+    storage_check = [s = store->get()] { return s->CheckServing(); };
+  } else {
+    storage_check = [replicated] { return replicated->CheckDiskSpace(); };
   }
+  auto health_watch = std::make_unique<dedup::HealthWatch>(
+      std::move(storage_check), health,
+      absl::Milliseconds(kHealthWatchIntervalMs));
 
   int signal_number = 0;
   while (sigwait(&stop_signals, &signal_number) == 0 &&

@@ -21,11 +21,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/cluster/cluster_fixture.h"
 
 namespace dedup {
 namespace {
+
+using HealthStatus = ::grpc::health::v1::HealthCheckResponse;
 
 constexpr char kTmpfsSize[] = "size=160m";
 constexpr int kFloorMib = 48;
@@ -88,6 +92,27 @@ class DiskFullGroupTest : public ClusterTest {
     ASSERT_TRUE(s.ok()) << s.error_message();
     ASSERT_EQ(transferred.leader_id(), static_cast<uint64_t>(id));
     leader_ = id;
+  }
+
+  // Polls node `id`'s standard health status (service "") for up to 5 s.
+  bool HealthBecomes(int id, HealthStatus::ServingStatus want) {
+    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+        cluster_.client_address(id), grpc::InsecureChannelCredentials()));
+    HealthStatus::ServingStatus got = HealthStatus::UNKNOWN;
+    for (int i = 0; i < 100; ++i) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(2));
+      HealthStatus response;
+      if (stub->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &response)
+              .ok()) {
+        got = response.status();
+        if (got == want) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "node " << id << " health " << got << ", want " << want;
+    return false;
   }
 
   // One Begin straight to `id` (no redirects, no retries).
@@ -177,6 +202,9 @@ TEST_F(DiskFullGroupTest, LeaderBelowTheFloorHandsLeadershipOn) {
   }
   ASSERT_NE(leader, 1) << "node 1 kept leading below its floor";
   EXPECT_TRUE(cluster_.running(1));
+  // Its health says so, whatever its role; the others' does not.
+  EXPECT_TRUE(HealthBecomes(1, HealthStatus::NOT_SERVING));
+  EXPECT_TRUE(HealthBecomes(leader, HealthStatus::SERVING));
 
   // The group goes on under the new leader (node 1 follows: it has room for
   // the log), and every acknowledged result stays.
@@ -184,6 +212,7 @@ TEST_F(DiskFullGroupTest, LeaderBelowTheFloorHandsLeadershipOn) {
   EXPECT_EQ(during.size(), 50u);
   acked.merge(during);
   Unfill();
+  EXPECT_TRUE(HealthBecomes(1, HealthStatus::SERVING));
   ExpectAcked(leader, acked);
   ExpectIdenticalReplicas();
   EXPECT_TRUE(cluster_.running(1));
