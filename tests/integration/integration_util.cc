@@ -1,5 +1,6 @@
 #include "tests/integration/integration_util.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -48,6 +49,11 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+bool UnderSanitizer() {
+  return std::getenv("ASAN_OPTIONS") != nullptr ||
+         std::getenv("TSAN_OPTIONS") != nullptr;
 }
 
 void SleepMs(int64_t ms) {

@@ -35,6 +35,10 @@ namespace dedup::testing {
 [[nodiscard]] int64_t NowMs();
 void SleepMs(int64_t ms);
 
+// True when the tests (and the dedupd they start) run under a sanitizer
+// (scripts/sanitize sets its options in the environment).
+bool UnderSanitizer();
+
 // Peak resident memory of process `pid` (VmHWM), MiB; -1 if unknown.
 [[nodiscard]] int64_t PeakRssMib(pid_t pid);
 

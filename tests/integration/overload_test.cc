@@ -46,11 +46,6 @@ double MsSince(Clock::time_point start) {
       .count();
 }
 
-bool UnderSanitizer() {
-  return std::getenv("ASAN_OPTIONS") != nullptr ||
-         std::getenv("TSAN_OPTIONS") != nullptr;
-}
-
 // Each caller its own connection, as separate clients would have.
 std::unique_ptr<v1::Dedup::Stub> Stub(const std::string& address) {
   grpc::ChannelArguments args;
