@@ -26,15 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int OpenDescriptors(int pid) {
-  int n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(
-           absl::StrCat("/proc/", pid, "/fd"))) {
-    ++n;
-  }
-  return n;
-}
-
 // Sets the soft descriptor limit of process `pid`; returns the old limits.
 struct rlimit SetSoftFdLimit(int pid, rlim_t soft) {
   struct rlimit old {};

@@ -40,15 +40,6 @@ int OpenSilentConnection(int port) {
   return fd;
 }
 
-int OpenDescriptors(pid_t pid) {
-  int n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(
-           absl::StrCat("/proc/", pid, "/fd"))) {
-    ++n;
-  }
-  return n;
-}
-
 double Metric(const ServerProcess& server, const std::string& series) {
   return ScrapeSample(server.metrics_port(), series).value_or(-1);
 }

@@ -1,6 +1,7 @@
 #include "tests/integration/integration_util.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -58,6 +59,15 @@ bool UnderSanitizer() {
 
 void SleepMs(int64_t ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+int OpenDescriptors(pid_t pid) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(
+           absl::StrCat("/proc/", pid, "/fd"))) {
+    ++n;
+  }
+  return n;
 }
 
 int64_t PeakRssMib(pid_t pid) {

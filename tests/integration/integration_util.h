@@ -41,6 +41,8 @@ bool UnderSanitizer();
 
 // Peak resident memory of process `pid` (VmHWM), MiB; -1 if unknown.
 [[nodiscard]] int64_t PeakRssMib(pid_t pid);
+// How many descriptors process `pid` has open (/proc/<pid>/fd).
+[[nodiscard]] int OpenDescriptors(pid_t pid);
 
 // Delay of the google.rpc.RetryInfo in a refusal's status details
 // (grpc-status-details-bin), ms; -1 when there is none.
