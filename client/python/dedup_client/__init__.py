@@ -13,14 +13,19 @@
   batches by hand).
 - with_idempotency / @idempotent: Begin -> your function -> Complete (or
   Release on RetryableError), waiting out IN_USE and replaying duplicates.
+  The lease is renewed in the background while the function runs; a lost
+  claim sets current_claim().lost (check() raises ClaimLost).
+- AsyncClient, AsyncCoalescingClient, with_idempotency_async: the same on
+  grpc.aio for asyncio; @idempotent on an `async def` uses them.
 - TlsConfig, token=/token_file=: TLS, mTLS and a bearer token on every
   call (Client(..., tls=TlsConfig(root_ca="ca.pem"), token=...));
   open_channel() secures a channel the same way for dedupd's other services.
 - args_hash: SHA-256 of the RFC 8785 canonical JSON of the tool arguments,
   identical in every dedup client.
 
-Needs grpcio and protobuf, and the generated dedup.v1 stubs on sys.path (see
-client/python/README.md).
+Needs grpcio and protobuf. An installed package (pip install ./client/python)
+carries the generated dedup.v1 stubs; from the source tree they must be on
+sys.path (see client/python/README.md).
 """
 
 from dedup_client._proto import dedup_pb2, dedup_pb2_grpc
@@ -32,10 +37,14 @@ from dedup_client.args_hash import (
     canonicalize,
     canonicalize_json_text,
 )
+from dedup_client.aio_client import AsyncClient
+from dedup_client.aio_coalescing import AsyncCoalescingClient
+from dedup_client.aio_idempotency import with_idempotency_async
 from dedup_client.backoff import Backoff
 from dedup_client.client import Client, is_retryable_rpc_error
 from dedup_client.coalescing import CoalescingClient
 from dedup_client.errors import (
+    ClaimLost,
     ConflictError,
     DedupError,
     DedupRpcError,
@@ -57,10 +66,13 @@ from dedup_client.outcome import is_outcome_unknown
 from dedup_client.security import BearerToken, TlsConfig, open_channel
 
 __all__ = [
+    "AsyncClient",
+    "AsyncCoalescingClient",
     "Backoff",
     "BearerToken",
     "CanonicalJsonError",
     "Claim",
+    "ClaimLost",
     "Client",
     "CoalescingClient",
     "ConflictError",
@@ -87,4 +99,5 @@ __all__ = [
     "is_retryable_rpc_error",
     "open_channel",
     "with_idempotency",
+    "with_idempotency_async",
 ]

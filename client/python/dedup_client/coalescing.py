@@ -73,6 +73,7 @@ from dedup_client.batch import (
 )
 from dedup_client.client import Client, is_retryable_rpc_error
 from dedup_client.errors import DedupRpcError, rpc_code, rpc_details
+from dedup_client.messages import begin_request, complete_request
 from dedup_client.outcome import (
     is_outcome_unknown,
     may_retry_unknown,
@@ -158,10 +159,8 @@ class CoalescingClient:
     ) -> "Future[dedup_pb2.BeginResponse]":
         """Queues a Begin (no wait); the future holds the BeginResponse or
         raises the grpc.RpcError its unary Begin would have."""
-        return self._begins.submit(dedup_pb2.BeginRequest(
-            namespace=namespace, key=key, args_hash=args_hash, owner=owner,
-            lease_ms=lease_ms, ttl_s=ttl_s,
-        ))
+        return self._begins.submit(begin_request(
+            namespace, key, args_hash, owner=owner, lease_ms=lease_ms, ttl_s=ttl_s))
 
     def begin(
         self,
@@ -196,10 +195,8 @@ class CoalescingClient:
     ) -> "Future[dedup_pb2.CompleteResponse]":
         """Queues a Complete; the future holds the CompleteResponse or raises
         the grpc.RpcError its unary Complete would have."""
-        return self._completes.submit(dedup_pb2.CompleteRequest(
-            namespace=namespace, key=key, fence=fence, outcome=outcome,
-            result=result, ttl_s=ttl_s,
-        ))
+        return self._completes.submit(complete_request(
+            namespace, key, fence, outcome, result, ttl_s=ttl_s))
 
     def complete(
         self,

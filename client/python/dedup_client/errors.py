@@ -101,6 +101,30 @@ class StaleFenceError(OutcomeNotRecordedError):
     """Complete answered STALE_FENCE: another caller took the key over."""
 
 
+class ClaimLost(OutcomeNotRecordedError):
+    """The claim was lost while the function ran: a background renewal of
+    its lease was refused (answer STALE_FENCE: another caller took the key
+    over; NOT_FOUND: the record was forgotten, or expired; ALREADY_COMPLETED:
+    another execution completed it).
+
+    Raised by claim.check() inside the function (result None), and by
+    with_idempotency when the function returned after the loss (result: its
+    return value): no Complete is sent, the outcome is NOT recorded. Whatever
+    the function did may have run alongside another execution.
+    """
+
+    def __init__(
+        self, namespace: str, key: str, fence: int, answer: str,
+        current_fence: int, result: object = None,
+    ) -> None:
+        super().__init__(namespace, key, fence, answer, current_fence, result)
+        self.args = (
+            f"dedup: the claim on {namespace!r}/{key!r} with fence {fence} was lost "
+            f"while the function ran: Renew answered {answer} (current fence "
+            f"{current_fence}); its outcome is NOT recorded",
+        )
+
+
 class InUseTimeoutError(DedupError, TimeoutError):
     """Another owner still held the key when the overall deadline ran out.
     Nothing ran here."""

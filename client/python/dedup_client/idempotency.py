@@ -22,16 +22,24 @@ Stored payloads (shared with other clients, so they must stay JSON):
   TypeScript client writes {name, message, code?}; extra fields are kept in
   ReplayedError.stored).
 
-fn runs under its lease (default 60 s server-side); a longer fn should pass
-lease_ms or call client.renew with current_claim().fence. If fn raises a
-BaseException that is not an Exception (KeyboardInterrupt, SystemExit), the
-claim is left to lapse at the end of its lease: whether the side effect
-happened is unknown, so it is neither released nor completed.
+While fn runs, its lease is renewed in the background every third of its
+length (dedup_client.claim), so fn may run longer than the lease; renew=False
+turns that off. If a renewal learns the claim is lost (another caller took
+over, the record was forgotten), current_claim().lost is set and
+current_claim().check() raises ClaimLost; the outcome is then not reported as
+a success (ClaimLost, with fn's return value, instead of a Complete). If fn
+raises a BaseException that is not an Exception (KeyboardInterrupt,
+SystemExit), the claim is left to lapse at the end of its lease: whether the
+side effect happened is unknown, so it is neither released nor completed.
+
+with_idempotency_async and @idempotent on an `async def` (with an
+AsyncClient or AsyncCoalescingClient) are the asyncio form:
+dedup_client.aio_idempotency. The Begin loop and the answer mapping below are
+shared with it.
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 import json
@@ -42,9 +50,18 @@ from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 from dedup_client._proto import dedup_pb2
 from dedup_client.args_hash import args_hash as compute_args_hash
+from dedup_client.claim import (
+    Claim,
+    LeaseRenewer,
+    _current_claim,
+    claim_of,
+    current_claim,  # noqa: F401 - re-exported (dedup_client.current_claim)
+    renew_interval_s,
+)
 from dedup_client.client import Client
 from dedup_client.coalescing import CoalescingClient
 from dedup_client.errors import (
+    ClaimLost,
     ConflictError,
     InUseTimeoutError,
     OutcomeNotRecordedError,
@@ -64,20 +81,6 @@ _MAX_WAIT_PER_CALL_S = 60.0
 
 
 @dataclass(frozen=True)
-class Claim:
-    """The execution fn owns, readable inside fn through current_claim()."""
-
-    namespace: str
-    key: str
-    fence: int
-    # A previous owner's lease ran out: its attempt may have partly run the
-    # side effect, so fn may want to check before repeating it.
-    takeover: bool
-    attempts: int
-    lease_expires_at_ms: int  # Server clock, Unix ms.
-
-
-@dataclass(frozen=True)
 class IdempotentResult(Generic[T]):
     """What with_idempotency returns: always a SUCCESS outcome (ERROR
     outcomes raise). On a duplicate, result is the stored JSON decoded."""
@@ -87,16 +90,6 @@ class IdempotentResult(Generic[T]):
     fence: int
     takeover: bool = False  # fn ran as a takeover (see Claim).
     outcome: int = dedup_pb2.SUCCESS
-
-
-_current_claim: contextvars.ContextVar[Optional[Claim]] = contextvars.ContextVar(
-    "dedup_current_claim", default=None
-)
-
-
-def current_claim() -> Optional[Claim]:
-    """The Claim of the idempotent function running in this context, if any."""
-    return _current_claim.get()
 
 
 def encode_result(value: Any) -> bytes:
@@ -141,6 +134,79 @@ def replayed_error(payload: bytes, fence: int) -> ReplayedError:
     return ReplayedError("Error", payload.decode("utf-8", "replace"), payload, fence)
 
 
+class BeginLoop:
+    """The Begin side of with_idempotency, shared by the blocking and the
+    asyncio forms: what each Begin sends and what its answer means.
+
+        loop = BeginLoop(namespace, args, key, ...)
+        while True:
+            sent = time.monotonic()
+            begin = client.begin(namespace, loop.key, loop.args_hash, **loop.next_begin())
+            done = loop.answer(begin)      # raises Conflict/Replayed
+            if done is STARTED: run fn ...
+            elif done is not None: return done   # a duplicate's result
+            else: sleep(loop.pause_s(begin, sent)); loop.wait_more(begin)  # may raise
+    """
+
+    def __init__(
+        self, namespace: str, args: Any, key: Optional[str], *, lease_ms: int,
+        ttl_s: int, wait_per_call_s: float, deadline_s: float,
+    ) -> None:
+        self.namespace = namespace
+        self.args_hash = compute_args_hash(args)
+        self.key = key if key is not None else self.args_hash.hex()
+        self.lease_ms = lease_ms
+        self.ttl_s = ttl_s
+        self._wait_per_call_s = wait_per_call_s
+        self._deadline = time.monotonic() + deadline_s
+        self._wait_ms = 0
+
+    def next_begin(self) -> dict[str, Any]:
+        """The Begin's options. A fresh owner per claim attempt; the client's
+        UNAVAILABLE retries reuse it, so a lost answer is re-entered rather
+        than seen as IN_USE."""
+        return dict(owner=str(uuid.uuid4()), lease_ms=self.lease_ms, ttl_s=self.ttl_s,
+                    wait_ms=self._wait_ms)
+
+    def answer(self, begin: dedup_pb2.BeginResponse) -> Any:
+        """STARTED for STARTED, the IdempotentResult of a DUPLICATE SUCCESS,
+        None for IN_USE; raises for the other answers."""
+        status = begin.status
+        if status == dedup_pb2.BeginResponse.STARTED:
+            return STARTED
+        if status == dedup_pb2.BeginResponse.DUPLICATE:
+            if begin.outcome == dedup_pb2.ERROR:
+                raise replayed_error(begin.result, begin.fence)
+            return IdempotentResult(
+                result=decode_result(begin.result), duplicate=True, fence=begin.fence
+            )
+        if status == dedup_pb2.BeginResponse.CONFLICT:
+            raise ConflictError(self.namespace, self.key, begin.fence)
+        if status != dedup_pb2.BeginResponse.IN_USE:
+            raise RuntimeError(f"dedup: Begin answered unknown status {status}")
+        return None
+
+    def pause_s(self, begin: dedup_pb2.BeginResponse, sent: float) -> float:
+        """After IN_USE: a server that answered well before the wait we asked
+        for is not waiting (e.g. an older build); pause so we do not spin on
+        it."""
+        now = time.monotonic()
+        if self._wait_ms > 0 and now - sent < self._wait_ms / 2000.0:
+            return min(max(begin.retry_after_ms, 10) / 1000.0, max(self._deadline - now, 0))
+        return 0.0
+
+    def wait_more(self, begin: dedup_pb2.BeginResponse) -> None:
+        """The next Begin waits for the other owner's outcome, up to the
+        deadline; raises InUseTimeoutError once it is reached."""
+        remaining = self._deadline - time.monotonic()
+        self._wait_ms = int(min(self._wait_per_call_s, remaining, _MAX_WAIT_PER_CALL_S) * 1000)
+        if self._wait_ms < 1:
+            raise InUseTimeoutError(self.namespace, self.key, begin.fence)
+
+
+STARTED = object()  # BeginLoop.answer: the caller owns the execution
+
+
 def with_idempotency(
     client: AnyClient,
     namespace: str,
@@ -153,6 +219,7 @@ def with_idempotency(
     wait_per_call_s: float = 10.0,
     deadline_s: float = 120.0,
     is_retryable: Optional[Callable[[Exception], bool]] = None,
+    renew: bool = True,
 ) -> IdempotentResult[T]:
     """Runs fn at most once for (namespace, key); see the module docstring.
 
@@ -163,84 +230,105 @@ def with_idempotency(
     Begin asks the server to wait for another owner; deadline_s bounds the
     whole wait (not fn itself). is_retryable: besides RetryableError, which
     exceptions mean "certainly did not happen, run again next time".
+    renew: renew the lease in the background while fn runs (every third of
+    the lease; see dedup_client.claim).
 
     Raises ConflictError, ReplayedError, InUseTimeoutError, StaleFenceError,
-    OutcomeNotRecordedError, grpc.RpcError, or whatever fn raised.
+    ClaimLost, OutcomeNotRecordedError, grpc.RpcError, or whatever fn raised.
     """
-    hash_bytes = compute_args_hash(args)
-    if key is None:
-        key = hash_bytes.hex()
-    deadline = time.monotonic() + deadline_s
-    wait_ms = 0
+    loop = BeginLoop(namespace, args, key, lease_ms=lease_ms, ttl_s=ttl_s,
+                     wait_per_call_s=wait_per_call_s, deadline_s=deadline_s)
     while True:
-        # A fresh owner per claim attempt; the client's UNAVAILABLE retries
-        # reuse it, so a lost answer is re-entered rather than seen as IN_USE.
         sent = time.monotonic()
-        begin = client.begin(
-            namespace, key, hash_bytes, owner=str(uuid.uuid4()),
-            lease_ms=lease_ms, ttl_s=ttl_s, wait_ms=wait_ms,
-        )
-        status = begin.status
-        if status == dedup_pb2.BeginResponse.STARTED:
-            return _execute(client, namespace, key, begin, fn, is_retryable)
-        if status == dedup_pb2.BeginResponse.DUPLICATE:
-            if begin.outcome == dedup_pb2.ERROR:
-                raise replayed_error(begin.result, begin.fence)
-            return IdempotentResult(
-                result=decode_result(begin.result), duplicate=True, fence=begin.fence
-            )
-        if status == dedup_pb2.BeginResponse.CONFLICT:
-            raise ConflictError(namespace, key, begin.fence)
-        if status != dedup_pb2.BeginResponse.IN_USE:
-            raise RuntimeError(f"dedup: Begin answered unknown status {status}")
-
-        now = time.monotonic()
-        # A server that answered IN_USE well before the wait we asked for is
-        # not waiting (e.g. an older build); pause so we do not spin on it.
-        if wait_ms > 0 and now - sent < wait_ms / 2000.0:
-            time.sleep(min(max(begin.retry_after_ms, 10) / 1000.0, max(deadline - now, 0)))
-        remaining = deadline - time.monotonic()
-        wait_ms = int(min(wait_per_call_s, remaining, _MAX_WAIT_PER_CALL_S) * 1000)
-        if wait_ms < 1:
-            raise InUseTimeoutError(namespace, key, begin.fence)
+        begin = client.begin(namespace, loop.key, loop.args_hash, **loop.next_begin())
+        done = loop.answer(begin)
+        if done is STARTED:
+            return _execute(client, loop, begin, fn, is_retryable, renew)
+        if done is not None:
+            return done
+        pause = loop.pause_s(begin, sent)
+        if pause > 0:
+            time.sleep(pause)
+        loop.wait_more(begin)
 
 
 def _execute(
     client: AnyClient,
-    namespace: str,
-    key: str,
+    loop: BeginLoop,
     begin: dedup_pb2.BeginResponse,
     fn: Callable[[], T],
     is_retryable: Optional[Callable[[Exception], bool]],
+    renew: bool,
 ) -> IdempotentResult[T]:
-    claim = Claim(
-        namespace=namespace, key=key, fence=begin.fence, takeover=begin.takeover,
-        attempts=begin.attempts, lease_expires_at_ms=begin.lease_expires_at,
-    )
+    claim = claim_of(loop.namespace, loop.key, begin)
+    interval = renew_interval_s(begin, loop.lease_ms) if renew else None
+    renewer = LeaseRenewer(client, claim, loop.lease_ms, interval) if interval else None
     token = _current_claim.set(claim)
+    if renewer is not None:
+        renewer.start()
     try:
         value = fn()
     except Exception as error:
-        if isinstance(error, RetryableError) or (is_retryable and is_retryable(error)):
+        lost = renewer.stop() if renewer is not None else False
+        action = failure_action(error, is_retryable, lost)
+        if action == RELEASE:
             _release_quietly(client, claim)
-            raise
-        _record_error(client, claim, error)
+        elif action == RECORD:
+            _record_error(client, claim, error)
+        raise
+    except BaseException:
+        if renewer is not None:
+            renewer.stop()
         raise
     finally:
         _current_claim.reset(token)
 
-    try:
-        payload = encode_result(value)
-    except (TypeError, ValueError) as error:
-        # The side effect ran, so the claim must not lapse (a takeover would
-        # run it again): record the failure so duplicates see it, not re-run.
-        _record_error(client, claim, error)
-        raise
-    complete = client.complete(namespace, key, claim.fence, dedup_pb2.SUCCESS, payload)
-    _check_complete(claim, complete, value)
+    lost = renewer.stop() if renewer is not None else False
+    complete_args = success_complete(claim, value, lost)
+    if isinstance(complete_args, Exception):  # the error was recorded instead
+        _record_error(client, claim, complete_args)
+        raise complete_args
+    complete = client.complete(*complete_args)
+    check_complete(claim, complete, value)
     return IdempotentResult(
         result=value, duplicate=False, fence=claim.fence, takeover=claim.takeover
     )
+
+
+# failure_action's answers.
+RELEASE, RECORD, PROPAGATE = "release", "record", "propagate"
+
+
+def failure_action(
+    error: Exception, is_retryable: Optional[Callable[[Exception], bool]], lost: bool
+) -> str:
+    """What to do when fn raised `error`: RELEASE (it certainly did not
+    happen), RECORD (Complete ERROR, so duplicates replay it) or, when the
+    claim was lost, PROPAGATE only (neither would be accepted now; a note
+    says so)."""
+    if lost:
+        if not isinstance(error, ClaimLost) and hasattr(error, "add_note"):
+            error.add_note("dedup: the claim was lost while the function ran "
+                           "(a lease renewal was refused); nothing was recorded")
+        return PROPAGATE
+    if isinstance(error, RetryableError) or (is_retryable and is_retryable(error)):
+        return RELEASE
+    return RECORD
+
+
+def success_complete(claim: Claim, value: Any, lost: bool) -> Any:
+    """The Complete(SUCCESS) arguments for fn's return value; raises
+    ClaimLost (with the value) if the claim was lost. Returns the exception
+    to record instead when the value cannot be stored as JSON: the side
+    effect ran, so the claim must not lapse (a takeover would run it again);
+    the failure is recorded so duplicates see it, not re-run."""
+    if lost:
+        raise claim.lost_error(value)
+    try:
+        payload = encode_result(value)
+    except (TypeError, ValueError) as error:
+        return error
+    return (claim.namespace, claim.key, claim.fence, dedup_pb2.SUCCESS, payload)
 
 
 def _release_quietly(client: AnyClient, claim: Claim) -> None:
@@ -259,14 +347,18 @@ def _record_error(client: AnyClient, claim: Claim, error: Exception) -> None:
         complete = client.complete(
             claim.namespace, claim.key, claim.fence, dedup_pb2.ERROR, encode_error(error)
         )
-        _check_complete(claim, complete, None)
+        check_complete(claim, complete, None)
     except Exception as recording:  # noqa: BLE001 - reported as a note
-        note = f"dedup: the error outcome was NOT recorded: {recording}"
-        if hasattr(error, "add_note"):  # Python 3.11+
-            error.add_note(note)
+        note_not_recorded(error, recording)
 
 
-def _check_complete(
+def note_not_recorded(error: Exception, recording: Exception) -> None:
+    note = f"dedup: the error outcome was NOT recorded: {recording}"
+    if hasattr(error, "add_note"):  # Python 3.11+
+        error.add_note(note)
+
+
+def check_complete(
     claim: Claim, complete: dedup_pb2.CompleteResponse, result: object
 ) -> None:
     if complete.status == dedup_pb2.CompleteResponse.OK:
@@ -314,14 +406,26 @@ class IdempotentFunction(Generic[T]):
         """The arguments as hashed: by parameter name, as passed (defaults not
         filled in, so adding a defaulted parameter keeps old hashes), with
         **kwargs flattened in."""
-        bound = self._signature.bind(*args, **kwargs)
-        arguments: dict[str, Any] = {}
-        for name, value in bound.arguments.items():
-            if self._signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
-                arguments.update(value)
-            else:
-                arguments[name] = value
-        return arguments
+        return arguments_of(self._signature, *args, **kwargs)
+
+
+def arguments_of(signature: inspect.Signature, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """A call's arguments by parameter name, as passed (see
+    IdempotentFunction.arguments_of)."""
+    bound = signature.bind(*args, **kwargs)
+    arguments: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(value)
+        else:
+            arguments[name] = value
+    return arguments
+
+
+def is_async_client(client: Any) -> bool:
+    """True for an AsyncClient, an AsyncCoalescingClient, or any client
+    whose begin is a coroutine function."""
+    return inspect.iscoroutinefunction(getattr(type(client), "begin", None))
 
 
 def idempotent(
@@ -331,15 +435,24 @@ def idempotent(
     key_from: Optional[Callable[[dict[str, Any]], str]] = None,
     **options: Any,
 ) -> Callable[[Callable[..., T]], IdempotentFunction[T]]:
-    """Decorator form of with_idempotency for plain functions (e.g. MCP tools).
+    """Decorator form of with_idempotency for functions (e.g. MCP tools).
 
     The function's arguments, by parameter name, are the hashed args;
     key_from(arguments) picks the key (e.g. lambda a: a["invoice_id"]); without
     it the key is the args hash. options go to with_idempotency (lease_ms,
-    ttl_s, wait_per_call_s, deadline_s, is_retryable).
+    ttl_s, wait_per_call_s, deadline_s, is_retryable, renew).
+
+    An `async def` (or any function, given an AsyncClient or
+    AsyncCoalescingClient) becomes an `async def` running
+    with_idempotency_async (dedup_client.aio_idempotency); an `async def`
+    with a blocking client raises TypeError.
     """
 
     def wrap(fn: Callable[..., T]) -> IdempotentFunction[T]:
+        if is_async_client(client) or inspect.iscoroutinefunction(fn):
+            from dedup_client.aio_idempotency import idempotent_async  # (a cycle)
+
+            return idempotent_async(fn, client, namespace, key_from, options)
         return IdempotentFunction(fn, client, namespace, key_from, options)
 
     return wrap

@@ -118,19 +118,30 @@ class Router:
                 raise ValueError("the dedup Client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                factory = self._factory or grpc.insecure_channel
-                channel = factory(address)
+                channel = self._open(address)
                 self._channels[address] = channel
                 self._owned.add(address)
-                # Connects now, and keeps reconnecting while the server is
-                # away (see the module docstring); grpcio runs one polling
-                # thread per subscribed channel.
-                channel.subscribe(_keep_connecting, try_to_connect=True)
-            if self._interceptor is not None:  # closing `channel` closes this
-                channel = grpc.intercept_channel(channel, self._interceptor)
-            stub = dedup_pb2_grpc.DedupStub(channel)
+            stub = dedup_pb2_grpc.DedupStub(self._wrap(channel))
             self._stubs[address] = stub
             return stub
+
+    def _open(self, address: str) -> Any:
+        """Opens and watches the channel of `address` (AsyncRouter: an
+        asyncio one)."""
+        factory = self._factory or grpc.insecure_channel
+        channel = factory(address)
+        # Connects now, and keeps reconnecting while the server is away (see
+        # the module docstring); grpcio runs one polling thread per
+        # subscribed channel.
+        channel.subscribe(_keep_connecting, try_to_connect=True)
+        return channel
+
+    def _wrap(self, channel: Any) -> Any:
+        """The channel the stub uses: with the token's interceptor, if any
+        (closing `channel` closes it)."""
+        if self._interceptor is not None:
+            return grpc.intercept_channel(channel, self._interceptor)
+        return channel
 
     def redirect(self, address: str, error: BaseException) -> Optional[str]:
         """The leader named by `address`'s UNAVAILABLE, now the guess; None
@@ -165,9 +176,12 @@ class Router:
     def close(self) -> None:
         """Closes the channels this Router opened; later stub() calls for a
         new address raise, and calls on the closed channels fail."""
-        with self._lock:
-            self._closed = True
-            owned = [self._channels[a] for a in self._owned]
-        for channel in owned:
+        for channel in self._close_owned():
             channel.unsubscribe(_keep_connecting)
             channel.close()
+
+    def _close_owned(self) -> list[Any]:
+        """Marks the router closed; returns the channels it opened."""
+        with self._lock:
+            self._closed = True
+            return [self._channels[a] for a in self._owned]

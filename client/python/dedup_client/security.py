@@ -269,21 +269,26 @@ def channel_factory(
     token: Optional[BearerToken],
     allow_insecure_token: bool = False,
     options: Sequence[tuple[str, Any]] = (),
+    *,
+    secure: Optional[Callable[..., Any]] = None,
+    insecure: Optional[Callable[..., Any]] = None,
 ) -> Callable[[str], grpc.Channel]:
     """Opens the (not yet intercepted) channel of an address: TLS with
     `tls`'s credentials (files read once, here), else plaintext, with the
     short reconnect backoff of dedup_client.reconnect unless `options` sets
     its own. With a token and no TLS, an address off loopback raises
-    ValueError unless allow_insecure_token."""
+    ValueError unless allow_insecure_token. secure / insecure open the
+    channel (default grpc.secure_channel / grpc.insecure_channel, looked up
+    at each call; AsyncClient passes grpc.aio's)."""
     credentials = tls.channel_credentials() if tls is not None else None
     all_options = with_reconnect_backoff(
         list(options) + (tls.channel_options() if tls is not None else []))
 
     def open_channel(address: str) -> grpc.Channel:
         if credentials is not None:
-            return grpc.secure_channel(address, credentials, options=all_options)
+            return (secure or grpc.secure_channel)(address, credentials, options=all_options)
         check_token_destination(address, tls, token, allow_insecure_token)
-        return grpc.insecure_channel(address, options=all_options)
+        return (insecure or grpc.insecure_channel)(address, options=all_options)
 
     return open_channel
 

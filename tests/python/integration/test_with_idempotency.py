@@ -148,8 +148,10 @@ class WithIdempotencyTest(LedgerTestCase):
 
         def run_slow() -> None:
             try:
+                # renew=False: without it the lease would be renewed in the
+                # background and nobody could take over (test_lease_renewal.py).
                 with_idempotency(self.client, "billing:charge", {}, slow_owner, self.key,
-                                 lease_ms=100)
+                                 lease_ms=100, renew=False)
             except StaleFenceError as e:
                 outcome["error"] = e
 
