@@ -121,13 +121,28 @@ export class ReplayedError extends Error {
   }
 }
 
+/** Which call lost the claim, and what the error was caused by. */
+export interface OutcomeNotRecordedOptions {
+  readonly cause?: unknown;
+  /**
+   * The call the server refused: "Complete" (default; the function ran to
+   * the end) or "Renew" (a background renewal while the function ran: the
+   * claim was lost, the function's signal aborted, and Complete was not sent).
+   */
+  readonly call?: 'Complete' | 'Renew';
+}
+
 /**
- * Complete was refused, so the function's outcome was NOT recorded although it
- * ran. `answer` says why: NOT_FOUND (the claim was released, forgotten or
- * expired) or ALREADY_COMPLETED (this fence completed differently).
+ * The claim was lost, so the function's outcome was NOT recorded: Complete
+ * was refused after the function ran, or (`call` "Renew") a renewal was
+ * refused while it ran. `answer` says why: STALE_FENCE (see StaleFenceError),
+ * NOT_FOUND (the claim was released, forgotten or expired) or
+ * ALREADY_COMPLETED (this fence completed differently).
  */
 export class OutcomeNotRecordedError extends Error {
   override readonly name: string = 'OutcomeNotRecordedError';
+  /** The refused call. */
+  readonly call: 'Complete' | 'Renew';
   constructor(
     readonly answer: FencedStatus,
     readonly namespace: string,
@@ -136,20 +151,28 @@ export class OutcomeNotRecordedError extends Error {
     readonly fence: bigint,
     /** The record's fence as the server reported it. */
     readonly currentFence: bigint,
-    options?: { cause?: unknown },
+    options?: OutcomeNotRecordedOptions,
   ) {
+    const call = options?.call ?? 'Complete';
     super(
-      `dedup: Complete for key "${key}" in "${namespace}" with fence ${fence} answered ${answer}` +
-        ` (current fence ${currentFence}): the side effect ran but its outcome was NOT recorded`,
-      options,
+      `dedup: ${call} for key "${key}" in "${namespace}" with fence ${fence} answered ${answer}` +
+        ` (current fence ${currentFence}): ` +
+        (call === 'Complete'
+          ? 'the side effect ran but its outcome was NOT recorded'
+          : 'the claim was lost while the function ran; its outcome was NOT recorded'),
+      options !== undefined && 'cause' in options ? { cause: options.cause } : undefined,
     );
+    this.call = call;
   }
 }
 
-/** Complete answered STALE_FENCE: the lease was lost to a takeover; this outcome was NOT recorded. */
+/**
+ * Complete (or a renewal) answered STALE_FENCE: another owner took over (a
+ * newer fence); this outcome was NOT recorded.
+ */
 export class StaleFenceError extends OutcomeNotRecordedError {
   override readonly name: string = 'StaleFenceError';
-  constructor(namespace: string, key: string, fence: bigint, currentFence: bigint, options?: { cause?: unknown }) {
+  constructor(namespace: string, key: string, fence: bigint, currentFence: bigint, options?: OutcomeNotRecordedOptions) {
     super('STALE_FENCE', namespace, key, fence, currentFence, options);
   }
 }

@@ -2,6 +2,7 @@
 // every process that shares a dedupd, and replay its outcome (errors
 // included) to every retry.
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 
 import { argsHash } from './args-hash.js';
 import {
@@ -14,6 +15,7 @@ import {
   StaleFenceError,
   type StoredError,
 } from './errors.js';
+import { LeaseKeeper } from './lease-keeper.js';
 import { sleep as defaultSleep } from './retry.js';
 import type {
   BeginRequest,
@@ -23,13 +25,19 @@ import type {
   Outcome,
   ReleaseRequest,
   ReleaseResponse,
+  RenewRequest,
+  RenewResponse,
 } from './types.js';
 
-/** The calls withIdempotency needs; DedupClient has them (tests may pass a fake). */
+/**
+ * The calls withIdempotency needs; DedupClient has them (tests may pass a
+ * fake). Without `renew` the lease is not renewed.
+ */
 export interface IdempotencyCalls {
   begin(request: BeginRequest): Promise<BeginResponse>;
   complete(request: CompleteRequest): Promise<CompleteResponse>;
   release(request: ReleaseRequest): Promise<ReleaseResponse>;
+  renew?(request: RenewRequest): Promise<RenewResponse>;
 }
 
 export interface IdempotencyOptions {
@@ -39,8 +47,18 @@ export interface IdempotencyOptions {
   readonly key?: string;
   /** The tool arguments (JSON values only); their canonical hash detects a key reused for other args. */
   readonly args: unknown;
-  /** Lease of each claim in ms; run longer and another caller may take over. Default: the server's. */
+  /**
+   * Lease of each claim in ms. It is renewed every leaseMs/3 while `fn` runs
+   * (see `autoRenew`), so it bounds how long a crashed or frozen owner holds
+   * the key, not how long `fn` may run. Default: the server's (60 s).
+   */
   readonly leaseMs?: number;
+  /**
+   * Renew the lease in the background while `fn` runs, and abort
+   * `claim.signal` when a renewal is refused (the claim is lost). Default
+   * true. With false, `fn` must finish within the lease or renew it itself.
+   */
+  readonly autoRenew?: boolean;
   /** How long the record (and so the replayable outcome) is kept, in s. Default: the server's (24 h). */
   readonly ttlS?: number;
   /** While another owner runs the key, each Begin asks the server to wait this long (max 60 s). Default 10 s. */
@@ -68,8 +86,19 @@ export interface Claim {
   /** A previous owner's lease ran out: its attempt may have partly run the side effect. */
   readonly takeover: boolean;
   readonly attempts: number;
-  /** Server clock, Unix ms. Renew (client.renew) before then if `fn` may take longer. */
+  /** Server clock, Unix ms: when the lease Begin granted runs out (renewals push it on). */
   readonly leaseExpiresAt: number;
+  /**
+   * Aborts when the claim is lost while `fn` runs: a renewal was refused
+   * (STALE_FENCE: another owner took over after the lease lapsed, e.g. this
+   * process was frozen; NOT_FOUND: the record expired or was forgotten).
+   * Its `reason` is the StaleFenceError / OutcomeNotRecordedError that
+   * withIdempotency then rejects with. Pass it to cancellable work (fetch,
+   * timers) and check it before an irreversible step; pass `fence` to the
+   * downstream system too, which alone can refuse a late write for certain.
+   * Never aborts with autoRenew false.
+   */
+  readonly signal: AbortSignal;
 }
 
 export type IdempotentFunction<T> = (claim: Claim) => T | Promise<T>;
@@ -95,12 +124,19 @@ const MAX_WAIT_PER_CALL_MS = 60_000;
  * a stored error; IN_USE: Begin again with wait_ms until `deadlineMs`;
  * CONFLICT: throw ConflictError.
  *
+ * While `fn` runs its lease is renewed every lease/3 (`autoRenew`); a
+ * renewal refused (the claim lost) aborts `claim.signal`, and whatever `fn`
+ * then returns or throws, nothing is completed or released: the call rejects
+ * with the signal's reason (when `fn` threw something else, with an error of
+ * the same kind whose cause is `fn`'s error). It never reports success.
+ *
  * When `fn` throws: a retryable error (RetryableError or `isRetryable`)
  * releases the claim; any other is stored as {name, message, code?} and
  * replayed to duplicates. Either way the error is rethrown.
  *
  * Also throws: StaleFenceError / OutcomeNotRecordedError (fn ran but its
- * outcome was not recorded: the lease was lost), InUseTimeoutError,
+ * outcome was not recorded: the lease was lost; `call` says whether Complete
+ * or a renewal found out), InUseTimeoutError,
  * DedupRpcError (gRPC failure after retries; with `outcomeUnknown` from
  * Complete, the outcome may have been recorded), CanonicalJsonError (args).
  * Results must be JSON-serializable (undefined becomes null).
@@ -122,6 +158,7 @@ export async function withIdempotency<T>(
   for (;;) {
     const owner = newOwner();
     const sentAt = now();
+    const grantedAt = performance.now();
     const begin = await calls.begin({
       namespace: options.namespace,
       key,
@@ -133,8 +170,7 @@ export async function withIdempotency<T>(
     });
     switch (begin.status) {
       case 'STARTED':
-        return execute(calls, options, { namespace: options.namespace, key, owner, fence: begin.fence,
-          takeover: begin.takeover, attempts: begin.attempts, leaseExpiresAt: begin.leaseExpiresAt }, fn);
+        return execute(calls, options, begin, { namespace: options.namespace, key, owner, grantedAt }, fn);
       case 'DUPLICATE':
         return replay<T>(options.namespace, key, begin);
       case 'CONFLICT':
@@ -152,12 +188,48 @@ export async function withIdempotency<T>(
   }
 }
 
+// Renewal cadence when the lease length cannot be known (a takeover without
+// leaseMs: the server's default lease is not in its answer).
+const UNKNOWN_LEASE_RENEW_INTERVAL_MS = 1000;
+
+/** Ms between renewals: a third of the lease, so two may fail before it lapses. */
+function renewIntervalMs(options: IdempotencyOptions, begin: BeginResponse): number {
+  // On a first claim the record was created with the lease, both on the
+  // server's clock; a takeover keeps the first claim's createdAt.
+  const leaseMs =
+    options.leaseMs ?? (begin.attempts === 1 ? begin.leaseExpiresAt - begin.createdAt : UNKNOWN_LEASE_RENEW_INTERVAL_MS * 3);
+  return Math.max(1, Math.floor(leaseMs / 3));
+}
+
 async function execute<T>(
   calls: IdempotencyCalls,
   options: IdempotencyOptions,
-  claim: Claim,
+  begin: BeginResponse,
+  started: { namespace: string; key: string; owner: string; grantedAt: number },
   fn: IdempotentFunction<T>,
 ): Promise<IdempotencyResult<T>> {
+  const { namespace, key, owner, grantedAt } = started;
+  const keeper =
+    options.autoRenew !== false && calls.renew !== undefined
+      ? new LeaseKeeper(calls.renew.bind(calls), {
+          namespace,
+          key,
+          fence: begin.fence,
+          leaseMs: options.leaseMs,
+          intervalMs: renewIntervalMs(options, begin),
+          grantedAt,
+        })
+      : undefined;
+  const claim: Claim = {
+    namespace,
+    key,
+    owner,
+    fence: begin.fence,
+    takeover: begin.takeover,
+    attempts: begin.attempts,
+    leaseExpiresAt: begin.leaseExpiresAt,
+    signal: keeper?.signal ?? new AbortController().signal,
+  };
   let encoded: string;
   try {
     // JSON.stringify inside the try: an unserializable result is stored as
@@ -165,6 +237,9 @@ async function execute<T>(
     // and a takeover would repeat it.
     encoded = JSON.stringify(await fn(claim)) ?? 'null';
   } catch (error) {
+    keeper?.stop();
+    // Lost: Complete and Release would be refused too (fences never go back).
+    if (keeper?.lostAnswer !== undefined) throw error === claim.signal.reason ? error : keeper.lostError(error);
     if (error instanceof RetryableError || options.isRetryable?.(error) === true) {
       await calls.release({ namespace: claim.namespace, key: claim.key, fence: claim.fence }).catch(() => {
         // Best effort: the claim lapses when its lease ends, and the caller's
@@ -175,6 +250,8 @@ async function execute<T>(
     await record(calls, options, claim, 'ERROR', JSON.stringify(toStoredError(error)), error);
     throw error;
   }
+  keeper?.stop();
+  if (keeper?.lostAnswer !== undefined) throw claim.signal.reason;
   await record(calls, options, claim, 'SUCCESS', encoded, undefined);
   // Parse back so the first caller sees exactly what duplicates will see.
   return { result: JSON.parse(encoded) as T, duplicate: false, outcome: 'SUCCESS', fence: claim.fence, takeover: claim.takeover };

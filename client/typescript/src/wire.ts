@@ -27,7 +27,7 @@ import type {
   RenewResponse,
 } from './types.js';
 
-// Copied next to dist/ by scripts/copy-proto.mjs from <repo>/proto.
+// Copied next to dist/ by scripts/copy-repo-files.mjs from <repo>/proto.
 const PROTO_PATH = fileURLToPath(new URL('../../proto/dedup/v1/dedup.proto', import.meta.url));
 export const SERVICE_NAME = 'dedup.v1.Dedup';
 

@@ -11,8 +11,9 @@ export interface InvoiceServerConfig {
   /** Where sent invoices are appended, one JSON line each (LEDGER_FILE). */
   readonly ledgerFile: string;
   /**
-   * TEST ONLY (SEND_DELAY_MS): pause between claiming the call and sending the
-   * invoice, so tests can kill the server mid-execution or overlap two servers.
+   * TEST ONLY (SEND_DELAY_MS): a slow send: a pause after the claim, just
+   * before the invoice is written, so tests can kill or freeze the server
+   * mid-execution or overlap two servers.
    */
   readonly sendDelayMs: number;
 }

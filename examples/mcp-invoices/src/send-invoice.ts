@@ -15,7 +15,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 
 import type { InvoiceServerConfig } from './config.js';
-import { appendToLedger } from './ledger.js';
+import { appendToLedger, FenceRefusedError } from './ledger.js';
 
 export const sendInvoiceInputSchema = {
   customer: z.string().min(1).describe('Customer id or email'),
@@ -68,11 +68,16 @@ export function sendInvoiceHandler(
           ...(config.leaseMs !== undefined && { leaseMs: config.leaseMs }),
         },
         async (claim): Promise<SentInvoice> => {
-          if (config.sendDelayMs > 0) await sleep(config.sendDelayMs); // TEST ONLY (SEND_DELAY_MS)
           // Checked here rather than in the schema so the example shows a
           // stored error: a retry replays it without sending.
           if (!(invoice.amount > 0)) throw new InvoiceError('invalid amount', 'INVALID_AMOUNT');
+          // withIdempotency renews the lease while this runs; a refused
+          // renewal (another call took over) aborts the signal. A cheap early
+          // exit, but a send already on its way cannot see it: only the fence,
+          // checked by the ledger (the downstream), refuses a late send.
+          claim.signal.throwIfAborted();
           const invoiceId = `inv-${randomUUID()}`;
+          if (config.sendDelayMs > 0) await sleep(config.sendDelayMs); // TEST ONLY (SEND_DELAY_MS): a slow send
           await appendToLedger(config.ledgerFile, { invoiceId, ...invoice, key: claim.key, fence: String(claim.fence) });
           return { status: 'sent', invoiceId, ...invoice };
         },
@@ -96,6 +101,9 @@ function toolError(error: unknown): CallToolResult {
   }
   if (error instanceof InUseTimeoutError) {
     return toolResult({ error: 'in use: this invoice is still being sent by another call; retry later with the same key', code: 'IDEMPOTENCY_KEY_IN_USE' }, true);
+  }
+  if (error instanceof FenceRefusedError || (error instanceof OutcomeNotRecordedError && error.cause instanceof FenceRefusedError)) {
+    return toolResult({ error: 'not sent by this call: it outlived its lease and a newer attempt sent the invoice (the ledger refused the older fence); retry with the same key to get its outcome', code: 'SUPERSEDED' }, true);
   }
   if (error instanceof OutcomeNotRecordedError) {
     return toolResult({ error: 'the invoice may have been sent but its outcome was not recorded (lease lost); retry with the same key to get the recorded outcome', code: 'OUTCOME_NOT_RECORDED' }, true);

@@ -3,12 +3,14 @@
 // sent.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { after, afterEach, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { DedupClient } from '@dedup/client';
 import { type Dedupd, startDedupd } from '@dedup/client/testing';
 
+import { appendToLedger, FenceRefusedError } from '../src/ledger.js';
 import { type InvoiceServer, Ledger, startInvoiceServer } from './harness.js';
 
 let dedupd: Dedupd;
@@ -138,6 +140,77 @@ test('(e) a non-retryable failure is stored: the retry returns the same error wi
   assert.deepEqual(first.payload, { error: 'invalid amount', code: 'INVALID_AMOUNT', duplicate: false });
   assert.deepEqual(retry.payload, { error: 'invalid amount', code: 'INVALID_AMOUNT', duplicate: true });
   assert.equal(ledger.lines().length, 0);
+});
+
+test('(f) a send that outlives its lease (its process frozen): the takeover sends, the late first send is refused by its fence', async () => {
+  const { ledger, clientId, server } = setup();
+  const key = 'inv-frozen';
+  const namespace = `${clientId}:send_invoice`;
+  const sendDelayMs = 1500;
+  const first = await server({ DEDUP_LEASE_MS: '600', SEND_DELAY_MS: String(sendDelayMs) });
+  const second = await server({ DEDUP_LEASE_MS: '600' });
+  const late = first.callSendInvoice({ ...invoice, idempotencyKey: key });
+
+  // Wait until the first server holds the claim, then freeze it before it
+  // writes: no renewals, so its lease lapses (a GC pause, a stalled VM).
+  // Wherever the freeze lands in its slow send, the send has passed the
+  // signal check (or has yet to reach it, before the refused renewal that
+  // would abort it is answered) and goes on with the old fence.
+  let claim = (await dedup.get({ namespace, key })).record;
+  for (let i = 0; claim === null && i < 100; i++) {
+    await sleep(20);
+    claim = (await dedup.get({ namespace, key })).record;
+  }
+  const claimSeenAt = performance.now();
+  assert.equal(claim?.state, 'IN_FLIGHT');
+  process.kill(first.pid, 'SIGSTOP');
+  let retry;
+  try {
+    retry = await second.callSendInvoice({ ...invoice, idempotencyKey: key });
+    assert.ok(performance.now() - claimSeenAt < sendDelayMs, 'the takeover came before the first server\'s send was due');
+  } finally {
+    process.kill(first.pid, 'SIGCONT');
+  }
+  assert.equal(retry.isError, false, retry.text);
+  assert.deepEqual([retry.payload['duplicate'], retry.payload['takeover']], [false, true]);
+
+  const refused = await late;
+  assert.equal(refused.isError, true);
+  assert.equal(refused.payload['code'], 'SUPERSEDED', refused.text);
+  const lines = ledger.lines();
+  assert.equal(lines.length, 1, 'sent once');
+  assert.deepEqual([lines[0]?.['invoiceId'], lines[0]?.['fence']], [retry.payload['invoiceId'], String((claim?.fence ?? 0n) + 1n)]);
+  const record = (await dedup.get({ namespace, key })).record;
+  assert.deepEqual([record?.state, record?.attempts, record?.fence], ['COMPLETED', 2, (claim?.fence ?? 0n) + 1n]);
+  const again = await first.callSendInvoice({ ...invoice, idempotencyKey: key });
+  assert.deepEqual([again.payload['duplicate'], again.payload['invoiceId']], [true, retry.payload['invoiceId']]);
+});
+
+test('the ledger refuses a lower fence for a key, accepts an equal or higher one, and keys apart', async () => {
+  const ledger = new Ledger();
+  ledgers.push(ledger);
+  const entry = { invoiceId: 'inv-1', customer: 'c', amount: 1, currency: 'EUR', key: 'k' };
+  await appendToLedger(ledger.path, { ...entry, fence: '7' });
+  await assert.rejects(appendToLedger(ledger.path, { ...entry, invoiceId: 'inv-2', fence: '6' }), (error: unknown) => {
+    assert.ok(error instanceof FenceRefusedError);
+    assert.deepEqual([error.fence, error.highestFence, error.code], [6n, 7n, 'FENCE_REFUSED']);
+    return true;
+  });
+  await appendToLedger(ledger.path, { ...entry, invoiceId: 'inv-3', fence: '7' });
+  await appendToLedger(ledger.path, { ...entry, invoiceId: 'inv-4', fence: '8' });
+  await appendToLedger(ledger.path, { ...entry, invoiceId: 'inv-5', key: 'other', fence: '1' });
+  // Fences compare as numbers, past 2^53 too.
+  await appendToLedger(ledger.path, { ...entry, invoiceId: 'inv-6', key: 'big', fence: '9007199254740993' });
+  await assert.rejects(appendToLedger(ledger.path, { ...entry, key: 'big', fence: '9007199254740992' }), FenceRefusedError);
+  assert.deepEqual(ledger.lines().map((l) => l['invoiceId']), ['inv-1', 'inv-3', 'inv-4', 'inv-5', 'inv-6']);
+
+  // Racing writers (the check and the append are one step): the accepted
+  // fences of a key never go down in the file.
+  const fences = Array.from({ length: 30 }, (_, i) => ((i * 17) % 30) + 1);
+  await Promise.allSettled(fences.map((f) => appendToLedger(ledger.path, { ...entry, key: 'race', fence: String(f) })));
+  const accepted = ledger.lines().filter((l) => l['key'] === 'race').map((l) => Number(l['fence']));
+  assert.ok(accepted.length >= 2, `${accepted.length} accepted`);
+  assert.deepEqual(accepted, [...accepted].sort((a, b) => a - b));
 });
 
 test('the tool advertises its annotations and schema', async () => {

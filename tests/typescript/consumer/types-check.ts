@@ -1,0 +1,50 @@
+// A TypeScript consumer of the packed @dedup/client, compiled with
+// `tsc --noEmit`: the package's declarations resolve through its "exports"
+// and type the API. The @ts-expect-error lines fail the check if the types
+// were missing (everything `any`) or too loose.
+import {
+  type BeginResponse,
+  type Claim,
+  DedupClient,
+  type IdempotencyResult,
+  OutcomeNotRecordedError,
+  StaleFenceError,
+} from '@dedup/client';
+import { type Dedupd, startDedupd } from '@dedup/client/testing';
+
+export async function sendOnce(address: string): Promise<IdempotencyResult<{ invoiceId: string }>> {
+  const client = new DedupClient({ address, coalesce: true });
+  try {
+    return await client.withIdempotency({ namespace: 'billing:send_invoice', args: { amount: 5 }, leaseMs: 600 }, (claim: Claim) => {
+      const signal: AbortSignal = claim.signal;
+      signal.throwIfAborted();
+      const fence: bigint = claim.fence;
+      return { invoiceId: `inv-${fence}` };
+    });
+  } catch (error) {
+    if (error instanceof StaleFenceError) {
+      const call: 'Complete' | 'Renew' = error.call;
+      const refused: OutcomeNotRecordedError = error;
+      throw new Error(`${call}: ${refused.currentFence}`);
+    }
+    throw error;
+  } finally {
+    client.close();
+  }
+}
+
+export function statusOf(answer: BeginResponse): 'STARTED' | 'IN_USE' | 'CONFLICT' | 'DUPLICATE' {
+  // @ts-expect-error fences are bigint, not number
+  const wrong: number = answer.fence;
+  void wrong;
+  return answer.status;
+}
+
+export async function server(): Promise<Dedupd> {
+  // @ts-expect-error args is a list of flags
+  await startDedupd({ args: '--min_lease_ms=100' }).catch(() => undefined);
+  return startDedupd({ args: ['--min_lease_ms=100'] });
+}
+
+// @ts-expect-error DedupClient needs its options
+new DedupClient();
