@@ -36,7 +36,8 @@ struct PendingOp {
 
   size_t bytes() const {
     return 64 + op.skey.size() + op.begin.args_hash.size() +
-           op.begin.owner.size() + op.complete.result.size();
+           op.begin.owner.size() + op.complete.result.size() +
+           op.checkpoint.step.size() + op.checkpoint.data.size();
   }
 
   void Fail(const absl::Status& status) && {

@@ -99,6 +99,16 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     Submit(std::move(p));
   }
 
+  void Checkpoint(std::string ns, std::string key, CheckpointParams params,
+                  StoreCallback<FencedDecision> done) override {
+    PendingOp p;
+    p.op.type = OpType::kCheckpoint;
+    p.op.skey = EncodeStorageKey(ns, key);
+    p.op.checkpoint = std::move(params);
+    p.fenced_done = std::move(done);
+    Submit(std::move(p));
+  }
+
   void BeginMany(std::vector<BeginCall> calls) override {
     for (BeginCall& call : calls) {
       PendingOp p;
@@ -476,6 +486,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       case OpType::kComplete:
       case OpType::kRelease:
       case OpType::kRenew:
+      case OpType::kCheckpoint:
         std::move(p.fenced_done)(std::get<FencedDecision>(std::move(answer)));
         return;
       case OpType::kGet:

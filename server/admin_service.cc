@@ -39,6 +39,8 @@ grpc::ServerUnaryReactor* AdminService::Stats(
   response->set_oldest_lapsed_lease_ms(s.oldest_lapsed_lease_ms);
   response->set_waiting_begins(s.waiting_begins);
   response->set_expired_dropped(s.expired_dropped);
+  response->set_tombstones_made(s.tombstones_made);
+  response->set_tombstones_dropped(s.tombstones_dropped);
   response->set_live_sst_bytes(s.live_sst_bytes);
   response->set_pending_compaction_bytes(s.pending_compaction_bytes);
   response->set_block_cache_usage_bytes(s.block_cache_usage_bytes);

@@ -109,6 +109,16 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
                        "Expired records dropped by the compaction filter",
                        prometheus::MetricType::Counter,
                        static_cast<double>(s.expired_dropped)));
+  out.push_back(Single("dedup_tombstones_dropped_total",
+                       "Tombstones dropped by the compaction filter once "
+                       "their retention (--tombstone_retention_s) ended",
+                       prometheus::MetricType::Counter,
+                       static_cast<double>(s.tombstones_dropped)));
+  out.push_back(Single("dedup_tombstones_made_total",
+                       "Expired completed records the compaction filter "
+                       "shrank into their tombstone (result dropped)",
+                       prometheus::MetricType::Counter,
+                       static_cast<double>(s.tombstones_made)));
   out.push_back(Gauge("dedup_rocksdb_live_sst_bytes", "Bytes of live SST files",
                       static_cast<double>(s.live_sst_bytes)));
   out.push_back(Gauge("dedup_rocksdb_pending_compaction_bytes",

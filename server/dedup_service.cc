@@ -32,16 +32,20 @@ BeginParams DedupService::BeginParamsOf(const v1::BeginRequest& request) const {
   params.owner = request.owner();
   params.lease_ms = ResolveLease(request.lease_ms(), limits_);
   params.ttl_s = ResolveTtl(request.ttl_s(), limits_);
+  params.accept_rerun = request.accept_rerun();
   return params;
 }
 
 CompleteParams DedupService::CompleteParamsOf(
-    const v1::CompleteRequest& request) {
+    const v1::CompleteRequest& request) const {
   CompleteParams params;
   params.fence = request.fence();
   params.outcome = FromProto(request.outcome());
   params.result = request.result();
   params.ttl_s = request.ttl_s();
+  // Decided here and carried in the operation, so every replica keeps the
+  // same tombstone whatever its own flags say.
+  params.retention_ms = int64_t{limits_.tombstone_retention_s} * 1000;
   return params;
 }
 
@@ -64,6 +68,8 @@ void DedupService::Observe(Method method, const Request& request,
   }
 }
 template void DedupService::Observe(Method, const v1::CompleteRequest&,
+                                    const FencedDecision&) const;
+template void DedupService::Observe(Method, const v1::CheckpointRequest&,
                                     const FencedDecision&) const;
 
 void DedupService::EnterLameDuck() { lame_duck_.store(true); }
@@ -187,6 +193,28 @@ grpc::ServerUnaryReactor* DedupService::Renew(
   store_->Renew(request->namespace_(), request->key(), request->fence(),
                 ResolveLease(request->lease_ms(), limits_),
                 Fenced(call, request, response, FillRenewResponse));
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* DedupService::Checkpoint(
+    grpc::CallbackServerContext* context, const v1::CheckpointRequest* request,
+    v1::CheckpointResponse* response) {
+  RpcCall call(context, Method::kCheckpoint, metrics_);
+  if (call.Refused(Authorize(*context, TenantRole::kClient, "Checkpoint",
+                             request->namespace_(), &call))) {
+    return call.reactor();
+  }
+  if (call.Rejected(ValidateCheckpoint(*request, limits_))) {
+    return call.reactor();
+  }
+  if (NotServing(call)) return call.reactor();
+  CheckpointParams params;
+  params.fence = request->fence();
+  params.step = request->step();
+  params.data = request->data();
+  params.lease_ms = request->lease_ms();
+  store_->Checkpoint(request->namespace_(), request->key(), std::move(params),
+                     Fenced(call, request, response, FillCheckpointResponse));
   return call.reactor();
 }
 

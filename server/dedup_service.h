@@ -48,6 +48,10 @@ class DedupService final : public v1::Dedup::CallbackService {
   grpc::ServerUnaryReactor* Renew(grpc::CallbackServerContext* context,
                                   const v1::RenewRequest* request,
                                   v1::RenewResponse* response) override;
+  grpc::ServerUnaryReactor* Checkpoint(
+      grpc::CallbackServerContext* context,
+      const v1::CheckpointRequest* request,
+      v1::CheckpointResponse* response) override;
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
                                 const v1::GetRequest* request,
                                 v1::GetResponse* response) override;
@@ -84,7 +88,7 @@ class DedupService final : public v1::Dedup::CallbackService {
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).
   BeginParams BeginParamsOf(const v1::BeginRequest& request) const;
-  static CompleteParams CompleteParamsOf(const v1::CompleteRequest& request);
+  CompleteParams CompleteParamsOf(const v1::CompleteRequest& request) const;
   // Counts an answer and logs it when it is an event worth investigating.
   void Observe(const v1::BeginRequest& request, const BeginResult& r) const;
   template <typename Request>

@@ -155,12 +155,15 @@ void EventLog::OnBegin(absl::string_view ns, absl::string_view key,
   if (d.status == BeginStatus::kDuplicate) event = "duplicate";
   if (d.status == BeginStatus::kConflict) event = "conflict";
   if (d.status == BeginStatus::kStarted && d.takeover) event = "takeover";
+  if (d.status == BeginStatus::kExpired) event = "expired";
+  if (d.status == BeginStatus::kStarted && d.rerun) event = "rerun";
   if (event == nullptr || !Sampled()) return;
   const Record& r = d.record;
   std::string line = Start(event, ns, key, now_ms);
   absl::StrAppend(&line, ",\"fence\":", r.fence, ",\"attempts\":", r.attempts,
                   ",\"age_ms\":", now_ms - r.created_at_ms);
-  if (d.status == BeginStatus::kDuplicate) {
+  if (d.status == BeginStatus::kDuplicate ||
+      d.status == BeginStatus::kExpired) {
     absl::StrAppend(&line, ",\"outcome\":\"", OutcomeName(r.outcome),
                     "\",\"since_completed_ms\":", now_ms - r.completed_at_ms);
   }

@@ -92,7 +92,8 @@ const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
           {"namespace", "key"},
           {"items", "namespace", "key", "args_hash", "owner", "lease_ms",
            "ttl_s", "wait_ms"},
-          {"items", "namespace", "key", "fence", "outcome", "result", "ttl_s"}};
+          {"items", "namespace", "key", "fence", "outcome", "result", "ttl_s"},
+          {"namespace", "key", "fence", "step", "data", "lease_ms"}};
   return (*kFields)[method_index];
 }
 
@@ -119,6 +120,12 @@ absl::Status Limits::Check() const {
     return Invalid(
         "max_batch_response_bytes",
         absl::StrCat("must be >= max_result_bytes (", max_result_bytes, ")"));
+  }
+  if (max_checkpoint_step_bytes < 1 || max_checkpoint_step_bytes > 4096) {
+    return Invalid("max_checkpoint_step_bytes", "must be 1..4096");
+  }
+  if (max_checkpoint_data_bytes > (16u << 20)) {
+    return Invalid("max_checkpoint_data_bytes", "must be <= 16 MiB");
   }
   if (min_ttl_s < 1 || min_ttl_s > max_ttl_s || default_ttl_s < min_ttl_s ||
       default_ttl_s > max_ttl_s) {
@@ -219,6 +226,33 @@ absl::Status ValidateRenew(const v1::RenewRequest& r, const Limits& limits) {
   if (absl::Status s = CheckFence(r.fence()); !s.ok()) return s;
   return CheckRange("lease_ms", r.lease_ms(), limits.min_lease_ms,
                     limits.max_lease_ms, limits.default_lease_ms);
+}
+
+absl::Status ValidateCheckpoint(const v1::CheckpointRequest& r,
+                                const Limits& limits) {
+  if (absl::Status s = CheckTarget(r.namespace_(), r.key(), limits); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckFence(r.fence()); !s.ok()) return s;
+  if (absl::Status s = CheckPrintable("step", r.step(), 1,
+                                      limits.max_checkpoint_step_bytes);
+      !s.ok()) {
+    return s;
+  }
+  if (r.data().size() > limits.max_checkpoint_data_bytes) {
+    return Invalid("data",
+                   absl::StrCat("at most ", limits.max_checkpoint_data_bytes,
+                                " bytes, got ", r.data().size()));
+  }
+  if (r.lease_ms() != 0 &&
+      (r.lease_ms() < limits.min_lease_ms || r.lease_ms() > limits.max_lease_ms)) {
+    return Invalid("lease_ms",
+                   absl::StrCat("must be ", limits.min_lease_ms, "..",
+                                limits.max_lease_ms,
+                                " (or 0 to leave the lease as it is), got ",
+                                r.lease_ms()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateGet(const v1::GetRequest& r, const Limits& limits) {

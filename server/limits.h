@@ -33,6 +33,11 @@ struct Limits {
   // are answered UNAVAILABLE (ask again). Bounds the memory of a response,
   // and keeps it under gRPC clients' default 4 MiB receive limit.
   uint32_t max_batch_response_bytes = 3 << 20;
+  uint32_t max_checkpoint_step_bytes = 128;
+  uint32_t max_checkpoint_data_bytes = 64 << 10;
+  // How long a completed record's tombstone is kept after it expires (a
+  // late Begin then answers EXPIRED instead of starting again); 0: none.
+  uint32_t tombstone_retention_s = 7 * 24 * 3600;
 
   // Checks the limits are coherent with each other and with the storage
   // format (e.g. a namespace length must fit one byte).
@@ -50,6 +55,8 @@ struct Limits {
                                            const Limits& limits);
 [[nodiscard]] absl::Status ValidateRenew(const v1::RenewRequest& r,
                                          const Limits& limits);
+[[nodiscard]] absl::Status ValidateCheckpoint(const v1::CheckpointRequest& r,
+                                              const Limits& limits);
 [[nodiscard]] absl::Status ValidateGet(const v1::GetRequest& r,
                                        const Limits& limits);
 [[nodiscard]] absl::Status ValidateForget(const v1::ForgetRequest& r,
@@ -65,7 +72,7 @@ struct Limits {
 
 // Fields a method's validation may name, in check order (for metrics).
 // `method_index` follows the Method enum of metrics.h: Begin, Complete,
-// Release, Renew, Get, Forget, BeginBatch, CompleteBatch.
+// Release, Renew, Get, Forget, BeginBatch, CompleteBatch, Checkpoint.
 [[nodiscard]] const std::vector<absl::string_view>& ValidatedFieldsOf(
     int method_index);
 

@@ -9,9 +9,10 @@ namespace {
 
 constexpr std::array<const char*, kMethodCount> kMethodNames = {
     "Begin", "Complete", "Release",    "Renew",
-    "Get",   "Forget",   "BeginBatch", "CompleteBatch"};
+    "Get",   "Forget",   "BeginBatch", "CompleteBatch", "Checkpoint"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
-    "started", "takeover", "reentry", "in_use", "conflict", "duplicate"};
+    "started",   "takeover", "reentry", "in_use",
+    "conflict",  "duplicate", "expired", "rerun"};
 constexpr std::array<const char*, 4> kFencedNames = {
     "ok", "stale_fence", "not_found", "already_completed"};
 constexpr std::array<const char*, 4> kWaitNames = {"duplicate", "started",
@@ -73,6 +74,7 @@ BeginOutcome ClassifyBegin(const BeginDecision& d) {
     case BeginStatus::kStarted:
       if (d.takeover) return BeginOutcome::kTakeover;
       if (d.reentry) return BeginOutcome::kReentry;
+      if (d.rerun) return BeginOutcome::kRerun;
       return BeginOutcome::kStarted;
     case BeginStatus::kInUse:
       return BeginOutcome::kInUse;
@@ -80,6 +82,8 @@ BeginOutcome ClassifyBegin(const BeginDecision& d) {
       return BeginOutcome::kConflict;
     case BeginStatus::kDuplicate:
       return BeginOutcome::kDuplicate;
+    case BeginStatus::kExpired:
+      return BeginOutcome::kExpired;
   }
   return BeginOutcome::kInUse;
 }
@@ -113,10 +117,11 @@ Metrics::Metrics(const std::vector<std::string>& labelled_namespaces)
     wait_[i] = &wait.Add({{"how", kWaitNames[i]}});
   }
 
-  const std::array<std::pair<const char*, const char*>, 3> fenced_families = {{
+  const std::array<std::pair<const char*, const char*>, 4> fenced_families = {{
       {"dedup_complete_total", "Complete calls by answer"},
       {"dedup_release_total", "Release calls by answer"},
       {"dedup_renew_total", "Renew calls by answer"},
+      {"dedup_checkpoint_total", "Checkpoint calls by answer"},
   }};
   for (size_t f = 0; f < fenced_families.size(); ++f) {
     auto& family = prometheus::BuildCounter()
@@ -224,6 +229,7 @@ void Metrics::RecordBegin(absl::string_view ns, const BeginResult& result) {
   if (!result.waited) return;
   switch (result.decision.status) {
     case BeginStatus::kDuplicate:
+    case BeginStatus::kExpired:  // done too (long ago)
       wait_[0]->Increment();
       break;
     case BeginStatus::kStarted:
@@ -243,6 +249,7 @@ void Metrics::RecordFenced(Method method, FencedStatus status) {
   if (method == Method::kComplete) family = 0;
   if (method == Method::kRelease) family = 1;
   if (method == Method::kRenew) family = 2;
+  if (method == Method::kCheckpoint) family = 3;
   if (family < 0) return;
   fenced_[family][FencedIndex(status)]->Increment();
 }

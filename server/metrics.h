@@ -34,9 +34,10 @@ enum class Method {
   kGet,
   kForget,
   kBeginBatch,
-  kCompleteBatch
+  kCompleteBatch,
+  kCheckpoint
 };
-inline constexpr int kMethodCount = 8;
+inline constexpr int kMethodCount = 9;
 [[nodiscard]] const char* MethodName(Method method);
 
 // How a Begin was answered, as counted.
@@ -46,9 +47,11 @@ enum class BeginOutcome {
   kReentry,
   kInUse,
   kConflict,
-  kDuplicate
+  kDuplicate,
+  kExpired,  // a tombstone: done long ago, not run again
+  kRerun     // a tombstone, run again (accept_rerun)
 };
-inline constexpr int kBeginOutcomeCount = 6;
+inline constexpr int kBeginOutcomeCount = 8;
 [[nodiscard]] BeginOutcome ClassifyBegin(const BeginDecision& decision);
 [[nodiscard]] const char* BeginOutcomeName(BeginOutcome outcome);
 
@@ -104,7 +107,7 @@ class Metrics : public StoreObserver {
   std::array<prometheus::Counter*, 4>
       wait_;  // duplicate/started/timeout/conflict
   // [method][FencedStatus] for Complete, Release, Renew.
-  std::array<std::array<prometheus::Counter*, 4>, 3> fenced_;
+  std::array<std::array<prometheus::Counter*, 4>, 4> fenced_;
   std::array<prometheus::Histogram*, kMethodCount> duration_;
   prometheus::Family<prometheus::Counter>* invalid_;
   prometheus::Family<prometheus::Counter>* errors_;

@@ -19,8 +19,17 @@ v1::BeginResponse::Status ToProto(BeginStatus status) {
       return v1::BeginResponse::CONFLICT;
     case BeginStatus::kDuplicate:
       return v1::BeginResponse::DUPLICATE;
+    case BeginStatus::kExpired:
+      return v1::BeginResponse::EXPIRED;
   }
   return v1::BeginResponse::STATUS_UNSPECIFIED;
+}
+
+void FillCheckpoint(const Record& r, v1::CheckpointInfo* out) {
+  out->set_step(r.checkpoint_step);
+  out->set_data(r.checkpoint_data);
+  out->set_fence(r.checkpoint_fence);
+  out->set_recorded_at(r.checkpoint_at_ms);
 }
 
 // The three fenced responses share their status numbering on purpose.
@@ -50,6 +59,10 @@ static_assert(v1::RenewResponse::OK == 1 &&
               v1::RenewResponse::STALE_FENCE == 2 &&
               v1::RenewResponse::NOT_FOUND == 3 &&
               v1::RenewResponse::ALREADY_COMPLETED == 4);
+static_assert(v1::CheckpointResponse::OK == 1 &&
+              v1::CheckpointResponse::STALE_FENCE == 2 &&
+              v1::CheckpointResponse::NOT_FOUND == 3 &&
+              v1::CheckpointResponse::ALREADY_COMPLETED == 4);
 
 }  // namespace
 
@@ -112,6 +125,13 @@ void FillBeginResponse(const BeginResult& result, v1::BeginResponse* out) {
   switch (d.status) {
     case BeginStatus::kStarted:
       out->set_lease_expires_at(r.lease_until_ms);
+      out->set_rerun(d.rerun);
+      if (r.has_checkpoint()) FillCheckpoint(r, out->mutable_checkpoint());
+      break;
+    case BeginStatus::kExpired:
+      out->set_outcome(ToProto(r.outcome));
+      out->set_completed_at(r.completed_at_ms);
+      out->set_tombstone_expires_at(r.retain_until_ms);
       break;
     case BeginStatus::kInUse:
       out->set_lease_expires_at(r.lease_until_ms);
@@ -152,6 +172,16 @@ void FillRenewResponse(const FencedDecision& d, v1::RenewResponse* out) {
   }
 }
 
+void FillCheckpointResponse(const FencedDecision& d,
+                            v1::CheckpointResponse* out) {
+  out->set_status(FencedToProto<v1::CheckpointResponse::Status>(d.status));
+  if (d.status == FencedStatus::kNotFound) return;
+  out->set_fence(d.record.fence);
+  if (d.status == FencedStatus::kOk) {
+    out->set_lease_expires_at(d.record.lease_until_ms);
+  }
+}
+
 void FillRecord(const Record& r, v1::Record* out) {
   out->set_state(r.state == RecordState::kCompleted ? v1::COMPLETED
                                                     : v1::IN_FLIGHT);
@@ -165,6 +195,7 @@ void FillRecord(const Record& r, v1::Record* out) {
   out->set_expires_at(r.expire_at_ms);
   if (r.state == RecordState::kInFlight) {
     out->set_lease_expires_at(r.lease_until_ms);
+    if (r.has_checkpoint()) FillCheckpoint(r, out->mutable_checkpoint());
   }
   out->set_attempts(r.attempts);
 }

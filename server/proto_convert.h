@@ -22,6 +22,8 @@ void FillBeginResponse(const BeginResult& result, v1::BeginResponse* out);
 void FillCompleteResponse(const FencedDecision& d, v1::CompleteResponse* out);
 void FillReleaseResponse(const FencedDecision& d, v1::ReleaseResponse* out);
 void FillRenewResponse(const FencedDecision& d, v1::RenewResponse* out);
+void FillCheckpointResponse(const FencedDecision& d,
+                            v1::CheckpointResponse* out);
 void FillRecord(const Record& record, v1::Record* out);
 
 }  // namespace dedup

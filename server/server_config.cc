@@ -89,6 +89,13 @@ ABSL_FLAG(uint32_t, max_namespace_bytes, 128,
 ABSL_FLAG(uint32_t, max_owner_bytes, 128, "longest owner accepted");
 ABSL_FLAG(uint32_t, max_args_hash_bytes, 64, "longest args_hash accepted");
 ABSL_FLAG(uint32_t, max_result_bytes, 1 << 20, "largest result accepted");
+ABSL_FLAG(uint32_t, max_checkpoint_data_bytes, 64 << 10,
+          "largest Checkpoint data accepted");
+ABSL_FLAG(uint32_t, tombstone_retention_s, 7 * 24 * 3600,
+          "how long a completed record's tombstone (fence, outcome, "
+          "completed_at, args_hash; no result) is kept after the record "
+          "expires, so that a late Begin answers EXPIRED instead of running "
+          "the operation again; 0: no tombstones (a late Begin starts afresh)");
 ABSL_FLAG(uint32_t, max_batch_items, 1000,
           "most items in a BeginBatch or CompleteBatch");
 ABSL_FLAG(uint32_t, max_batch_response_bytes, 3 << 20,
@@ -210,6 +217,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   limits.max_args_hash_bytes = absl::GetFlag(FLAGS_max_args_hash_bytes);
   limits.max_result_bytes = absl::GetFlag(FLAGS_max_result_bytes);
   limits.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
+  limits.max_checkpoint_data_bytes =
+      absl::GetFlag(FLAGS_max_checkpoint_data_bytes);
+  limits.tombstone_retention_s = absl::GetFlag(FLAGS_tombstone_retention_s);
   limits.max_batch_response_bytes =
       absl::GetFlag(FLAGS_max_batch_response_bytes);
   config.enable_bench_service = absl::GetFlag(FLAGS_enable_bench_service);

@@ -24,6 +24,7 @@ void Claim(Record& record, const BeginParams& params, int64_t now_ms,
   record.args_hash = params.args_hash;
   record.result.clear();
   record.completed_at_ms = 0;
+  record.retain_until_ms = 0;
   record.ttl_s = params.ttl_s;
   record.lease_until_ms = now_ms + params.lease_ms;
   record.expire_at_ms =
@@ -45,6 +46,24 @@ BeginDecision DecideBegin(const std::optional<Record>& stored,
   BeginDecision d;
   std::optional<Record> live = LiveRecord(stored, now_ms);
   if (!live.has_value()) {
+    if (stored.has_value() && stored->IsTombstoneAt(now_ms)) {
+      d.record = TombstoneOf(*stored);
+      if (d.record.args_hash != params.args_hash) {
+        d.status = BeginStatus::kConflict;
+        return d;
+      }
+      if (!params.accept_rerun) {
+        d.status = BeginStatus::kExpired;
+        return d;
+      }
+      // A new execution of the same logical operation: attempts go on.
+      d.status = BeginStatus::kStarted;
+      d.rerun = true;
+      d.write = WriteKind::kPut;
+      d.record.created_at_ms = now_ms;
+      Claim(d.record, params, now_ms, next_fence());
+      return d;
+    }
     d.status = BeginStatus::kStarted;
     d.write = WriteKind::kPut;
     d.record.created_at_ms = now_ms;
@@ -126,6 +145,13 @@ FencedDecision DecideComplete(const std::optional<Record>& stored,
   if (params.ttl_s != 0) d.record.ttl_s = params.ttl_s;
   d.record.lease_until_ms = now_ms;
   d.record.expire_at_ms = ExpiryAfterWrite(now_ms, d.record.ttl_s, now_ms);
+  d.record.retain_until_ms =
+      params.retention_ms > 0 ? d.record.expire_at_ms + params.retention_ms : 0;
+  // The result supersedes the progress it was made from.
+  d.record.checkpoint_step.clear();
+  d.record.checkpoint_data.clear();
+  d.record.checkpoint_fence = 0;
+  d.record.checkpoint_at_ms = 0;
   return d;
 }
 
@@ -142,6 +168,17 @@ FencedDecision DecideRelease(const std::optional<Record>& stored,
   return d;
 }
 
+namespace {
+
+void ExtendLease(Record& record, int64_t lease_ms, int64_t now_ms) {
+  record.lease_until_ms = now_ms + lease_ms;
+  record.expire_at_ms =
+      std::max(record.expire_at_ms,
+               ExpiryAfterWrite(now_ms, record.ttl_s, record.lease_until_ms));
+}
+
+}  // namespace
+
 FencedDecision DecideRenew(const std::optional<Record>& stored, uint64_t fence,
                            int64_t lease_ms, int64_t now_ms) {
   std::optional<Record> live = LiveRecord(stored, now_ms);
@@ -152,10 +189,26 @@ FencedDecision DecideRenew(const std::optional<Record>& stored, uint64_t fence,
   d.status = FencedStatus::kOk;
   d.write = WriteKind::kPut;
   d.record = *std::move(live);
-  d.record.lease_until_ms = now_ms + lease_ms;
-  d.record.expire_at_ms = std::max(
-      d.record.expire_at_ms,
-      ExpiryAfterWrite(now_ms, d.record.ttl_s, d.record.lease_until_ms));
+  ExtendLease(d.record, lease_ms, now_ms);
+  return d;
+}
+
+FencedDecision DecideCheckpoint(const std::optional<Record>& stored,
+                                const CheckpointParams& params,
+                                int64_t now_ms) {
+  std::optional<Record> live = LiveRecord(stored, now_ms);
+  if (std::optional<FencedDecision> refusal = CheckFence(live, params.fence)) {
+    return *std::move(refusal);
+  }
+  FencedDecision d;
+  d.status = FencedStatus::kOk;
+  d.write = WriteKind::kPut;
+  d.record = *std::move(live);
+  d.record.checkpoint_step = params.step;
+  d.record.checkpoint_data = params.data;
+  d.record.checkpoint_fence = params.fence;
+  d.record.checkpoint_at_ms = now_ms;
+  if (params.lease_ms > 0) ExtendLease(d.record, params.lease_ms, now_ms);
   return d;
 }
 

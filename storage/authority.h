@@ -25,17 +25,24 @@ struct BeginParams {
   std::string owner;  // empty: anonymous, never re-entrant
   int64_t lease_ms = 0;
   uint32_t ttl_s = 0;
+  // On a tombstone (an expired completed record still retained): false
+  // answers kExpired, true starts the operation afresh (a higher fence).
+  bool accept_rerun = false;
 };
 
-enum class BeginStatus { kStarted, kInUse, kConflict, kDuplicate };
+// kExpired: the record expired after completing; its tombstone says when
+// and how the operation ran (no result). Nothing is written.
+enum class BeginStatus { kStarted, kInUse, kConflict, kDuplicate, kExpired };
 
 struct BeginDecision {
   BeginStatus status = BeginStatus::kInUse;
   bool takeover = false;  // STARTED over an expired lease
   bool reentry = false;   // STARTED again for the same owner, same fence
+  bool rerun = false;     // STARTED over a tombstone (accept_rerun)
   WriteKind write = WriteKind::kNone;
-  // The record after the decision: the one written, or the one found. For
-  // CONFLICT on an absent record this is never the case (absent is STARTED).
+  // The record after the decision: the one written, or the one found (for
+  // kExpired and a CONFLICT on a tombstone: the tombstone, TombstoneOf).
+  // A STARTED takeover or re-entry keeps the record's checkpoint, if any.
   Record record;
   int64_t retry_after_ms = 0;  // IN_USE only
 };
@@ -66,6 +73,8 @@ struct CompleteParams {
   Outcome outcome = Outcome::kSuccess;  // kSuccess or kError
   std::string result;
   uint32_t ttl_s = 0;  // 0: keep the TTL given at Begin
+  // How long the record's tombstone is kept after it expires; 0: none.
+  int64_t retention_ms = 0;
 };
 
 [[nodiscard]] FencedDecision DecideComplete(const std::optional<Record>& stored,
@@ -78,6 +87,20 @@ struct CompleteParams {
 [[nodiscard]] FencedDecision DecideRenew(const std::optional<Record>& stored,
                                          uint64_t fence, int64_t lease_ms,
                                          int64_t now_ms);
+
+struct CheckpointParams {
+  uint64_t fence = 0;
+  std::string step;
+  std::string data;
+  // > 0: also renews the lease to now + lease_ms, as Renew would.
+  int64_t lease_ms = 0;
+};
+
+// Records the owner's progress on its in-flight record (replacing the last
+// checkpoint). Refused like Renew: stale fence, absent, completed.
+[[nodiscard]] FencedDecision DecideCheckpoint(
+    const std::optional<Record>& stored, const CheckpointParams& params,
+    int64_t now_ms);
 
 // The record as readers see it: nullopt when absent or expired.
 [[nodiscard]] std::optional<Record> LiveRecord(

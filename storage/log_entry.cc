@@ -8,7 +8,11 @@
 namespace dedup {
 namespace {
 
-constexpr uint8_t kLogEntryVersion = 1;
+// Version 2 added Begin's accept_rerun, Complete's retention_ms and the
+// Checkpoint operation. Version 1 entries (in logs written before) still
+// decode, with those fields at their defaults.
+constexpr uint8_t kLogEntryVersion1 = 1;
+constexpr uint8_t kLogEntryVersion = 2;
 
 // FNV-1a 64: not cryptographic, enough to catch damaged bytes.
 uint64_t Checksum(absl::string_view bytes) {
@@ -95,12 +99,20 @@ void EncodeOp(const LogOp& op, Writer& w) {
       w.Bytes(op.begin.owner);
       w.I64(op.begin.lease_ms);
       w.U64(op.begin.ttl_s);
+      w.U8(op.begin.accept_rerun ? 1 : 0);
       break;
     case OpType::kComplete:
       w.U64(op.complete.fence);
       w.U8(static_cast<uint8_t>(op.complete.outcome));
       w.Bytes(op.complete.result);
       w.U64(op.complete.ttl_s);
+      w.I64(op.complete.retention_ms);
+      break;
+    case OpType::kCheckpoint:
+      w.U64(op.checkpoint.fence);
+      w.Bytes(op.checkpoint.step);
+      w.Bytes(op.checkpoint.data);
+      w.I64(op.checkpoint.lease_ms);
       break;
     case OpType::kRelease:
       w.U64(op.fence);
@@ -127,19 +139,36 @@ bool LeaseInRange(int64_t lease_ms) {
   return lease_ms >= 0 && lease_ms <= kMaxDecodedLeaseMs;
 }
 
-bool DecodeOp(Reader& r, LogOp* op) {
+// Retention beyond this (about 35 years) is refused when decoding, for the
+// same reason: replicas add it to an expiry time.
+constexpr int64_t kMaxDecodedRetentionMs = int64_t{1} << 40;
+
+bool DecodeOp(Reader& r, uint8_t version, LogOp* op) {
   uint8_t type;
   if (!r.U8(&type) || !r.Bytes(&op->skey)) return false;
   op->type = static_cast<OpType>(type);
+  const bool v2 = version >= kLogEntryVersion;
   switch (op->type) {
-    case OpType::kBegin:
-      return r.Bytes(&op->begin.args_hash) && r.Bytes(&op->begin.owner) &&
-             r.I64(&op->begin.lease_ms) && r.U32(&op->begin.ttl_s) &&
-             LeaseInRange(op->begin.lease_ms);
+    case OpType::kBegin: {
+      if (!r.Bytes(&op->begin.args_hash) || !r.Bytes(&op->begin.owner) ||
+          !r.I64(&op->begin.lease_ms) || !r.U32(&op->begin.ttl_s) ||
+          !LeaseInRange(op->begin.lease_ms)) {
+        return false;
+      }
+      uint8_t accept_rerun = 0;
+      if (v2 && (!r.U8(&accept_rerun) || accept_rerun > 1)) return false;
+      op->begin.accept_rerun = accept_rerun == 1;
+      return true;
+    }
     case OpType::kComplete: {
       uint8_t outcome;
       if (!r.U64(&op->complete.fence) || !r.U8(&outcome) ||
           !r.Bytes(&op->complete.result) || !r.U32(&op->complete.ttl_s)) {
+        return false;
+      }
+      if (v2 && (!r.I64(&op->complete.retention_ms) ||
+                 op->complete.retention_ms < 0 ||
+                 op->complete.retention_ms > kMaxDecodedRetentionMs)) {
         return false;
       }
       if (outcome != static_cast<uint8_t>(Outcome::kSuccess) &&
@@ -156,6 +185,11 @@ bool DecodeOp(Reader& r, LogOp* op) {
              LeaseInRange(op->lease_ms);
     case OpType::kSetMember:
       return r.U64(&op->member_id);
+    case OpType::kCheckpoint:
+      return v2 && r.U64(&op->checkpoint.fence) &&
+             r.Bytes(&op->checkpoint.step) && r.Bytes(&op->checkpoint.data) &&
+             r.I64(&op->checkpoint.lease_ms) &&
+             LeaseInRange(op->checkpoint.lease_ms);
     case OpType::kGet:
     case OpType::kForget:
       return true;
@@ -170,7 +204,8 @@ std::string EncodeLogEntry(const LogEntry& entry) {
   size_t size = 64;
   for (const LogOp& op : entry.ops) {
     size += 64 + op.skey.size() + op.begin.args_hash.size() +
-            op.begin.owner.size() + op.complete.result.size();
+            op.begin.owner.size() + op.complete.result.size() +
+            op.checkpoint.step.size() + op.checkpoint.data.size();
   }
   out.reserve(size);
   Writer w(&out);
@@ -206,7 +241,7 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   uint8_t version;
   uint64_t count;
   if (!r.U8(&version)) return absl::DataLossError("log entry: empty");
-  if (version != kLogEntryVersion) {
+  if (version != kLogEntryVersion && version != kLogEntryVersion1) {
     return absl::DataLossError(
         absl::StrCat("log entry: unknown version ", version));
   }
@@ -217,7 +252,7 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
   }
   entry.ops.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
-    if (!DecodeOp(r, &entry.ops[i])) {
+    if (!DecodeOp(r, version, &entry.ops[i])) {
       return absl::DataLossError(
           absl::StrCat("log entry: operation ", i, " is malformed"));
     }

@@ -28,6 +28,8 @@ enum class OpType : uint8_t {
   // Records a member's client address in the replicated state, so every
   // node can name a leader it was not started with (membership changes).
   kSetMember = 7,
+  // Records an owner's progress (entry version 2).
+  kCheckpoint = 8,
 };
 
 // One operation on one record. Only the fields of its type are encoded.
@@ -36,6 +38,7 @@ struct LogOp {
   std::string skey;         // storage key (storage_key.h)
   BeginParams begin;        // kBegin
   CompleteParams complete;  // kComplete
+  CheckpointParams checkpoint;  // kCheckpoint
   uint64_t fence = 0;       // kRelease, kRenew
   int64_t lease_ms = 0;     // kRenew
   uint64_t member_id = 0;   // kSetMember (skey holds the client address)

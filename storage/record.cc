@@ -38,13 +38,54 @@ bool operator==(const Record& a, const Record& b) {
          a.created_at_ms == b.created_at_ms &&
          a.completed_at_ms == b.completed_at_ms && a.ttl_s == b.ttl_s &&
          a.args_hash == b.args_hash && a.owner == b.owner &&
-         a.result == b.result;
+         a.result == b.result && a.retain_until_ms == b.retain_until_ms &&
+         a.checkpoint_step == b.checkpoint_step &&
+         a.checkpoint_data == b.checkpoint_data &&
+         a.checkpoint_fence == b.checkpoint_fence &&
+         a.checkpoint_at_ms == b.checkpoint_at_ms;
 }
 
+Record TombstoneOf(const Record& record) {
+  Record t;
+  t.state = record.state;
+  t.outcome = record.outcome;
+  t.attempts = record.attempts;
+  t.expire_at_ms = record.expire_at_ms;
+  t.lease_until_ms = record.lease_until_ms;
+  t.fence = record.fence;
+  t.created_at_ms = record.created_at_ms;
+  t.completed_at_ms = record.completed_at_ms;
+  t.ttl_s = record.ttl_s;
+  t.args_hash = record.args_hash;
+  t.retain_until_ms = record.retain_until_ms;
+  return t;
+}
+
+namespace {
+
+bool NeedsVersion2(const Record& r) {
+  return r.retain_until_ms != 0 || r.checkpoint_fence != 0 ||
+         r.checkpoint_at_ms != 0 || !r.checkpoint_step.empty() ||
+         !r.checkpoint_data.empty();
+}
+
+bool IsKnownVersion(absl::string_view value) {
+  if (value.empty()) return false;
+  const uint8_t version = static_cast<uint8_t>(value[0]);
+  return (version == kRecordFormatVersion &&
+          value.size() >= kRecordHeaderSize) ||
+         (version == kRecordFormatVersion2 &&
+          value.size() >= kRecordHeaderSizeV2);
+}
+
+}  // namespace
+
 std::string EncodeRecord(const Record& r) {
-  std::string out(kRecordHeaderSize, '\0');
+  const bool v2 = NeedsVersion2(r);
+  const size_t header = v2 ? kRecordHeaderSizeV2 : kRecordHeaderSize;
+  std::string out(header, '\0');
   char* h = out.data();
-  h[0] = static_cast<char>(kRecordFormatVersion);
+  h[0] = static_cast<char>(v2 ? kRecordFormatVersion2 : kRecordFormatVersion);
   h[1] = static_cast<char>(r.state);
   h[2] = static_cast<char>(r.outcome);
   PutLittleEndian<uint32_t>(h + 4, r.attempts);
@@ -56,10 +97,24 @@ std::string EncodeRecord(const Record& r) {
   PutLittleEndian<uint32_t>(h + 48, r.ttl_s);
   PutLittleEndian<uint16_t>(h + 52, static_cast<uint16_t>(r.args_hash.size()));
   PutLittleEndian<uint16_t>(h + 54, static_cast<uint16_t>(r.owner.size()));
-  out.reserve(kRecordHeaderSize + r.args_hash.size() + r.owner.size() +
+  if (v2) {
+    PutLittleEndian<int64_t>(h + kRetainUntilOffset, r.retain_until_ms);
+    PutLittleEndian<int64_t>(h + 64, r.checkpoint_at_ms);
+    PutLittleEndian<uint64_t>(h + 72, r.checkpoint_fence);
+    PutLittleEndian<uint16_t>(h + 80,
+                              static_cast<uint16_t>(r.checkpoint_step.size()));
+    PutLittleEndian<uint32_t>(h + 84,
+                              static_cast<uint32_t>(r.checkpoint_data.size()));
+  }
+  out.reserve(header + r.args_hash.size() + r.owner.size() +
+              r.checkpoint_step.size() + r.checkpoint_data.size() +
               r.result.size());
   out.append(r.args_hash);
   out.append(r.owner);
+  if (v2) {
+    out.append(r.checkpoint_step);
+    out.append(r.checkpoint_data);
+  }
   out.append(r.result);
   return out;
 }
@@ -70,9 +125,17 @@ absl::StatusOr<Record> DecodeRecord(absl::string_view value) {
         "record: ", value.size(), " bytes, header needs ", kRecordHeaderSize));
   }
   const char* h = value.data();
-  if (static_cast<uint8_t>(h[0]) != kRecordFormatVersion) {
-    return absl::DataLossError(absl::StrCat("record: unknown format version ",
-                                            static_cast<uint8_t>(h[0])));
+  const uint8_t version = static_cast<uint8_t>(h[0]);
+  if (version != kRecordFormatVersion && version != kRecordFormatVersion2) {
+    return absl::DataLossError(
+        absl::StrCat("record: unknown format version ", version));
+  }
+  const bool v2 = version == kRecordFormatVersion2;
+  const size_t header = v2 ? kRecordHeaderSizeV2 : kRecordHeaderSize;
+  if (value.size() < header) {
+    return absl::DataLossError(absl::StrCat("record: ", value.size(),
+                                            " bytes, version ", version,
+                                            " header needs ", header));
   }
   const uint8_t state = static_cast<uint8_t>(h[1]);
   const uint8_t outcome = static_cast<uint8_t>(h[2]);
@@ -95,29 +158,50 @@ absl::StatusOr<Record> DecodeRecord(absl::string_view value) {
   r.ttl_s = GetLittleEndian<uint32_t>(h + 48);
   const size_t hash_len = GetLittleEndian<uint16_t>(h + 52);
   const size_t owner_len = GetLittleEndian<uint16_t>(h + 54);
-  if (value.size() < kRecordHeaderSize + hash_len + owner_len) {
-    return absl::DataLossError("record: truncated args_hash/owner");
+  size_t step_len = 0;
+  size_t data_len = 0;
+  if (v2) {
+    r.retain_until_ms = GetLittleEndian<int64_t>(h + kRetainUntilOffset);
+    r.checkpoint_at_ms = GetLittleEndian<int64_t>(h + 64);
+    r.checkpoint_fence = GetLittleEndian<uint64_t>(h + 72);
+    step_len = GetLittleEndian<uint16_t>(h + 80);
+    data_len = GetLittleEndian<uint32_t>(h + 84);
   }
-  absl::string_view rest = value.substr(kRecordHeaderSize);
+  // Lengths are at most 16 + 32 bits: the sum cannot overflow size_t.
+  if (value.size() - header < hash_len + owner_len + step_len + data_len) {
+    return absl::DataLossError(
+        "record: truncated args_hash/owner/checkpoint");
+  }
+  absl::string_view rest = value.substr(header);
   r.args_hash = std::string(rest.substr(0, hash_len));
-  r.owner = std::string(rest.substr(hash_len, owner_len));
-  r.result = std::string(rest.substr(hash_len + owner_len));
+  rest.remove_prefix(hash_len);
+  r.owner = std::string(rest.substr(0, owner_len));
+  rest.remove_prefix(owner_len);
+  r.checkpoint_step = std::string(rest.substr(0, step_len));
+  rest.remove_prefix(step_len);
+  r.checkpoint_data = std::string(rest.substr(0, data_len));
+  rest.remove_prefix(data_len);
+  r.result = std::string(rest);
   return r;
 }
 
 std::optional<int64_t> PeekExpireAt(absl::string_view value) {
-  if (value.size() < kRecordHeaderSize ||
-      static_cast<uint8_t>(value[0]) != kRecordFormatVersion) {
-    return std::nullopt;
-  }
+  if (!IsKnownVersion(value)) return std::nullopt;
   return GetLittleEndian<int64_t>(value.data() + kExpireAtOffset);
 }
 
+std::optional<int64_t> PeekDropAt(absl::string_view value) {
+  if (!IsKnownVersion(value)) return std::nullopt;
+  const int64_t expire_at =
+      GetLittleEndian<int64_t>(value.data() + kExpireAtOffset);
+  if (static_cast<uint8_t>(value[0]) != kRecordFormatVersion2) return expire_at;
+  const int64_t retain_until =
+      GetLittleEndian<int64_t>(value.data() + kRetainUntilOffset);
+  return retain_until > expire_at ? retain_until : expire_at;
+}
+
 std::optional<LeaseHeader> PeekLeaseHeader(absl::string_view value) {
-  if (value.size() < kRecordHeaderSize ||
-      static_cast<uint8_t>(value[0]) != kRecordFormatVersion) {
-    return std::nullopt;
-  }
+  if (!IsKnownVersion(value)) return std::nullopt;
   const uint8_t state = static_cast<uint8_t>(value[1]);
   if (state != static_cast<uint8_t>(RecordState::kInFlight) &&
       state != static_cast<uint8_t>(RecordState::kCompleted)) {

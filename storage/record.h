@@ -1,6 +1,6 @@
 // A stored idempotency record and its on-disk encoding.
 //
-// Value layout (little-endian, format version 1):
+// Value layout (little-endian). Format version 1:
 //   offset  0  u8   format version
 //           1  u8   state (RecordState)
 //           2  u8   outcome (Outcome)
@@ -15,6 +15,16 @@
 //          52  u16  args_hash length
 //          54  u16  owner length
 //          56  args_hash, owner, result (result runs to the end)
+// Format version 2 (written only when a version-2 field is set, so records
+// that use none keep the smaller version-1 form byte for byte):
+//   offset  0..55 as version 1, the version byte being 2
+//          56  i64  retain_until_ms   <- read in place by the TTL filter
+//          64  i64  checkpoint_at_ms
+//          72  u64  checkpoint_fence
+//          80  u16  checkpoint step length
+//          82  u16  reserved, 0
+//          84  u32  checkpoint data length
+//          88  args_hash, owner, checkpoint step, checkpoint data, result
 // One decoder serves reads and the compaction filter, so they never disagree.
 #ifndef DEDUP_STORAGE_RECORD_H_
 #define DEDUP_STORAGE_RECORD_H_
@@ -46,19 +56,50 @@ struct Record {
   std::string args_hash;
   std::string owner;
   std::string result;
+  // A completed record leaves a tombstone (fence, outcome, args_hash,
+  // completed_at; no result) from expire_at until this time, so a retry
+  // that comes after expiry learns the operation already ran instead of
+  // running it again. 0: no tombstone.
+  int64_t retain_until_ms = 0;
+  // The last progress an owner recorded on an in-flight record
+  // (Checkpoint), carried over to whoever takes the execution over. Empty
+  // step and data with checkpoint_fence 0: none.
+  std::string checkpoint_step;
+  std::string checkpoint_data;
+  uint64_t checkpoint_fence = 0;
+  int64_t checkpoint_at_ms = 0;
 
   // A record exists for readers only while now < expire_at.
   [[nodiscard]] bool IsLiveAt(int64_t now_ms) const {
     return now_ms < expire_at_ms;
   }
+  // Expired, but its tombstone is still kept.
+  [[nodiscard]] bool IsTombstoneAt(int64_t now_ms) const {
+    return state == RecordState::kCompleted && !IsLiveAt(now_ms) &&
+           now_ms < retain_until_ms;
+  }
+  [[nodiscard]] bool has_checkpoint() const { return checkpoint_fence != 0; }
+  // When nothing of the record is needed any more: expiry, or the end of
+  // its tombstone's retention.
+  [[nodiscard]] int64_t drop_at_ms() const {
+    return retain_until_ms > expire_at_ms ? retain_until_ms : expire_at_ms;
+  }
 };
+
+// What a tombstone keeps of `record`: everything but the owner, the result
+// and the checkpoint. The compaction filter rewrites expired records into
+// this form; readers of an expired record look only at these fields.
+[[nodiscard]] Record TombstoneOf(const Record& record);
 
 bool operator==(const Record& a, const Record& b);
 inline bool operator!=(const Record& a, const Record& b) { return !(a == b); }
 
 inline constexpr uint8_t kRecordFormatVersion = 1;
 inline constexpr size_t kRecordHeaderSize = 56;
+inline constexpr uint8_t kRecordFormatVersion2 = 2;
+inline constexpr size_t kRecordHeaderSizeV2 = 88;
 inline constexpr size_t kExpireAtOffset = 8;
+inline constexpr size_t kRetainUntilOffset = 56;
 
 [[nodiscard]] std::string EncodeRecord(const Record& record);
 
@@ -69,6 +110,10 @@ inline constexpr size_t kExpireAtOffset = 8;
 // Reads only expire_at; nullopt when the value is too short or of an unknown
 // version. Cheap enough for the compaction filter's hot loop.
 [[nodiscard]] std::optional<int64_t> PeekExpireAt(absl::string_view value);
+
+// When the stored value may be dropped (Record::drop_at_ms), read in place;
+// nullopt as for PeekExpireAt.
+[[nodiscard]] std::optional<int64_t> PeekDropAt(absl::string_view value);
 
 // The header fields that say whether a lease is held, without copying the
 // variable parts. nullopt when the value does not decode.

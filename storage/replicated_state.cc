@@ -303,17 +303,23 @@ class RocksReplicatedState : public ReplicatedState {
         }
         case OpType::kComplete:
         case OpType::kRelease:
-        case OpType::kRenew: {
+        case OpType::kRenew:
+        case OpType::kCheckpoint: {
           FencedDecision d;
           if (op.type == OpType::kComplete) {
             d = DecideComplete(*stored, op.complete, now);
           } else if (op.type == OpType::kRelease) {
             d = DecideRelease(*stored, op.fence, now);
+          } else if (op.type == OpType::kCheckpoint) {
+            d = DecideCheckpoint(*stored, op.checkpoint, now);
           } else {
             d = DecideRenew(*stored, op.fence, op.lease_ms, now);
           }
           batch.Apply(i, d.write, d.record);
-          if (d.write != WriteKind::kNone && op.type != OpType::kRenew) {
+          // Parked Begins wait for an outcome or a release, not for a
+          // renewed lease or a checkpoint.
+          if (d.write != WriteKind::kNone && op.type != OpType::kRenew &&
+              op.type != OpType::kCheckpoint) {
             out.settled_keys.push_back(op.skey);
           }
           out.answers.emplace_back(std::move(d));
@@ -436,13 +442,26 @@ class RocksReplicatedState : public ReplicatedState {
       for (it->SeekToFirst(); it->Valid(); it->Next()) {
         const absl::string_view key(it->key().data(), it->key().size());
         const absl::string_view value(it->value().data(), it->value().size());
+        std::string tombstone;
+        absl::string_view hashed = value;
         if (IsRecordKey(key)) {
           std::optional<int64_t> expire_at = PeekExpireAt(value);
-          if (expire_at.has_value() && digest.now_ms >= *expire_at) continue;
-          ++digest.live_records;
+          std::optional<int64_t> drop_at = PeekDropAt(value);
+          if (drop_at.has_value() && digest.now_ms >= *drop_at) continue;
+          if (expire_at.has_value() && digest.now_ms >= *expire_at) {
+            // A retained tombstone: compactions shrink it on each replica
+            // at its own time, so its canonical form is what is compared.
+            absl::StatusOr<Record> record = DecodeRecord(value);
+            if (record.ok()) {
+              tombstone = EncodeRecord(TombstoneOf(*record));
+              hashed = tombstone;
+            }
+          } else {
+            ++digest.live_records;
+          }
         }
         FnvMixSized(h, key);
-        FnvMixSized(h, value);
+        FnvMixSized(h, hashed);
       }
       digest.hash = h;
       return FromRocks(it->status(), "digest scan");
@@ -469,6 +488,8 @@ class RocksReplicatedState : public ReplicatedState {
     stats.block_cache_usage_bytes = property("rocksdb.block-cache-usage");
     stats.memtable_bytes = property("rocksdb.cur-size-all-mem-tables");
     stats.expired_dropped = filter_.dropped();
+    stats.tombstones_dropped = filter_.tombstones_dropped();
+    stats.tombstones_made = filter_.tombstones_made();
     leases_.AddStats(clock_.now_ms.load(), stats);
     return stats;
   }

@@ -57,7 +57,8 @@ struct ReplicatedStateOptions {
 };
 
 // The answer to one operation of an entry, by its type: BeginDecision
-// (kBegin), FencedDecision (kComplete, kRelease, kRenew), the live record or
+// (kBegin), FencedDecision (kComplete, kRelease, kRenew, kCheckpoint), the
+// live record or
 // nullopt (kGet), whether a live record was removed (kForget), true
 // (kSetMember), or the error
 // that refused this operation alone.

@@ -137,6 +137,10 @@ struct AnswerOf<RenewOp> {
   using type = FencedDecision;
 };
 template <>
+struct AnswerOf<CheckpointOp> {
+  using type = FencedDecision;
+};
+template <>
 struct AnswerOf<GetOp> {
   using type = std::optional<Record>;
 };
@@ -160,6 +164,8 @@ Op ProbeOf(const Op& op, std::optional<absl::StatusOr<T>>* answer) {
   } else if constexpr (std::is_same_v<Op, RenewOp>) {
     probe.fence = op.fence;
     probe.lease_ms = op.lease_ms;
+  } else if constexpr (std::is_same_v<Op, CheckpointOp>) {
+    probe.params = op.params;
   }
   probe.skey = op.skey;
   probe.done = [answer](absl::StatusOr<T> r) { *answer = std::move(r); };
@@ -364,6 +370,8 @@ void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
               d = DecideComplete(*stored, op.params, now_ms);
             } else if constexpr (std::is_same_v<Op, ReleaseOp>) {
               d = DecideRelease(*stored, op.fence, now_ms);
+            } else if constexpr (std::is_same_v<Op, CheckpointOp>) {
+              d = DecideCheckpoint(*stored, op.params, now_ms);
             } else {
               d = DecideRenew(*stored, op.fence, op.lease_ms, now_ms);
             }
@@ -371,8 +379,9 @@ void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
                 batch.Apply(std::move(op.skey), d.write, d.record);
             batch.Answer(std::move(op.done), std::move(d));
             // An outcome or a release is what parked Begins wait for; a
-            // renewed lease only moves their next check.
-            if (skey != nullptr && !std::is_same_v<Op, RenewOp>) {
+            // renewed lease or a checkpoint only moves their next check.
+            if (skey != nullptr && !std::is_same_v<Op, RenewOp> &&
+                !std::is_same_v<Op, CheckpointOp>) {
               WakeKey(batch, *skey, now_ms);
             }
           }

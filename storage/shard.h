@@ -58,6 +58,11 @@ struct RenewOp {
   int64_t lease_ms = 0;
   StoreCallback<FencedDecision> done;
 };
+struct CheckpointOp {
+  std::string skey;
+  CheckpointParams params;
+  StoreCallback<FencedDecision> done;
+};
 struct GetOp {
   std::string skey;
   StoreCallback<std::optional<Record>> done;
@@ -73,8 +78,8 @@ struct ForgetOp {
 // Answers every parked Begin now and stops parking new ones (shutdown).
 struct WakeAllOp {};
 
-using Operation = std::variant<BeginOp, CompleteOp, ReleaseOp, RenewOp, GetOp,
-                               ForgetOp, WakeAllOp>;
+using Operation = std::variant<BeginOp, CompleteOp, ReleaseOp, RenewOp,
+                               CheckpointOp, GetOp, ForgetOp, WakeAllOp>;
 
 // Shared, read-only configuration of the shards. Pointers are not owned.
 struct ShardContext {

@@ -141,6 +141,13 @@ class RocksStore : public Store {
     Route(RenewOp{EncodeStorageKey(ns, key), fence, lease_ms, std::move(done)});
   }
 
+  void Checkpoint(std::string ns, std::string key, CheckpointParams params,
+                  StoreCallback<FencedDecision> done) override {
+    if (RefusedWhileStopped(done)) return;
+    Route(CheckpointOp{EncodeStorageKey(ns, key), std::move(params),
+                       std::move(done)});
+  }
+
   void BeginMany(std::vector<BeginCall> calls) override {
     std::vector<std::vector<Operation>> by_shard(shards_.size());
     for (BeginCall& call : calls) {
@@ -262,6 +269,8 @@ class RocksStore : public Store {
     stats.block_cache_usage_bytes = property("rocksdb.block-cache-usage");
     stats.memtable_bytes = property("rocksdb.cur-size-all-mem-tables");
     stats.expired_dropped = filter_->dropped();
+    stats.tombstones_dropped = filter_->tombstones_dropped();
+    stats.tombstones_made = filter_->tombstones_made();
     health_->AddTo(stats);
     const int64_t now_ms = options_.clock->NowMillis();
     for (auto& shard : shards_) {

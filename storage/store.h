@@ -122,6 +122,11 @@ struct BeginResult {
 struct StoreStats {
   uint64_t estimated_records = 0;  // RocksDB's estimate, includes expired
   uint64_t expired_dropped = 0;    // by the compaction filter, this process
+  // Of expired_dropped: tombstones whose retention ended.
+  uint64_t tombstones_dropped = 0;
+  // Expired completed records the compaction filter shrank into their
+  // tombstone (result dropped), this process.
+  uint64_t tombstones_made = 0;
   uint64_t waiting_begins = 0;     // Begins parked with wait_ms
   uint64_t inflight_leases = 0;    // in flight, lease live
   // In flight, lease ran out, nobody took over: usually a crashed owner.
@@ -233,6 +238,10 @@ class Store {
                        StoreCallback<FencedDecision> done) = 0;
   virtual void Renew(std::string ns, std::string key, uint64_t fence,
                      int64_t lease_ms, StoreCallback<FencedDecision> done) = 0;
+  // Records the owner's progress on its in-flight record (DecideCheckpoint).
+  virtual void Checkpoint(std::string ns, std::string key,
+                          CheckpointParams params,
+                          StoreCallback<FencedDecision> done) = 0;
   // Many independent Begins (wait_ms 0) or Completes at once: each shard
   // receives its share in one hand-off, so a batch RPC lands in few storage
   // writes instead of trickling in call by call. Each call is answered

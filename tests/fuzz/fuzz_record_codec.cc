@@ -41,8 +41,11 @@ void CheckRecordCodec(absl::string_view value) {
     // The peeks may accept a value whose variable part is damaged (they do
     // not read it), but never one the decoder refuses for its header length
     // or version.
-    if (value.size() < kRecordHeaderSize ||
-        static_cast<uint8_t>(value[0]) != kRecordFormatVersion) {
+    const uint8_t version = value.empty() ? 0 : static_cast<uint8_t>(value[0]);
+    if (!(version == kRecordFormatVersion &&
+          value.size() >= kRecordHeaderSize) &&
+        !(version == kRecordFormatVersion2 &&
+          value.size() >= kRecordHeaderSizeV2)) {
       FUZZ_CHECK(!expire_at.has_value());
       FUZZ_CHECK(!lease.has_value());
     }
@@ -58,10 +61,20 @@ void CheckRecordCodec(absl::string_view value) {
              lease->expire_at_ms == r.expire_at_ms &&
              lease->lease_until_ms == r.lease_until_ms);
 
+  FUZZ_CHECK(PeekDropAt(value).has_value() &&
+             *PeekDropAt(value) == r.drop_at_ms());
   const std::string encoded = EncodeRecord(r);
-  std::string expected(value);
-  expected[3] = '\0';  // reserved byte: ignored on read, written as 0
-  FUZZ_CHECK(encoded == expected);
+  // The encoder picks the smallest version that holds the fields: a
+  // version-2 value without version-2 fields comes back as version 1.
+  if (encoded[0] == value[0]) {
+    std::string expected(value);
+    expected[3] = '\0';  // reserved bytes: ignored on read, written as 0
+    if (static_cast<uint8_t>(value[0]) == kRecordFormatVersion2) {
+      expected[82] = '\0';
+      expected[83] = '\0';
+    }
+    FUZZ_CHECK(encoded == expected);
+  }
   absl::StatusOr<Record> again = DecodeRecord(encoded);
   FUZZ_CHECK(again.ok() && *again == r);
 }
@@ -70,13 +83,21 @@ void CheckCompactionFilter(absl::string_view value, int64_t now_ms,
                            int64_t grace_ms) {
   const std::string record_key = EncodeStorageKey("ns", "k");
   const bool drop = ShouldDropExpired(record_key, value, now_ms, grace_ms);
-  const std::optional<int64_t> expire_at = PeekExpireAt(value);
+  const std::optional<int64_t> drop_at = PeekDropAt(value);
   // The rule in exact arithmetic (no int64 wrap-around).
   const bool expected =
-      expire_at.has_value() &&
+      drop_at.has_value() &&
       static_cast<__int128>(now_ms) >=
-          static_cast<__int128>(*expire_at) + static_cast<__int128>(grace_ms);
+          static_cast<__int128>(*drop_at) + static_cast<__int128>(grace_ms);
   FUZZ_CHECK(drop == expected);
+  // A shrunk value is a smaller, decodable tombstone of the same record.
+  if (std::optional<std::string> small =
+          ShrinkToTombstone(record_key, value, now_ms, grace_ms)) {
+    FUZZ_CHECK(!drop && small->size() < value.size());
+    absl::StatusOr<Record> before = DecodeRecord(value);
+    absl::StatusOr<Record> after = DecodeRecord(*small);
+    FUZZ_CHECK(before.ok() && after.ok() && *after == TombstoneOf(*before));
+  }
   FUZZ_CHECK(
       !ShouldDropExpired(FenceReservationKey(), value, now_ms, grace_ms));
 }

@@ -117,7 +117,7 @@ def main():
         prom.wait_for(
             "zero counters scraped",
             'dedup_namespace_begin_total{job="dedup",namespace="billing"}',
-            lambda r: len(r) == 6 and all(v == 0 for _, v in r), timeout=10)
+            lambda r: len(r) == 8 and all(v == 0 for _, v in r), timeout=10)
 
         ctl = Ctl(dedupctl, grpc_port)
         for i in range(1, 4):
