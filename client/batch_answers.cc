@@ -67,6 +67,7 @@ void ToProto(const BeginBatchItem& item, v1::BeginRequest* request) {
   request->set_key(item.key);
   request->set_args_hash(item.args_hash);
   request->set_owner(item.owner);
+  request->set_accept_rerun(item.accept_rerun);
   request->set_lease_ms(item.lease_ms);
   request->set_ttl_s(item.ttl_s);
 }

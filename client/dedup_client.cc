@@ -210,6 +210,7 @@ absl::StatusOr<v1::BeginResponse> Client::Begin(
   request.set_owner(options.owner);
   request.set_lease_ms(options.lease_ms);
   request.set_ttl_s(options.ttl_s);
+  request.set_accept_rerun(options.accept_rerun);
   request.set_wait_ms(options.wait_ms);
   // Only an owner makes a repeated Begin re-enter its own claim.
   return Call("Begin", *router_, options_, &Stub::Begin, request,
@@ -261,6 +262,19 @@ absl::StatusOr<v1::RenewResponse> Client::Renew(absl::string_view ns,
   request.set_fence(fence);
   request.set_lease_ms(lease_ms);
   return Call("Renew", *router_, options_, &Stub::Renew, request);
+}
+
+absl::StatusOr<v1::CheckpointResponse> Client::Checkpoint(
+    absl::string_view ns, absl::string_view key, uint64_t fence,
+    absl::string_view step, absl::string_view data, uint32_t lease_ms) const {
+  v1::CheckpointRequest request;
+  request.set_namespace_(std::string(ns));
+  request.set_key(std::string(key));
+  request.set_fence(fence);
+  request.set_step(std::string(step));
+  request.set_data(std::string(data));
+  request.set_lease_ms(lease_ms);
+  return Call("Checkpoint", *router_, options_, &Stub::Checkpoint, request);
 }
 
 absl::StatusOr<v1::GetResponse> Client::Get(absl::string_view ns,

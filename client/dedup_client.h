@@ -76,6 +76,9 @@ struct BeginOptions {
   uint32_t lease_ms = 0;  // 0: server default.
   uint32_t ttl_s = 0;     // 0: server default.
   uint32_t wait_ms = 0;   // 0: answer IN_USE at once.
+  // On a tombstone (the operation completed and its record expired): true
+  // starts it again instead of answering EXPIRED (BeginRequest.accept_rerun).
+  bool accept_rerun = false;
 };
 
 // One item of a BeginBatch: a Begin as in Client::Begin, without wait_ms (a
@@ -91,6 +94,7 @@ struct BeginBatchItem {
   std::string owner;
   uint32_t lease_ms = 0;  // 0: server default.
   uint32_t ttl_s = 0;     // 0: server default.
+  bool accept_rerun = false;  // As BeginOptions::accept_rerun.
 };
 
 // One item of a CompleteBatch, as the arguments of Client::Complete.
@@ -155,6 +159,16 @@ class Client {
   // `lease_ms` 0 means the server default.
   [[nodiscard]] absl::StatusOr<v1::RenewResponse> Renew(
       absl::string_view ns, absl::string_view key, uint64_t fence,
+      uint32_t lease_ms = 0) const;
+
+  // Records the progress of the execution `fence` owns (a step name and up
+  // to 64 KiB); a takeover receives the last one in its STARTED answer.
+  // `lease_ms` > 0 also renews the lease. Retried like Renew (idempotent:
+  // the same checkpoint again changes nothing a reader can see but its
+  // time).
+  [[nodiscard]] absl::StatusOr<v1::CheckpointResponse> Checkpoint(
+      absl::string_view ns, absl::string_view key, uint64_t fence,
+      absl::string_view step, absl::string_view data,
       uint32_t lease_ms = 0) const;
 
   [[nodiscard]] absl::StatusOr<v1::GetResponse> Get(

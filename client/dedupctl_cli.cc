@@ -23,11 +23,12 @@ const char kSynopsis[] =
 
 commands:
   begin NS KEY [--args_hash_hex=HEX] [--owner=ID] [--lease_ms=N]
-               [--ttl_s=N] [--wait_ms=N]
+               [--ttl_s=N] [--wait_ms=N] [--accept_rerun]
   complete NS KEY FENCE [--outcome=success|error] [--result=STRING]
                [--ttl_s=N]
   release NS KEY FENCE
   renew NS KEY FENCE [--lease_ms=N]
+  checkpoint NS KEY FENCE --step=NAME [--data=STRING] [--lease_ms=N]
   get NS KEY
   forget NS KEY
   stats                      the server's key figures (admin)
@@ -115,6 +116,7 @@ constexpr CommandSpec kCommands[] = {
     {Command::kComplete, "complete", true, true},
     {Command::kRelease, "release", true, true},
     {Command::kRenew, "renew", true, true},
+    {Command::kCheckpoint, "checkpoint", true, true},
     {Command::kGet, "get", true, false},
     {Command::kForget, "forget", true, false},
     {Command::kStats, "stats", false, false},
@@ -206,6 +208,9 @@ absl::Status CheckApplicable(const CommandFlags& flags,
       {"wait_ms", flags.wait_ms.has_value()},
       {"outcome", flags.outcome.has_value()},
       {"result", flags.result.has_value()},
+      {"step", flags.step.has_value()},
+      {"data", flags.data.has_value()},
+      {"accept_rerun", flags.accept_rerun.has_value()},
   };
   for (const auto& [name, given] : set) {
     if (given && !allowed.contains(name)) {
@@ -269,13 +274,20 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
   absl::flat_hash_set<std::string> allowed;
   switch (spec->command) {
     case Command::kBegin:
-      allowed = {"args_hash_hex", "owner", "lease_ms", "ttl_s", "wait_ms"};
+      allowed = {"args_hash_hex", "owner",   "lease_ms",
+                 "ttl_s",         "wait_ms", "accept_rerun"};
       break;
     case Command::kComplete:
       allowed = {"outcome", "result", "ttl_s"};
       break;
     case Command::kRenew:
       allowed = {"lease_ms"};
+      break;
+    case Command::kCheckpoint:
+      if (!flags.step.has_value()) {
+        return absl::InvalidArgumentError("'checkpoint' needs --step=NAME");
+      }
+      allowed = {"step", "data", "lease_ms"};
       break;
     case Command::kRelease:
     case Command::kGet:
@@ -304,6 +316,9 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
   inv.begin.lease_ms = flags.lease_ms.value_or(0);
   inv.begin.ttl_s = flags.ttl_s.value_or(0);
   inv.begin.wait_ms = flags.wait_ms.value_or(0);
+  inv.begin.accept_rerun = flags.accept_rerun.value_or(false);
+  inv.step = flags.step.value_or("");
+  inv.data = flags.data.value_or("");
   if (flags.outcome.has_value()) {
     absl::StatusOr<v1::Outcome> outcome = ParseOutcome(*flags.outcome);
     if (!outcome.ok()) return outcome.status();

@@ -34,6 +34,7 @@ enum class Command {
   kComplete,
   kRelease,
   kRenew,
+  kCheckpoint,
   kGet,
   kForget,
   kStats,    // Admin: the server's key figures as a table.
@@ -56,6 +57,9 @@ struct CommandFlags {
   std::optional<uint32_t> wait_ms;
   std::optional<std::string> outcome;
   std::optional<std::string> result;
+  std::optional<std::string> step;
+  std::optional<std::string> data;
+  std::optional<bool> accept_rerun;
 };
 
 struct Invocation {
@@ -68,7 +72,9 @@ struct Invocation {
   v1::Outcome outcome = v1::SUCCESS;  // complete.
   std::string result;                 // complete.
   uint32_t ttl_s = 0;                 // complete.
-  uint32_t lease_ms = 0;              // renew.
+  uint32_t lease_ms = 0;              // renew, checkpoint.
+  std::string step;                   // checkpoint.
+  std::string data;                   // checkpoint.
   uint64_t node_id = 0;               // cluster add, remove, transfer (0: any).
   std::string raft_address;           // cluster add.
   std::string client_address;         // cluster add.

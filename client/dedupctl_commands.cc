@@ -23,7 +23,8 @@ int Report(const absl::StatusOr<Response>& response, std::ostream& out,
   PrintResponse(out, *response);
   if constexpr (std::is_same_v<Response, v1::CompleteResponse> ||
                 std::is_same_v<Response, v1::ReleaseResponse> ||
-                std::is_same_v<Response, v1::RenewResponse>) {
+                std::is_same_v<Response, v1::RenewResponse> ||
+                std::is_same_v<Response, v1::CheckpointResponse>) {
     if (response->status() != Response::OK) return kExitRejected;
   }
   return kExitOk;
@@ -63,6 +64,10 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
     case Command::kRenew:
       return Report(client.Renew(inv.ns, inv.key, inv.fence, inv.lease_ms), out,
                     err);
+    case Command::kCheckpoint:
+      return Report(client.Checkpoint(inv.ns, inv.key, inv.fence, inv.step,
+                                      inv.data, inv.lease_ms),
+                    out, err);
     case Command::kGet:
       return Report(client.Get(inv.ns, inv.key), out, err);
     case Command::kForget:

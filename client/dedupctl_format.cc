@@ -24,6 +24,13 @@ void PrintTime(std::ostream& out, absl::string_view name, int64_t unix_ms) {
 
 const char* Bool(bool value) { return value ? "true" : "false"; }
 
+void PrintCheckpoint(std::ostream& out, const v1::CheckpointInfo& c) {
+  PrintLine(out, "checkpoint_step", c.step());
+  PrintBytes(out, "checkpoint_data", c.data());
+  PrintLine(out, "checkpoint_fence", absl::StrCat(c.fence()));
+  PrintTime(out, "checkpoint_recorded_at", c.recorded_at());
+}
+
 }  // namespace
 
 std::string FormatUnixMillis(int64_t unix_ms) {
@@ -67,10 +74,16 @@ void PrintResponse(std::ostream& out, const v1::BeginResponse& response) {
   PrintLine(out, "fence", absl::StrCat(response.fence()));
   if (response.status() == v1::BeginResponse::STARTED) {
     PrintLine(out, "takeover", Bool(response.takeover()));
+    if (response.rerun()) PrintLine(out, "rerun", "true");
+    if (response.has_checkpoint()) PrintCheckpoint(out, response.checkpoint());
   }
   if (response.status() == v1::BeginResponse::DUPLICATE) {
     PrintLine(out, "outcome", v1::Outcome_Name(response.outcome()));
     PrintBytes(out, "result", response.result());
+  }
+  if (response.status() == v1::BeginResponse::EXPIRED) {
+    PrintLine(out, "outcome", v1::Outcome_Name(response.outcome()));
+    PrintTime(out, "tombstone_expires_at", response.tombstone_expires_at());
   }
   PrintTime(out, "created_at", response.created_at());
   PrintTime(out, "completed_at", response.completed_at());
@@ -103,6 +116,13 @@ void PrintResponse(std::ostream& out, const v1::RenewResponse& response) {
   PrintTime(out, "expires_at", response.expires_at());
 }
 
+void PrintResponse(std::ostream& out, const v1::CheckpointResponse& response) {
+  PrintLine(out, "status",
+            v1::CheckpointResponse::Status_Name(response.status()));
+  PrintLine(out, "fence", absl::StrCat(response.fence()));
+  PrintTime(out, "lease_expires_at", response.lease_expires_at());
+}
+
 void PrintResponse(std::ostream& out, const v1::GetResponse& response) {
   PrintLine(out, "found", Bool(response.found()));
   if (!response.found()) return;
@@ -120,6 +140,7 @@ void PrintResponse(std::ostream& out, const v1::GetResponse& response) {
   PrintTime(out, "expires_at", record.expires_at());
   PrintTime(out, "lease_expires_at", record.lease_expires_at());
   PrintLine(out, "attempts", absl::StrCat(record.attempts()));
+  if (record.has_checkpoint()) PrintCheckpoint(out, record.checkpoint());
 }
 
 void PrintResponse(std::ostream& out, const v1::ForgetResponse& response) {

@@ -31,6 +31,7 @@ void PrintResponse(std::ostream& out, const v1::BeginResponse& response);
 void PrintResponse(std::ostream& out, const v1::CompleteResponse& response);
 void PrintResponse(std::ostream& out, const v1::ReleaseResponse& response);
 void PrintResponse(std::ostream& out, const v1::RenewResponse& response);
+void PrintResponse(std::ostream& out, const v1::CheckpointResponse& response);
 void PrintResponse(std::ostream& out, const v1::GetResponse& response);
 void PrintResponse(std::ostream& out, const v1::ForgetResponse& response);
 // A table of the key figures, aligned for reading.

@@ -48,6 +48,13 @@ ABSL_FLAG(std::optional<uint32_t>, wait_ms, std::nullopt,
           "begin: wait this long for another owner's outcome.");
 ABSL_FLAG(std::optional<std::string>, outcome, std::nullopt,
           "complete: success (default) or error.");
+ABSL_FLAG(std::optional<std::string>, step, std::nullopt,
+          "checkpoint: the step name (required)");
+ABSL_FLAG(std::optional<std::string>, data, std::nullopt,
+          "checkpoint: the progress data (bytes of this string)");
+ABSL_FLAG(bool, accept_rerun, false,
+          "begin: run again an operation that completed and expired "
+          "(instead of answering EXPIRED)");
 ABSL_FLAG(std::optional<std::string>, result, std::nullopt,
           "complete: bytes to replay to duplicates.");
 
@@ -81,6 +88,9 @@ int main(int argc, char** argv) {
   flags.wait_ms = absl::GetFlag(FLAGS_wait_ms);
   flags.outcome = absl::GetFlag(FLAGS_outcome);
   flags.result = absl::GetFlag(FLAGS_result);
+  flags.step = absl::GetFlag(FLAGS_step);
+  flags.data = absl::GetFlag(FLAGS_data);
+  if (absl::GetFlag(FLAGS_accept_rerun)) flags.accept_rerun = true;
   absl::StatusOr<dedup::ctl::Invocation> inv =
       dedup::ctl::ParseInvocation(args, flags);
   if (!inv.ok()) return UsageError(std::string(inv.status().message()));

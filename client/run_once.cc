@@ -5,6 +5,8 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/lease_keeper.h"
 #include "client/uuid.h"
 
 namespace dedup {
@@ -14,6 +16,7 @@ namespace {
 // can branch on it without parsing messages.
 constexpr char kBeginAnswerUrl[] = "dedup.v1/BeginResponse.Status";
 constexpr char kCompleteAnswerUrl[] = "dedup.v1/CompleteResponse.Status";
+constexpr char kClaimLostUrl[] = "dedup.v1/claim-lost";
 
 // The server never waits longer than this per Begin.
 constexpr absl::Duration kMaxWaitPerCall = absl::Seconds(60);
@@ -30,6 +33,30 @@ absl::Status ConflictError(absl::string_view ns, absl::string_view key,
       begin.fence(), ")"));
   status.SetPayload(kBeginAnswerUrl,
                     absl::Cord(v1::BeginResponse::Status_Name(begin.status())));
+  return status;
+}
+
+absl::Status ExpiredError(absl::string_view ns, absl::string_view key,
+                          const v1::BeginResponse& begin) {
+  absl::Status status = absl::FailedPreconditionError(absl::StrCat(
+      "dedup: key ", Describe(ns, key), " is EXPIRED: it already ran (fence ",
+      begin.fence(), ", outcome ", v1::Outcome_Name(begin.outcome()),
+      ", completed at ", absl::FormatTime(absl::FromUnixMillis(
+                             begin.completed_at())),
+      ") and its record and result expired; set accept_rerun to run it "
+      "again"));
+  status.SetPayload(kBeginAnswerUrl,
+                    absl::Cord(v1::BeginResponse::Status_Name(begin.status())));
+  return status;
+}
+
+absl::Status ClaimLostError(absl::string_view ns, absl::string_view key,
+                            uint64_t fence, absl::string_view how) {
+  absl::Status status = absl::AbortedError(absl::StrCat(
+      "dedup: the claim on ", Describe(ns, key), " with fence ", fence,
+      " was lost while it ran (", how,
+      "); another owner may run it: nothing was recorded"));
+  status.SetPayload(kClaimLostUrl, absl::Cord("lost"));
   return status;
 }
 
@@ -89,9 +116,32 @@ absl::StatusOr<RunResult> Execute(
   Claim claim;
   claim.fence = begin.fence();
   claim.takeover = begin.takeover();
+  claim.rerun = begin.rerun();
   claim.attempts = begin.attempts();
   claim.lease_expires_at_ms = begin.lease_expires_at();
+  if (begin.has_checkpoint()) claim.last_checkpoint = begin.checkpoint();
+  claim.client = &client;
+  claim.ns = std::string(ns);
+  claim.key = std::string(key);
+  std::optional<LeaseKeeper> keeper;
+  if (options.renew) {
+    // The lease asked for, else what the server granted (its clock against
+    // ours: a skew only moves the renewals).
+    int64_t lease_ms = options.lease_ms;
+    if (lease_ms == 0) {
+      lease_ms = begin.lease_expires_at() - absl::ToUnixMillis(absl::Now());
+    }
+    if (lease_ms < 300) lease_ms = 3000;
+    keeper.emplace(client, claim.ns, claim.key, claim.fence, options.lease_ms,
+                   absl::Milliseconds(lease_ms / 3));
+  }
+  claim.keeper = keeper.has_value() ? &*keeper : nullptr;
   ExecResult exec = fn(claim);
+  if (keeper.has_value()) keeper->Stop();
+  if (claim.lost()) {
+    return ClaimLostError(ns, key, claim.fence,
+                          "a renewal or checkpoint was refused");
+  }
 
   if (exec.kind == ExecResult::Kind::kRetryable) {
     // Best effort: if this fails the lease simply runs out, and the caller's
@@ -162,6 +212,7 @@ absl::StatusOr<RunResult> RunOnce(
   BeginOptions begin_options;
   begin_options.lease_ms = options.lease_ms;
   begin_options.ttl_s = options.ttl_s;
+  begin_options.accept_rerun = options.accept_rerun;
   for (;;) {
     // A fresh owner per claim attempt: the client's UNAVAILABLE retries of
     // this Begin reuse it, so a lost answer is re-entered, not seen as
@@ -185,6 +236,8 @@ absl::StatusOr<RunResult> RunOnce(
       }
       case v1::BeginResponse::CONFLICT:
         return ConflictError(ns, key, *begin);
+      case v1::BeginResponse::EXPIRED:
+        return ExpiredError(ns, key, *begin);
       case v1::BeginResponse::IN_USE:
         break;
       default:
@@ -235,6 +288,37 @@ std::optional<v1::CompleteResponse::Status> CompleteAnswerOf(
 
 bool IsStaleFence(const absl::Status& status) {
   return CompleteAnswerOf(status) == v1::CompleteResponse::STALE_FENCE;
+}
+
+bool IsExpired(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kFailedPrecondition) return false;
+  auto answer = status.GetPayload(kBeginAnswerUrl);
+  return answer.has_value() && *answer == "EXPIRED";
+}
+
+bool IsClaimLost(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted &&
+         status.GetPayload(kClaimLostUrl).has_value();
+}
+
+absl::Status Claim::Checkpoint(absl::string_view step,
+                               absl::string_view data) const {
+  if (client == nullptr) {
+    return absl::FailedPreconditionError("dedup: Claim not made by RunOnce");
+  }
+  absl::StatusOr<v1::CheckpointResponse> recorded =
+      client->Checkpoint(ns, key, fence, step, data);
+  if (!recorded.ok()) return recorded.status();
+  if (recorded->status() == v1::CheckpointResponse::OK) return absl::OkStatus();
+  checkpoint_refused->store(true);
+  return ClaimLostError(
+      ns, key, fence,
+      absl::StrCat("Checkpoint answered ",
+                   v1::CheckpointResponse::Status_Name(recorded->status())));
+}
+
+bool Claim::lost() const {
+  return checkpoint_refused->load() || (keeper != nullptr && keeper->lost());
 }
 
 }  // namespace dedup

@@ -6,12 +6,16 @@
 // same key at once; one runs `fn`, the others wait and get its recorded
 // outcome (a second run happens only if the first outlives its lease and is
 // taken over; Claim::takeover tells the new runner). Blocks the calling thread.
-// `fn` must not throw (if it does, the claim is left to lapse when its lease
-// ends).
+// While `fn` runs, its lease is renewed in the background (every third of
+// the lease), so a slow side effect is not taken over; if a renewal learns
+// the claim was lost anyway, Claim::lost() turns true. `fn` must not throw
+// (if it does, the claim is left to lapse when its lease ends).
 #ifndef DEDUP_CLIENT_RUN_ONCE_H_
 #define DEDUP_CLIENT_RUN_ONCE_H_
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -26,14 +30,41 @@
 
 namespace dedup {
 
+class LeaseKeeper;
+
 // What `fn` is told about the execution it owns.
 struct Claim {
   uint64_t fence = 0;
   // A previous owner's lease ran out: its attempt may have partly run the
   // side effect, so `fn` may want to check before repeating it.
   bool takeover = false;
+  // The operation had completed and expired, and RunOptions::accept_rerun
+  // let it run again.
+  bool rerun = false;
   uint32_t attempts = 0;
   int64_t lease_expires_at_ms = 0;  // Server clock, Unix ms.
+  // The last progress an earlier attempt recorded (a takeover): resume from
+  // it instead of starting over. nullopt when there is none.
+  std::optional<v1::CheckpointInfo> last_checkpoint;
+
+  // Records progress (a step name, up to 64 KiB of data) that a takeover
+  // would receive. ABORTED with IsClaimLost() when the server refuses it (a
+  // takeover happened, the record is gone or completed): stop and return.
+  [[nodiscard]] absl::Status Checkpoint(absl::string_view step,
+                                        absl::string_view data) const;
+  // The claim was lost while `fn` ran (a renewal or checkpoint was refused):
+  // another owner may be running the side effect; finish quickly. RunOnce
+  // then records nothing and answers ABORTED with IsClaimLost().
+  [[nodiscard]] bool lost() const;
+
+  // Set by RunOnce.
+  const Client* client = nullptr;
+  std::string ns;
+  std::string key;
+  LeaseKeeper* keeper = nullptr;
+  // A Checkpoint was refused (shared by copies of this Claim).
+  std::shared_ptr<std::atomic<bool>> checkpoint_refused =
+      std::make_shared<std::atomic<bool>>(false);
 };
 
 // How `fn` ended. Build with the factories.
@@ -70,6 +101,12 @@ struct RunOptions {
   // through `client`. Answers are the same. RunOnce blocks, so never call it
   // with `coalescing` from a gRPC callback thread.
   CoalescingClient* coalescing = nullptr;
+  // Renew the lease in the background while `fn` runs (every third of the
+  // lease). Off: a side effect that outlives its lease may be taken over.
+  bool renew = true;
+  // When the operation completed so long ago that only its tombstone is
+  // left: false fails with IsExpired() (nothing runs); true runs `fn` again.
+  bool accept_rerun = false;
 };
 
 struct RunResult {
@@ -93,6 +130,13 @@ struct RunResult {
 //   The side effect ran but this outcome was NOT recorded (the lease was
 //   lost). CompleteAnswerOf() names the answer; IsStaleFence() tests for
 //   STALE_FENCE.
+// - EXPIRED (the operation ran and completed so long ago that its record
+//   expired; only a tombstone is left) without accept_rerun:
+//   FAILED_PRECONDITION naming when and how it ran; IsExpired() is true and
+//   `fn` was not called.
+// - The claim was lost while `fn` ran (a background renewal or a
+//   Claim::Checkpoint was refused): ABORTED, IsClaimLost() true; nothing
+//   was recorded or released.
 // - Still IN_USE at the deadline: DEADLINE_EXCEEDED.
 // - gRPC errors from Begin or Complete, code unchanged (UNAVAILABLE only after
 //   the client's retries). An error from Complete means the side effect ran
@@ -114,6 +158,10 @@ struct RunResult {
 [[nodiscard]] std::optional<v1::CompleteResponse::Status> CompleteAnswerOf(
     const absl::Status& status);
 [[nodiscard]] bool IsStaleFence(const absl::Status& status);
+// True when `status` is RunOnce's answer to EXPIRED.
+[[nodiscard]] bool IsExpired(const absl::Status& status);
+// True when RunOnce failed because the claim was lost while `fn` ran.
+[[nodiscard]] bool IsClaimLost(const absl::Status& status);
 
 }  // namespace dedup
 

@@ -164,6 +164,7 @@ TEST_F(ClientIntegrationTest, RunOnceConflictOnOtherArgs) {
 TEST_F(ClientIntegrationTest, RunOnceReportsStaleFenceAfterTakeover) {
   RunOptions options;
   options.lease_ms = 100;  // The server's minimum.
+  options.renew = false;   // let the lease lapse
   absl::StatusOr<RunResult> run = RunOnce(
       *client_, kNs, Key(), "args",
       [&](const Claim& claim) {

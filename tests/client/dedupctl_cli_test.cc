@@ -307,3 +307,61 @@ TEST(IsHelpRequestTest, Spellings) {
 
 }  // namespace
 }  // namespace dedup::ctl
+
+namespace dedup::ctl {
+namespace {
+
+TEST(ParseTest, CheckpointNeedsAStepAndTakesDataAndLease) {
+  CommandFlags flags;
+  EXPECT_THAT(
+      ParseInvocation({"checkpoint", "ns", "k", "7"}, flags).status().message(),
+      ::testing::HasSubstr("--step"));
+  flags.step = "charged";
+  flags.data = "ch_1";
+  flags.lease_ms = 5000;
+  absl::StatusOr<Invocation> inv =
+      ParseInvocation({"checkpoint", "ns", "k", "7"}, flags);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->command, Command::kCheckpoint);
+  EXPECT_EQ(inv->fence, 7u);
+  EXPECT_EQ(inv->step, "charged");
+  EXPECT_EQ(inv->data, "ch_1");
+  EXPECT_EQ(inv->lease_ms, 5000u);
+  flags.accept_rerun = true;
+  EXPECT_THAT(
+      ParseInvocation({"checkpoint", "ns", "k", "7"}, flags).status().message(),
+      ::testing::HasSubstr("--accept_rerun does not apply"));
+}
+
+TEST(ParseTest, BeginAcceptsARerun) {
+  CommandFlags flags;
+  flags.accept_rerun = true;
+  absl::StatusOr<Invocation> inv = ParseInvocation({"begin", "ns", "k"}, flags);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_TRUE(inv->begin.accept_rerun);
+}
+
+TEST(FormatTest, BeginExpiredAndStartedWithCheckpoint) {
+  v1::BeginResponse expired;
+  expired.set_status(v1::BeginResponse::EXPIRED);
+  expired.set_fence(3);
+  expired.set_outcome(v1::ERROR);
+  expired.set_tombstone_expires_at(5);
+  std::ostringstream out;
+  PrintResponse(out, expired);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("status: EXPIRED\nfence: 3\n"
+                                              "outcome: ERROR\n"
+                                              "tombstone_expires_at: "));
+  v1::BeginResponse started;
+  started.set_status(v1::BeginResponse::STARTED);
+  started.set_takeover(true);
+  started.mutable_checkpoint()->set_step("charged");
+  started.mutable_checkpoint()->set_fence(2);
+  std::ostringstream out2;
+  PrintResponse(out2, started);
+  EXPECT_THAT(out2.str(), ::testing::HasSubstr("checkpoint_step: charged\n"));
+  EXPECT_THAT(out2.str(), ::testing::HasSubstr("checkpoint_fence: 2\n"));
+}
+
+}  // namespace
+}  // namespace dedup::ctl
