@@ -14,7 +14,10 @@
 - with_idempotency / @idempotent: Begin -> your function -> Complete (or
   Release on RetryableError), waiting out IN_USE and replaying duplicates.
   The lease is renewed in the background while the function runs; a lost
-  claim sets current_claim().lost (check() raises ClaimLost).
+  claim sets current_claim().lost (check() raises ClaimLost). A completion
+  whose record expired raises ExpiredError (accept_rerun=True runs it
+  again); current_claim().checkpoint(step, data) records progress that a
+  takeover finds in last_checkpoint.
 - AsyncClient, AsyncCoalescingClient, with_idempotency_async: the same on
   grpc.aio for asyncio; @idempotent on an `async def` uses them.
 - TlsConfig, token=/token_file=: TLS, mTLS and a bearer token on every
@@ -48,12 +51,14 @@ from dedup_client.errors import (
     ConflictError,
     DedupError,
     DedupRpcError,
+    ExpiredError,
     InUseTimeoutError,
     OutcomeNotRecordedError,
     ReplayedError,
     RetryableError,
     StaleFenceError,
 )
+from dedup_client.claim import ClaimCheckpoint
 from dedup_client.idempotency import (
     Claim,
     IdempotentFunction,
@@ -72,12 +77,14 @@ __all__ = [
     "BearerToken",
     "CanonicalJsonError",
     "Claim",
+    "ClaimCheckpoint",
     "ClaimLost",
     "Client",
     "CoalescingClient",
     "ConflictError",
     "DedupError",
     "DedupRpcError",
+    "ExpiredError",
     "IdempotentFunction",
     "IdempotentResult",
     "InUseTimeoutError",

@@ -36,6 +36,7 @@ from dedup_client.errors import DedupRpcError
 from dedup_client.messages import (
     begin_request,
     begin_timeout_s,
+    checkpoint_request,
     complete_request,
     forget_request,
     get_request,
@@ -156,11 +157,12 @@ class AsyncClient(ClientBase):
         lease_ms: int = 0,
         ttl_s: int = 0,
         wait_ms: int = 0,
+        accept_rerun: bool = False,
     ) -> dedup_pb2.BeginResponse:
         """Client.begin."""
         request = begin_request(
             namespace, key, args_hash, owner=owner, lease_ms=lease_ms,
-            ttl_s=ttl_s, wait_ms=wait_ms,
+            ttl_s=ttl_s, wait_ms=wait_ms, accept_rerun=accept_rerun,
         )
         return await self._call("Begin", request, begin_timeout_s(self.deadline_s, request))
 
@@ -191,6 +193,16 @@ class AsyncClient(ClientBase):
         """Client.renew."""
         return await self._call(
             "Renew", renew_request(namespace, key, fence, lease_ms=lease_ms),
+            self.deadline_s)
+
+    async def checkpoint(
+        self, namespace: str, key: str, fence: int, step: str, data: bytes = b"",
+        *, lease_ms: int = 0,
+    ) -> dedup_pb2.CheckpointResponse:
+        """Client.checkpoint."""
+        return await self._call(
+            "Checkpoint",
+            checkpoint_request(namespace, key, fence, step, data, lease_ms=lease_ms),
             self.deadline_s)
 
     async def get(self, namespace: str, key: str) -> dedup_pb2.GetResponse:

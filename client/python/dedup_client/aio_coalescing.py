@@ -21,8 +21,8 @@ __cause__). A batch refused with RESOURCE_EXHAUSTED without a RetryInfo (a
 message size limit) is sent again item by item.
 
 Begins that wait (wait_ms > 0) cannot be batched and go through the
-AsyncClient; release, renew, get and forget do too, so an
-AsyncCoalescingClient can stand in for an AsyncClient anywhere,
+AsyncClient; release, renew, checkpoint (no batch RPC), get and forget do
+too, so an AsyncCoalescingClient can stand in for an AsyncClient anywhere,
 with_idempotency_async and @idempotent included. Give every Begin an owner
 (with_idempotency_async does): batches are resent with the same owners.
 
@@ -114,15 +114,17 @@ class AsyncCoalescingClient:
         lease_ms: int = 0,
         ttl_s: int = 0,
         wait_ms: int = 0,
+        accept_rerun: bool = False,
     ) -> dedup_pb2.BeginResponse:
         """AsyncClient.begin, batched unless it waits (wait_ms > 0)."""
         if wait_ms > 0:
             return await self.client.begin(
                 namespace, key, args_hash, owner=owner, lease_ms=lease_ms,
-                ttl_s=ttl_s, wait_ms=wait_ms,
+                ttl_s=ttl_s, wait_ms=wait_ms, accept_rerun=accept_rerun,
             )
         return await self._submit(self._begins, begin_request(
-            namespace, key, args_hash, owner=owner, lease_ms=lease_ms, ttl_s=ttl_s))
+            namespace, key, args_hash, owner=owner, lease_ms=lease_ms, ttl_s=ttl_s,
+            accept_rerun=accept_rerun))
 
     async def complete(
         self,
@@ -145,6 +147,14 @@ class AsyncCoalescingClient:
         self, namespace: str, key: str, fence: int, *, lease_ms: int = 0
     ) -> dedup_pb2.RenewResponse:
         return await self.client.renew(namespace, key, fence, lease_ms=lease_ms)
+
+    async def checkpoint(
+        self, namespace: str, key: str, fence: int, step: str, data: bytes = b"",
+        *, lease_ms: int = 0,
+    ) -> dedup_pb2.CheckpointResponse:
+        """AsyncClient.checkpoint, unary (there is no CheckpointBatch RPC)."""
+        return await self.client.checkpoint(
+            namespace, key, fence, step, data, lease_ms=lease_ms)
 
     async def get(self, namespace: str, key: str) -> dedup_pb2.GetResponse:
         return await self.client.get(namespace, key)

@@ -7,7 +7,8 @@ failure_action, success_complete, check_complete); waits are awaited, never
 blocking the event loop. While the function runs its lease is renewed by an
 asyncio task every third of the lease (dedup_client.claim); if a renewal
 learns the claim is lost, current_claim().lost (an asyncio.Event) is set and
-current_claim().check() raises ClaimLost.
+current_claim().check() raises ClaimLost. `await
+current_claim().checkpoint(step, data)` records progress (an AsyncClaim).
 
     dedup = AsyncCoalescingClient("127.0.0.1:50051")
 
@@ -42,6 +43,7 @@ from dedup_client.idempotency import (
     failure_action,
     is_async_client,
     note_not_recorded,
+    stop_renewing,
     success_complete,
 )
 
@@ -64,6 +66,7 @@ async def with_idempotency_async(
     deadline_s: float = 120.0,
     is_retryable: Optional[Callable[[Exception], bool]] = None,
     renew: bool = True,
+    accept_rerun: bool = False,
 ) -> IdempotentResult[T]:
     """with_idempotency for asyncio: runs `await fn()` (fn may also return a
     plain value) at most once for (namespace, key). Same arguments, answers
@@ -74,7 +77,8 @@ async def with_idempotency_async(
             "with_idempotency_async needs an AsyncClient or AsyncCoalescingClient "
             f"(not {type(client).__name__}); use with_idempotency with a Client")
     loop = BeginLoop(namespace, args, key, lease_ms=lease_ms, ttl_s=ttl_s,
-                     wait_per_call_s=wait_per_call_s, deadline_s=deadline_s)
+                     wait_per_call_s=wait_per_call_s, deadline_s=deadline_s,
+                     accept_rerun=accept_rerun)
     while True:
         sent = time.monotonic()
         begin = await client.begin(namespace, loop.key, loop.args_hash, **loop.next_begin())
@@ -97,7 +101,8 @@ async def _execute(
     is_retryable: Optional[Callable[[Exception], bool]],
     renew: bool,
 ) -> IdempotentResult[T]:
-    claim = claim_of(loop.namespace, loop.key, begin, lost=asyncio.Event())
+    claim = claim_of(loop.namespace, loop.key, begin, lost=asyncio.Event(),
+                     client=client, lease_ms=loop.lease_ms)
     interval = renew_interval_s(begin, loop.lease_ms) if renew else None
     renewer = AsyncLeaseRenewer(client, claim, loop.lease_ms, interval) if interval else None
     token = _current_claim.set(claim)
@@ -108,7 +113,7 @@ async def _execute(
         if inspect.isawaitable(value):
             value = await value
     except Exception as error:
-        lost = renewer.stop() if renewer is not None else False
+        lost = stop_renewing(renewer, claim)
         action = failure_action(error, is_retryable, lost)
         if action == RELEASE:
             await _release_quietly(client, claim)
@@ -122,7 +127,7 @@ async def _execute(
     finally:
         _current_claim.reset(token)
 
-    lost = renewer.stop() if renewer is not None else False
+    lost = stop_renewing(renewer, claim)
     complete_args = success_complete(claim, value, lost)
     if isinstance(complete_args, Exception):  # the error was recorded instead
         await _record_error(client, claim, complete_args)
@@ -130,7 +135,8 @@ async def _execute(
     complete = await client.complete(*complete_args)
     check_complete(claim, complete, value)
     return IdempotentResult(
-        result=value, duplicate=False, fence=claim.fence, takeover=claim.takeover
+        result=value, duplicate=False, fence=claim.fence, takeover=claim.takeover,
+        rerun=claim.rerun,
     )
 
 

@@ -58,6 +58,7 @@ from dedup_client.errors import DedupRpcError
 from dedup_client.messages import (
     begin_request,
     begin_timeout_s,
+    checkpoint_request,
     complete_request,
     forget_request,
     get_request,
@@ -153,17 +154,24 @@ class Client(ClientBase):
         lease_ms: int = 0,
         ttl_s: int = 0,
         wait_ms: int = 0,
+        accept_rerun: bool = False,
     ) -> dedup_pb2.BeginResponse:
-        """Claims (namespace, key): STARTED, IN_USE, CONFLICT or DUPLICATE.
+        """Claims (namespace, key): STARTED, IN_USE, CONFLICT, DUPLICATE or
+        EXPIRED (it completed so long ago that its record expired: only a
+        tombstone says when and how; nothing was started).
 
         owner: this attempt's id (a UUID); empty is anonymous (never
         re-entrant, so not retried when its outcome is unknown: that raises
         DedupRpcError with outcome_unknown=True). 0 for lease_ms/ttl_s means the server default; wait_ms > 0
         lets the server wait that long for another owner's outcome.
+        accept_rerun: on such a tombstone, start the operation again
+        (STARTED with a higher fence and `rerun` set) instead of EXPIRED.
+        A STARTED answer after an earlier execution recorded progress (a
+        takeover, or this owner re-entering) carries it in `checkpoint`.
         """
         request = begin_request(
             namespace, key, args_hash, owner=owner, lease_ms=lease_ms,
-            ttl_s=ttl_s, wait_ms=wait_ms,
+            ttl_s=ttl_s, wait_ms=wait_ms, accept_rerun=accept_rerun,
         )
         return self._call("Begin", request, begin_timeout_s(self.deadline_s, request))
 
@@ -195,6 +203,21 @@ class Client(ClientBase):
         """Extends the live lease held with `fence` (0: server default)."""
         request = renew_request(namespace, key, fence, lease_ms=lease_ms)
         return self._call("Renew", request, self.deadline_s)
+
+    def checkpoint(
+        self, namespace: str, key: str, fence: int, step: str, data: bytes = b"",
+        *, lease_ms: int = 0,
+    ) -> dedup_pb2.CheckpointResponse:
+        """Records the progress of the execution holding `fence`: a step
+        name (1..128 printable ASCII bytes) and up to 64 KiB of data. Whoever
+        takes the execution over (or the same owner re-entering) gets it in
+        BeginResponse.checkpoint. lease_ms > 0 also renews the lease, as
+        renew would. STALE_FENCE, NOT_FOUND or ALREADY_COMPLETED: nothing was
+        recorded and the claim is lost. Retried like renew after an unknown
+        outcome (the same checkpoint again is harmless). A server without it
+        raises UNIMPLEMENTED."""
+        request = checkpoint_request(namespace, key, fence, step, data, lease_ms=lease_ms)
+        return self._call("Checkpoint", request, self.deadline_s)
 
     def get(self, namespace: str, key: str) -> dedup_pb2.GetResponse:
         """Reads the record without changing it (`.found`, `.record`)."""

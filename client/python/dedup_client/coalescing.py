@@ -37,8 +37,9 @@ so give every Begin one (an anonymous Begin resent after the server applied
 it answers IN_USE).
 
 Begins that wait (wait_ms > 0) cannot be batched and go through the Client;
-release, renew, get and forget do too, so a CoalescingClient can stand in for
-a Client anywhere, with_idempotency included.
+release, renew, checkpoint, get and forget do too (checkpoint has no batch
+RPC: it always goes unary), so a CoalescingClient can stand in for a Client
+anywhere, with_idempotency included.
 
 Thread-safe: share one per process. The *_future methods never block; the
 others block the calling thread. Callbacks added to those futures usually run
@@ -156,11 +157,13 @@ class CoalescingClient:
         owner: str = "",
         lease_ms: int = 0,
         ttl_s: int = 0,
+        accept_rerun: bool = False,
     ) -> "Future[dedup_pb2.BeginResponse]":
         """Queues a Begin (no wait); the future holds the BeginResponse or
         raises the grpc.RpcError its unary Begin would have."""
         return self._begins.submit(begin_request(
-            namespace, key, args_hash, owner=owner, lease_ms=lease_ms, ttl_s=ttl_s))
+            namespace, key, args_hash, owner=owner, lease_ms=lease_ms, ttl_s=ttl_s,
+            accept_rerun=accept_rerun))
 
     def begin(
         self,
@@ -172,15 +175,17 @@ class CoalescingClient:
         lease_ms: int = 0,
         ttl_s: int = 0,
         wait_ms: int = 0,
+        accept_rerun: bool = False,
     ) -> dedup_pb2.BeginResponse:
         """Client.begin, batched unless it waits (wait_ms > 0)."""
         if wait_ms > 0:
             return self.client.begin(
                 namespace, key, args_hash, owner=owner, lease_ms=lease_ms,
-                ttl_s=ttl_s, wait_ms=wait_ms,
+                ttl_s=ttl_s, wait_ms=wait_ms, accept_rerun=accept_rerun,
             )
         return self.begin_future(
-            namespace, key, args_hash, owner=owner, lease_ms=lease_ms, ttl_s=ttl_s
+            namespace, key, args_hash, owner=owner, lease_ms=lease_ms, ttl_s=ttl_s,
+            accept_rerun=accept_rerun,
         ).result()
 
     def complete_future(
@@ -220,6 +225,13 @@ class CoalescingClient:
         self, namespace: str, key: str, fence: int, *, lease_ms: int = 0
     ) -> dedup_pb2.RenewResponse:
         return self.client.renew(namespace, key, fence, lease_ms=lease_ms)
+
+    def checkpoint(
+        self, namespace: str, key: str, fence: int, step: str, data: bytes = b"",
+        *, lease_ms: int = 0,
+    ) -> dedup_pb2.CheckpointResponse:
+        """Client.checkpoint, unary (there is no CheckpointBatch RPC)."""
+        return self.client.checkpoint(namespace, key, fence, step, data, lease_ms=lease_ms)
 
     def get(self, namespace: str, key: str) -> dedup_pb2.GetResponse:
         return self.client.get(namespace, key)

@@ -8,6 +8,7 @@ whose outcome is unknown: DedupRpcError(ABORTED, outcome_unknown=True).
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Optional
 
 import grpc
@@ -103,26 +104,67 @@ class StaleFenceError(OutcomeNotRecordedError):
 
 class ClaimLost(OutcomeNotRecordedError):
     """The claim was lost while the function ran: a background renewal of
-    its lease was refused (answer STALE_FENCE: another caller took the key
-    over; NOT_FOUND: the record was forgotten, or expired; ALREADY_COMPLETED:
+    its lease, or a claim.checkpoint(), was refused (call: "Renew" or
+    "Checkpoint"; answer STALE_FENCE: another caller took the key over;
+    NOT_FOUND: the record was forgotten, or expired; ALREADY_COMPLETED:
     another execution completed it).
 
-    Raised by claim.check() inside the function (result None), and by
-    with_idempotency when the function returned after the loss (result: its
-    return value): no Complete is sent, the outcome is NOT recorded. Whatever
-    the function did may have run alongside another execution.
+    Raised by claim.check() and a refused claim.checkpoint() inside the
+    function (result None), and by with_idempotency when the function
+    returned after the loss (result: its return value): no Complete is sent,
+    the outcome is NOT recorded. Whatever the function did may have run
+    alongside another execution.
     """
 
     def __init__(
         self, namespace: str, key: str, fence: int, answer: str,
-        current_fence: int, result: object = None,
+        current_fence: int, result: object = None, *, call: str = "Renew",
     ) -> None:
         super().__init__(namespace, key, fence, answer, current_fence, result)
+        self.call = call
         self.args = (
             f"dedup: the claim on {namespace!r}/{key!r} with fence {fence} was lost "
-            f"while the function ran: Renew answered {answer} (current fence "
+            f"while the function ran: {call} answered {answer} (current fence "
             f"{current_fence}); its outcome is NOT recorded",
         )
+
+
+class ExpiredError(DedupError):
+    """Begin answered EXPIRED: the operation already ran (completed at
+    completed_at_ms with `outcome`, under `fence`) so long ago that its record
+    expired. Only a tombstone is kept (until tombstone_expires_at_ms); the
+    result is gone. The function was NOT run again, and this is not a
+    duplicate: there is nothing to replay. Pass accept_rerun=True to run it
+    again where that is acceptable. Times are the server's clock, Unix ms;
+    outcome is dedup_pb2.SUCCESS or ERROR (outcome_name its name)."""
+
+    def __init__(
+        self, namespace: str, key: str, fence: int, outcome: int, outcome_name: str,
+        created_at_ms: int, completed_at_ms: int, attempts: int,
+        tombstone_expires_at_ms: int,
+    ) -> None:
+        super().__init__(
+            f"dedup: key {namespace!r}/{key!r} already ran (outcome {outcome_name}, "
+            f"completed at {_utc(completed_at_ms)}, fence {fence}); its record "
+            "expired and its result is no longer kept. Not run again: pass "
+            "accept_rerun=True to run it again"
+        )
+        self.namespace = namespace
+        self.key = key
+        self.fence = fence
+        self.outcome = outcome
+        self.outcome_name = outcome_name
+        self.created_at_ms = created_at_ms
+        self.completed_at_ms = completed_at_ms
+        self.attempts = attempts
+        self.tombstone_expires_at_ms = tombstone_expires_at_ms
+
+
+def _utc(ms: int) -> str:
+    if ms <= 0:
+        return f"{ms} ms"
+    stamp = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class InUseTimeoutError(DedupError, TimeoutError):

@@ -12,6 +12,12 @@ Flow (the same as the C++ RunOnce):
   - IN_USE    -> Begin again with wait_ms (the server waits for the other
                  owner's outcome) until deadline_s; then InUseTimeoutError.
   - CONFLICT  -> ConflictError (same key, different arguments), fn not run.
+  - EXPIRED   -> ExpiredError: it ran (completed_at_ms, outcome, fence) so
+                 long ago that its record expired and only a tombstone is
+                 left; its result is gone. fn not run: never a silent re-run,
+                 never a duplicate. With accept_rerun=True the server answers
+                 STARTED instead (a higher fence) and fn runs again
+                 (claim.rerun, result.rerun).
   Complete refused (STALE_FENCE -> StaleFenceError; NOT_FOUND or
   ALREADY_COMPLETED -> OutcomeNotRecordedError): fn ran, outcome NOT recorded.
 
@@ -27,7 +33,10 @@ length (dedup_client.claim), so fn may run longer than the lease; renew=False
 turns that off. If a renewal learns the claim is lost (another caller took
 over, the record was forgotten), current_claim().lost is set and
 current_claim().check() raises ClaimLost; the outcome is then not reported as
-a success (ClaimLost, with fn's return value, instead of a Complete). If fn
+a success (ClaimLost, with fn's return value, instead of a Complete).
+current_claim().checkpoint(step, data) records progress (data: a JSON value)
+that a takeover finds in current_claim().last_checkpoint; a refused
+checkpoint loses the claim the same way (ClaimLost, call "Checkpoint"). If fn
 raises a BaseException that is not an Exception (KeyboardInterrupt,
 SystemExit), the claim is left to lapse at the end of its lease: whether the
 side effect happened is unknown, so it is neither released nor completed.
@@ -55,6 +64,7 @@ from dedup_client.claim import (
     LeaseRenewer,
     _current_claim,
     claim_of,
+    encode_json,
     current_claim,  # noqa: F401 - re-exported (dedup_client.current_claim)
     renew_interval_s,
 )
@@ -63,6 +73,7 @@ from dedup_client.coalescing import CoalescingClient
 from dedup_client.errors import (
     ClaimLost,
     ConflictError,
+    ExpiredError,
     InUseTimeoutError,
     OutcomeNotRecordedError,
     ReplayedError,
@@ -90,13 +101,12 @@ class IdempotentResult(Generic[T]):
     fence: int
     takeover: bool = False  # fn ran as a takeover (see Claim).
     outcome: int = dedup_pb2.SUCCESS
+    rerun: bool = False  # fn ran again after its completion expired (accept_rerun).
 
 
 def encode_result(value: Any) -> bytes:
     """Default success payload: compact UTF-8 JSON (NaN refused)."""
-    return json.dumps(
-        value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return encode_json(value)
 
 
 def decode_result(payload: bytes) -> Any:
@@ -151,12 +161,14 @@ class BeginLoop:
     def __init__(
         self, namespace: str, args: Any, key: Optional[str], *, lease_ms: int,
         ttl_s: int, wait_per_call_s: float, deadline_s: float,
+        accept_rerun: bool = False,
     ) -> None:
         self.namespace = namespace
         self.args_hash = compute_args_hash(args)
         self.key = key if key is not None else self.args_hash.hex()
         self.lease_ms = lease_ms
         self.ttl_s = ttl_s
+        self.accept_rerun = accept_rerun
         self._wait_per_call_s = wait_per_call_s
         self._deadline = time.monotonic() + deadline_s
         self._wait_ms = 0
@@ -165,8 +177,12 @@ class BeginLoop:
         """The Begin's options. A fresh owner per claim attempt; the client's
         UNAVAILABLE retries reuse it, so a lost answer is re-entered rather
         than seen as IN_USE."""
-        return dict(owner=str(uuid.uuid4()), lease_ms=self.lease_ms, ttl_s=self.ttl_s,
-                    wait_ms=self._wait_ms)
+        options: dict[str, Any] = dict(
+            owner=str(uuid.uuid4()), lease_ms=self.lease_ms, ttl_s=self.ttl_s,
+            wait_ms=self._wait_ms)
+        if self.accept_rerun:  # (only when set: duck-typed clients may lack it)
+            options["accept_rerun"] = True
+        return options
 
     def answer(self, begin: dedup_pb2.BeginResponse) -> Any:
         """STARTED for STARTED, the IdempotentResult of a DUPLICATE SUCCESS,
@@ -182,6 +198,11 @@ class BeginLoop:
             )
         if status == dedup_pb2.BeginResponse.CONFLICT:
             raise ConflictError(self.namespace, self.key, begin.fence)
+        if status == dedup_pb2.BeginResponse.EXPIRED:
+            raise ExpiredError(
+                self.namespace, self.key, begin.fence, begin.outcome,
+                _outcome_name(begin.outcome), begin.created_at,
+                begin.completed_at, begin.attempts, begin.tombstone_expires_at)
         if status != dedup_pb2.BeginResponse.IN_USE:
             raise RuntimeError(f"dedup: Begin answered unknown status {status}")
         return None
@@ -207,6 +228,13 @@ class BeginLoop:
 STARTED = object()  # BeginLoop.answer: the caller owns the execution
 
 
+def _outcome_name(outcome: int) -> str:
+    try:
+        return dedup_pb2.Outcome.Name(outcome)
+    except ValueError:  # a newer server's outcome
+        return str(outcome)
+
+
 def with_idempotency(
     client: AnyClient,
     namespace: str,
@@ -220,6 +248,7 @@ def with_idempotency(
     deadline_s: float = 120.0,
     is_retryable: Optional[Callable[[Exception], bool]] = None,
     renew: bool = True,
+    accept_rerun: bool = False,
 ) -> IdempotentResult[T]:
     """Runs fn at most once for (namespace, key); see the module docstring.
 
@@ -232,12 +261,17 @@ def with_idempotency(
     exceptions mean "certainly did not happen, run again next time".
     renew: renew the lease in the background while fn runs (every third of
     the lease; see dedup_client.claim).
+    accept_rerun: when the operation completed so long ago that its record
+    expired (a tombstone is left), run fn again instead of raising
+    ExpiredError. Only where a second side effect is acceptable.
 
-    Raises ConflictError, ReplayedError, InUseTimeoutError, StaleFenceError,
-    ClaimLost, OutcomeNotRecordedError, grpc.RpcError, or whatever fn raised.
+    Raises ConflictError, ReplayedError, ExpiredError, InUseTimeoutError,
+    StaleFenceError, ClaimLost, OutcomeNotRecordedError, grpc.RpcError, or
+    whatever fn raised.
     """
     loop = BeginLoop(namespace, args, key, lease_ms=lease_ms, ttl_s=ttl_s,
-                     wait_per_call_s=wait_per_call_s, deadline_s=deadline_s)
+                     wait_per_call_s=wait_per_call_s, deadline_s=deadline_s,
+                     accept_rerun=accept_rerun)
     while True:
         sent = time.monotonic()
         begin = client.begin(namespace, loop.key, loop.args_hash, **loop.next_begin())
@@ -260,7 +294,7 @@ def _execute(
     is_retryable: Optional[Callable[[Exception], bool]],
     renew: bool,
 ) -> IdempotentResult[T]:
-    claim = claim_of(loop.namespace, loop.key, begin)
+    claim = claim_of(loop.namespace, loop.key, begin, client=client, lease_ms=loop.lease_ms)
     interval = renew_interval_s(begin, loop.lease_ms) if renew else None
     renewer = LeaseRenewer(client, claim, loop.lease_ms, interval) if interval else None
     token = _current_claim.set(claim)
@@ -269,7 +303,7 @@ def _execute(
     try:
         value = fn()
     except Exception as error:
-        lost = renewer.stop() if renewer is not None else False
+        lost = stop_renewing(renewer, claim)
         action = failure_action(error, is_retryable, lost)
         if action == RELEASE:
             _release_quietly(client, claim)
@@ -283,7 +317,7 @@ def _execute(
     finally:
         _current_claim.reset(token)
 
-    lost = renewer.stop() if renewer is not None else False
+    lost = stop_renewing(renewer, claim)
     complete_args = success_complete(claim, value, lost)
     if isinstance(complete_args, Exception):  # the error was recorded instead
         _record_error(client, claim, complete_args)
@@ -291,8 +325,17 @@ def _execute(
     complete = client.complete(*complete_args)
     check_complete(claim, complete, value)
     return IdempotentResult(
-        result=value, duplicate=False, fence=claim.fence, takeover=claim.takeover
+        result=value, duplicate=False, fence=claim.fence, takeover=claim.takeover,
+        rerun=claim.rerun,
     )
+
+
+def stop_renewing(renewer: Any, claim: Claim) -> bool:
+    """Stops the renewer (if any); True if the claim was lost, by a renewal
+    or a checkpoint."""
+    if renewer is not None:
+        renewer.stop()
+    return claim.lost.is_set()
 
 
 # failure_action's answers.
@@ -309,7 +352,8 @@ def failure_action(
     if lost:
         if not isinstance(error, ClaimLost) and hasattr(error, "add_note"):
             error.add_note("dedup: the claim was lost while the function ran "
-                           "(a lease renewal was refused); nothing was recorded")
+                           "(a lease renewal or checkpoint was refused); nothing "
+                           "was recorded")
         return PROPAGATE
     if isinstance(error, RetryableError) or (is_retryable and is_retryable(error)):
         return RELEASE
@@ -440,7 +484,7 @@ def idempotent(
     The function's arguments, by parameter name, are the hashed args;
     key_from(arguments) picks the key (e.g. lambda a: a["invoice_id"]); without
     it the key is the args hash. options go to with_idempotency (lease_ms,
-    ttl_s, wait_per_call_s, deadline_s, is_retryable, renew).
+    ttl_s, wait_per_call_s, deadline_s, is_retryable, renew, accept_rerun).
 
     An `async def` (or any function, given an AsyncClient or
     AsyncCoalescingClient) becomes an `async def` running

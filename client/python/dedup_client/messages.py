@@ -9,11 +9,11 @@ from dedup_client._proto import dedup_pb2
 
 def begin_request(
     namespace: str, key: str, args_hash: bytes = b"", *, owner: str = "",
-    lease_ms: int = 0, ttl_s: int = 0, wait_ms: int = 0,
+    lease_ms: int = 0, ttl_s: int = 0, wait_ms: int = 0, accept_rerun: bool = False,
 ) -> dedup_pb2.BeginRequest:
     return dedup_pb2.BeginRequest(
         namespace=namespace, key=key, args_hash=args_hash, owner=owner,
-        lease_ms=lease_ms, ttl_s=ttl_s, wait_ms=wait_ms,
+        lease_ms=lease_ms, ttl_s=ttl_s, wait_ms=wait_ms, accept_rerun=accept_rerun,
     )
 
 
@@ -36,6 +36,15 @@ def renew_request(
 ) -> dedup_pb2.RenewRequest:
     return dedup_pb2.RenewRequest(
         namespace=namespace, key=key, fence=fence, lease_ms=lease_ms)
+
+
+def checkpoint_request(
+    namespace: str, key: str, fence: int, step: str, data: bytes = b"", *,
+    lease_ms: int = 0,
+) -> dedup_pb2.CheckpointRequest:
+    return dedup_pb2.CheckpointRequest(
+        namespace=namespace, key=key, fence=fence, step=step, data=data,
+        lease_ms=lease_ms)
 
 
 def get_request(namespace: str, key: str) -> dedup_pb2.GetRequest:

@@ -11,7 +11,7 @@ nor a refusal, so it is retried only where a retry is safe:
   re-entrant (its retry would answer IN_USE against its own claim), so it is
   not retried.
 - Complete with the same fence, outcome and result: OK again if it took
-  effect. Renew, Get and Forget as they are.
+  effect. Renew, Checkpoint, Get and Forget as they are.
 - Release: a retry that finds no record means the first one released it, so
   NOT_FOUND is reported as OK.
 

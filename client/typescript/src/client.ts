@@ -32,6 +32,8 @@ import type {
   BeginRequest,
   BeginResponse,
   CallOptions,
+  CheckpointRequest,
+  CheckpointResponse,
   CompleteBatchItem,
   CompleteRequest,
   CompleteResponse,
@@ -94,7 +96,8 @@ export interface DedupClientOptions extends SecurityOptions {
    * would then answer IN_USE. Worth it for a
    * process serving many calls at once (an MCP server running tool calls in
    * parallel): the server's per-RPC cost, not its storage, bounds unary
-   * throughput. Calls given per-call options go alone. Default off.
+   * throughput. Calls given per-call options go alone. Checkpoint has no
+   * batch RPC: it always goes unary. Default off.
    */
   readonly coalesce?: boolean | CoalesceOptions;
 }
@@ -111,8 +114,8 @@ export interface DedupClientOptions extends SecurityOptions {
  * the next address after one that failed. An attempt whose outcome is
  * unknown (ABORTED with `dedup-outcome: unknown`) is retried the safe way:
  * Begin with the same owner (re-entrant), Complete with the same fence,
- * outcome and result, Renew and Get as they are, Release too (a retry that
- * finds the claim gone reports it released: OK). Not retried after an
+ * outcome and result, Renew, Checkpoint and Get as they are, Release too (a
+ * retry that finds the claim gone reports it released: OK). Not retried after an
  * unknown outcome: a Begin without an owner (it could not re-enter its
  * claim) and Forget (a retry could not tell whether the record existed).
  *
@@ -197,6 +200,22 @@ export class DedupClient {
     const req = wire.renewRequestToWire(request);
     const res = await this.call<wire.RenewRequestWire, wire.RenewResponseWire>('Renew', req, options);
     return wire.renewResponseFromWire(res.value);
+  }
+
+  /**
+   * Records the progress of the execution holding `fence` (a step name and
+   * up to 64 KiB of data); whoever takes the execution over, or the same
+   * owner re-entering, gets it as BeginResponse.checkpoint. With `leaseMs`
+   * it also renews the lease. STALE_FENCE, NOT_FOUND or ALREADY_COMPLETED:
+   * nothing was recorded and the claim is lost. Retried like Renew after an
+   * unknown outcome (the same checkpoint again is harmless). Always unary,
+   * also with `coalesce` (there is no batch form). A server older than the
+   * call rejects with UNIMPLEMENTED.
+   */
+  async checkpoint(request: CheckpointRequest, options?: CallOptions): Promise<CheckpointResponse> {
+    const req = wire.checkpointRequestToWire(request);
+    const res = await this.call<wire.CheckpointRequestWire, wire.CheckpointResponseWire>('Checkpoint', req, options);
+    return wire.checkpointResponseFromWire(res.value);
   }
 
   /** Reads a record without changing it. */

@@ -2,7 +2,7 @@
 // instead of parsing messages.
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
-import type { FencedStatus } from './types.js';
+import type { FencedStatus, Outcome } from './types.js';
 
 /** The name of a gRPC status code, e.g. "INVALID_ARGUMENT" for 3. */
 export function grpcCodeName(code: number): string {
@@ -126,11 +126,16 @@ export interface OutcomeNotRecordedOptions {
   readonly cause?: unknown;
   /**
    * The call the server refused: "Complete" (default; the function ran to
-   * the end) or "Renew" (a background renewal while the function ran: the
-   * claim was lost, the function's signal aborted, and Complete was not sent).
+   * the end), "Renew" (a background renewal while the function ran) or
+   * "Checkpoint" (claim.checkpoint while the function ran). For the last
+   * two the claim was lost, the function's signal aborted, and Complete was
+   * not sent.
    */
-  readonly call?: 'Complete' | 'Renew';
+  readonly call?: LostClaimCall;
 }
+
+/** The call that found a claim lost. */
+export type LostClaimCall = 'Complete' | 'Renew' | 'Checkpoint';
 
 /**
  * The claim was lost, so the function's outcome was NOT recorded: Complete
@@ -142,7 +147,7 @@ export interface OutcomeNotRecordedOptions {
 export class OutcomeNotRecordedError extends Error {
   override readonly name: string = 'OutcomeNotRecordedError';
   /** The refused call. */
-  readonly call: 'Complete' | 'Renew';
+  readonly call: LostClaimCall;
   constructor(
     readonly answer: FencedStatus,
     readonly namespace: string,
@@ -175,6 +180,41 @@ export class StaleFenceError extends OutcomeNotRecordedError {
   constructor(namespace: string, key: string, fence: bigint, currentFence: bigint, options?: OutcomeNotRecordedOptions) {
     super('STALE_FENCE', namespace, key, fence, currentFence, options);
   }
+}
+
+/**
+ * Begin answered EXPIRED: the operation already ran (`completedAt`, with
+ * `outcome`, under `fence`) so long ago that its record expired; only a
+ * tombstone is kept (until `tombstoneExpiresAt`), and its result is gone.
+ * The function was NOT run again. Not a duplicate: there is nothing to
+ * replay. Pass acceptRerun to run it again when that is acceptable.
+ * Timestamps are the server's clock, Unix ms.
+ */
+export class ExpiredError extends Error {
+  override readonly name = 'ExpiredError';
+  constructor(
+    readonly namespace: string,
+    readonly key: string,
+    /** The fence of the execution that completed. */
+    readonly fence: bigint,
+    /** How it ended (null if the server did not say). */
+    readonly outcome: Outcome | null,
+    readonly createdAt: number,
+    readonly completedAt: number,
+    readonly attempts: number,
+    readonly tombstoneExpiresAt: number,
+  ) {
+    super(
+      `dedup: key "${key}" in "${namespace}" already ran (outcome ${outcome ?? 'unknown'}, completed at ` +
+        `${isoTime(completedAt)}, fence ${fence}); its record expired and its result is no longer kept. ` +
+        'Not run again: pass acceptRerun to run it again',
+    );
+  }
+}
+
+function isoTime(ms: number): string {
+  const date = new Date(ms);
+  return Number.isFinite(date.getTime()) && ms > 0 ? date.toISOString() : `${ms} ms`;
 }
 
 /** Another owner still held the key when withIdempotency's overall deadline ran out. */

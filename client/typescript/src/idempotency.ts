@@ -8,6 +8,7 @@ import { argsHash } from './args-hash.js';
 import {
   ConflictError,
   DedupProtocolError,
+  ExpiredError,
   InUseTimeoutError,
   OutcomeNotRecordedError,
   ReplayedError,
@@ -15,11 +16,14 @@ import {
   StaleFenceError,
   type StoredError,
 } from './errors.js';
-import { LeaseKeeper } from './lease-keeper.js';
+import { ClaimLoss, LeaseKeeper } from './lease-keeper.js';
 import { sleep as defaultSleep } from './retry.js';
 import type {
   BeginRequest,
   BeginResponse,
+  CheckpointInfo,
+  CheckpointRequest,
+  CheckpointResponse,
   CompleteRequest,
   CompleteResponse,
   Outcome,
@@ -31,13 +35,15 @@ import type {
 
 /**
  * The calls withIdempotency needs; DedupClient has them (tests may pass a
- * fake). Without `renew` the lease is not renewed.
+ * fake). Without `renew` the lease is not renewed; without `checkpoint`,
+ * claim.checkpoint rejects.
  */
 export interface IdempotencyCalls {
   begin(request: BeginRequest): Promise<BeginResponse>;
   complete(request: CompleteRequest): Promise<CompleteResponse>;
   release(request: ReleaseRequest): Promise<ReleaseResponse>;
   renew?(request: RenewRequest): Promise<RenewResponse>;
+  checkpoint?(request: CheckpointRequest): Promise<CheckpointResponse>;
 }
 
 export interface IdempotencyOptions {
@@ -70,11 +76,38 @@ export interface IdempotencyOptions {
    * claim is released so the next call runs afresh). RetryableError always is.
    */
   readonly isRetryable?: (error: unknown) => boolean;
+  /**
+   * When the operation completed so long ago that its record expired (only
+   * a tombstone is left): false (default) rejects with ExpiredError and runs
+   * nothing; true runs `fn` again (claim.rerun and result.rerun are true).
+   * Set it only where running the side effect a second time is acceptable.
+   */
+  readonly acceptRerun?: boolean;
   /** Owner id per claim attempt. Default crypto.randomUUID. */
   readonly newOwner?: () => string;
   /** Clock and sleep for the IN_USE loop (injectable for tests). */
   readonly now?: () => number;
   readonly sleep?: (ms: number) => Promise<void>;
+}
+
+/**
+ * The last checkpoint of an earlier execution of this operation, as `fn`
+ * receives it on a takeover (or re-entry). Helpers store checkpoint data as
+ * UTF-8 JSON, like results.
+ */
+export interface ClaimCheckpoint {
+  readonly step: string;
+  /**
+   * The data, JSON-decoded; undefined when the stored bytes are not JSON
+   * (written by another tool with client.checkpoint).
+   */
+  readonly data: unknown;
+  /** The stored bytes. */
+  readonly raw: Buffer;
+  /** The fence of the execution that recorded it. */
+  readonly fence: bigint;
+  /** Server clock, Unix ms. */
+  readonly recordedAt: number;
 }
 
 /** What `fn` learns about the execution it owns. */
@@ -88,17 +121,36 @@ export interface Claim {
   readonly attempts: number;
   /** Server clock, Unix ms: when the lease Begin granted runs out (renewals push it on). */
   readonly leaseExpiresAt: number;
+  /** The operation had completed and expired, and acceptRerun made it run again. */
+  readonly rerun: boolean;
   /**
-   * Aborts when the claim is lost while `fn` runs: a renewal was refused
-   * (STALE_FENCE: another owner took over after the lease lapsed, e.g. this
-   * process was frozen; NOT_FOUND: the record expired or was forgotten).
-   * Its `reason` is the StaleFenceError / OutcomeNotRecordedError that
-   * withIdempotency then rejects with. Pass it to cancellable work (fetch,
-   * timers) and check it before an irreversible step; pass `fence` to the
-   * downstream system too, which alone can refuse a late write for certain.
-   * Never aborts with autoRenew false.
+   * The last checkpoint an earlier execution recorded (a takeover: resume
+   * from it instead of starting from scratch), or null.
+   */
+  readonly lastCheckpoint: ClaimCheckpoint | null;
+  /**
+   * Aborts when the claim is lost while `fn` runs: a renewal or a
+   * checkpoint was refused (STALE_FENCE: another owner took over after the
+   * lease lapsed, e.g. this process was frozen; NOT_FOUND: the record
+   * expired or was forgotten). Its `reason` is the StaleFenceError /
+   * OutcomeNotRecordedError that withIdempotency then rejects with. Pass it
+   * to cancellable work (fetch, timers) and check it before an irreversible
+   * step; pass `fence` to the downstream system too, which alone can refuse
+   * a late write for certain. With autoRenew false only a checkpoint can
+   * abort it.
    */
   readonly signal: AbortSignal;
+  /**
+   * Records progress: `step` names it (1..128 printable ASCII bytes), `data`
+   * (any JSON value; default null) is stored as UTF-8 JSON, at most 64 KiB.
+   * A later owner of this operation (a takeover) gets it as lastCheckpoint.
+   * Also renews the lease when `leaseMs` was given. Resolves once recorded.
+   * Refused (STALE_FENCE, NOT_FOUND, ALREADY_COMPLETED): the claim is lost,
+   * `signal` aborts, and it rejects with the signal's reason (let it
+   * propagate: withIdempotency rejects with it and records nothing). Other
+   * failures (a DedupRpcError after retries) reject without losing the claim.
+   */
+  checkpoint(step: string, data?: unknown): Promise<void>;
 }
 
 export type IdempotentFunction<T> = (claim: Claim) => T | Promise<T>;
@@ -113,6 +165,8 @@ export interface IdempotencyResult<T> {
   readonly fence: bigint;
   /** `fn` ran as a takeover (see Claim.takeover). */
   readonly takeover: boolean;
+  /** `fn` ran again after its earlier completion expired (acceptRerun). */
+  readonly rerun: boolean;
 }
 
 // The server never waits longer than this per Begin.
@@ -122,7 +176,9 @@ const MAX_WAIT_PER_CALL_MS = 60_000;
  * Begin (fresh owner per attempt) → STARTED: run `fn`, then Complete with its
  * JSON result; DUPLICATE: return the stored result, or throw ReplayedError for
  * a stored error; IN_USE: Begin again with wait_ms until `deadlineMs`;
- * CONFLICT: throw ConflictError.
+ * CONFLICT: throw ConflictError; EXPIRED (it ran, but so long ago that its
+ * result is gone): throw ExpiredError, never a silent re-run, unless
+ * `acceptRerun` (then the server answers STARTED and `fn` runs again).
  *
  * While `fn` runs its lease is renewed every lease/3 (`autoRenew`); a
  * renewal refused (the claim lost) aborts `claim.signal`, and whatever `fn`
@@ -135,8 +191,8 @@ const MAX_WAIT_PER_CALL_MS = 60_000;
  * replayed to duplicates. Either way the error is rethrown.
  *
  * Also throws: StaleFenceError / OutcomeNotRecordedError (fn ran but its
- * outcome was not recorded: the lease was lost; `call` says whether Complete
- * or a renewal found out), InUseTimeoutError,
+ * outcome was not recorded: the lease was lost; `call` says whether Complete,
+ * a renewal or a checkpoint found out), InUseTimeoutError,
  * DedupRpcError (gRPC failure after retries; with `outcomeUnknown` from
  * Complete, the outcome may have been recorded), CanonicalJsonError (args).
  * Results must be JSON-serializable (undefined becomes null).
@@ -167,6 +223,7 @@ export async function withIdempotency<T>(
       ...(options.leaseMs !== undefined && { leaseMs: options.leaseMs }),
       ...(options.ttlS !== undefined && { ttlS: options.ttlS }),
       waitMs,
+      ...(options.acceptRerun === true && { acceptRerun: true }),
     });
     switch (begin.status) {
       case 'STARTED':
@@ -175,6 +232,17 @@ export async function withIdempotency<T>(
         return replay<T>(options.namespace, key, begin);
       case 'CONFLICT':
         throw new ConflictError(options.namespace, key, begin.fence);
+      case 'EXPIRED':
+        throw new ExpiredError(
+          options.namespace,
+          key,
+          begin.fence,
+          begin.outcome,
+          begin.createdAt,
+          begin.completedAt,
+          begin.attempts,
+          begin.tombstoneExpiresAt,
+        );
       case 'IN_USE':
         break;
     }
@@ -209,16 +277,21 @@ async function execute<T>(
   fn: IdempotentFunction<T>,
 ): Promise<IdempotencyResult<T>> {
   const { namespace, key, owner, grantedAt } = started;
+  const loss = new ClaimLoss({ namespace, key, fence: begin.fence });
   const keeper =
     options.autoRenew !== false && calls.renew !== undefined
-      ? new LeaseKeeper(calls.renew.bind(calls), {
-          namespace,
-          key,
-          fence: begin.fence,
-          leaseMs: options.leaseMs,
-          intervalMs: renewIntervalMs(options, begin),
-          grantedAt,
-        })
+      ? new LeaseKeeper(
+          calls.renew.bind(calls),
+          {
+            namespace,
+            key,
+            fence: begin.fence,
+            leaseMs: options.leaseMs,
+            intervalMs: renewIntervalMs(options, begin),
+            grantedAt,
+          },
+          loss,
+        )
       : undefined;
   const claim: Claim = {
     namespace,
@@ -228,7 +301,10 @@ async function execute<T>(
     takeover: begin.takeover,
     attempts: begin.attempts,
     leaseExpiresAt: begin.leaseExpiresAt,
-    signal: keeper?.signal ?? new AbortController().signal,
+    rerun: begin.rerun,
+    lastCheckpoint: claimCheckpoint(begin.checkpoint),
+    signal: loss.signal,
+    checkpoint: (step, data) => checkpoint(calls, options, loss, begin.fence, { namespace, key, step, data }),
   };
   let encoded: string;
   try {
@@ -239,7 +315,7 @@ async function execute<T>(
   } catch (error) {
     keeper?.stop();
     // Lost: Complete and Release would be refused too (fences never go back).
-    if (keeper?.lostAnswer !== undefined) throw error === claim.signal.reason ? error : keeper.lostError(error);
+    if (loss.lostAnswer !== undefined) throw error === claim.signal.reason ? error : loss.lostError(error);
     if (error instanceof RetryableError || options.isRetryable?.(error) === true) {
       await calls.release({ namespace: claim.namespace, key: claim.key, fence: claim.fence }).catch(() => {
         // Best effort: the claim lapses when its lease ends, and the caller's
@@ -251,10 +327,53 @@ async function execute<T>(
     throw error;
   }
   keeper?.stop();
-  if (keeper?.lostAnswer !== undefined) throw claim.signal.reason;
+  if (loss.lostAnswer !== undefined) throw claim.signal.reason;
   await record(calls, options, claim, 'SUCCESS', encoded, undefined);
   // Parse back so the first caller sees exactly what duplicates will see.
-  return { result: JSON.parse(encoded) as T, duplicate: false, outcome: 'SUCCESS', fence: claim.fence, takeover: claim.takeover };
+  return {
+    result: JSON.parse(encoded) as T,
+    duplicate: false,
+    outcome: 'SUCCESS',
+    fence: claim.fence,
+    takeover: claim.takeover,
+    rerun: claim.rerun,
+  };
+}
+
+/** claim.checkpoint: JSON data, the claim's lease; a refusal loses the claim. */
+async function checkpoint(
+  calls: IdempotencyCalls,
+  options: IdempotencyOptions,
+  loss: ClaimLoss,
+  fence: bigint,
+  progress: { namespace: string; key: string; step: string; data: unknown },
+): Promise<void> {
+  // Already lost: the server would refuse it too.
+  loss.signal.throwIfAborted();
+  if (calls.checkpoint === undefined) throw new TypeError('claim.checkpoint needs calls with checkpoint()');
+  const { namespace, key, step, data } = progress;
+  const answer = await calls.checkpoint({
+    namespace,
+    key,
+    fence,
+    step,
+    data: JSON.stringify(data) ?? 'null',
+    ...(options.leaseMs !== undefined && { leaseMs: options.leaseMs }),
+  });
+  if (answer.status === 'OK') return;
+  loss.lose(answer.status, answer.fence, 'Checkpoint');
+  loss.signal.throwIfAborted();
+}
+
+function claimCheckpoint(info: CheckpointInfo | null): ClaimCheckpoint | null {
+  if (info === null) return null;
+  let data: unknown;
+  try {
+    data = JSON.parse(info.data.toString('utf8'));
+  } catch {
+    data = undefined; // Not JSON: written by another tool; `raw` has the bytes.
+  }
+  return { step: info.step, data, raw: info.data, fence: info.fence, recordedAt: info.recordedAt };
 }
 
 async function record(
@@ -297,7 +416,7 @@ function replay<T>(namespace: string, key: string, begin: BeginResponse): Idempo
   } catch {
     throw new DedupProtocolError(`stored result for key "${key}" in "${namespace}" is not JSON (written by another tool?)`);
   }
-  return { result, duplicate: true, outcome: 'SUCCESS', fence: begin.fence, takeover: false };
+  return { result, duplicate: true, outcome: 'SUCCESS', fence: begin.fence, takeover: false, rerun: false };
 }
 
 /** {name, message, code?} of a thrown value: what is stored for a permanent failure. */

@@ -9,8 +9,10 @@ export {
   DedupProtocolError,
   DedupRpcError,
   type DedupRpcErrorOptions,
+  ExpiredError,
   InUseTimeoutError,
   isOutcomeUnknown,
+  type LostClaimCall,
   OutcomeNotRecordedError,
   ReplayedError,
   RetryableError,
@@ -19,6 +21,7 @@ export {
 } from './errors.js';
 export {
   type Claim,
+  type ClaimCheckpoint,
   type IdempotencyCalls,
   type IdempotencyOptions,
   type IdempotencyResult,

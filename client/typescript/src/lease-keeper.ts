@@ -2,8 +2,48 @@
 // tells the function (through an AbortSignal) when the claim is lost.
 import { performance } from 'node:perf_hooks';
 
-import { OutcomeNotRecordedError, StaleFenceError } from './errors.js';
+import { type LostClaimCall, OutcomeNotRecordedError, StaleFenceError } from './errors.js';
 import type { FencedStatus, RenewRequest, RenewResponse } from './types.js';
+
+/**
+ * Whether a claim is lost, and how the function learns it: the first refused
+ * fenced call while it runs (a renewal, or a checkpoint) aborts `signal`
+ * with the error `lostError()` returns. Fences never go back, so a loss is
+ * for good; later refusals change nothing.
+ */
+export class ClaimLoss {
+  private readonly controller = new AbortController();
+  private refusal: { status: FencedStatus; fence: bigint; call: LostClaimCall } | undefined;
+
+  constructor(private readonly claim: { readonly namespace: string; readonly key: string; readonly fence: bigint }) {}
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** The answer that lost the claim, if one did. */
+  get lostAnswer(): FencedStatus | undefined {
+    return this.refusal?.status;
+  }
+
+  /** Records the refusal of `call` (answer `status`, current fence `fence`) and aborts the signal. */
+  lose(status: Exclude<FencedStatus, 'OK'>, fence: bigint, call: LostClaimCall): void {
+    if (this.refusal !== undefined) return;
+    this.refusal = { status, fence, call };
+    this.controller.abort(this.lostError());
+  }
+
+  /** The error for a lost claim (undefined while it is not lost), caused by `cause` if given. */
+  lostError(cause?: unknown): OutcomeNotRecordedError | undefined {
+    const refusal = this.refusal;
+    if (refusal === undefined) return undefined;
+    const { namespace, key, fence } = this.claim;
+    const options = { call: refusal.call, ...(cause !== undefined && { cause }) };
+    return refusal.status === 'STALE_FENCE'
+      ? new StaleFenceError(namespace, key, fence, refusal.fence, options)
+      : new OutcomeNotRecordedError(refusal.status, namespace, key, fence, refusal.fence, options);
+  }
+}
 
 export interface LeaseKeeperOptions {
   readonly namespace: string;
@@ -25,28 +65,32 @@ export interface LeaseKeeperOptions {
  * fences never go back: renewals stop and `signal` aborts with the error
  * `lostError()` returns. A Renew that fails (a DedupRpcError after the
  * client's retries) proves nothing: the next one goes an interval after it.
+ * A claim found lost otherwise (`loss` given and lost by a checkpoint) stops
+ * the renewals too.
  */
 export class LeaseKeeper {
-  private readonly controller = new AbortController();
+  private readonly loss: ClaimLoss;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
-  private refusal: RenewResponse | undefined;
 
   constructor(
     private readonly renew: (request: RenewRequest) => Promise<RenewResponse>,
     private readonly options: LeaseKeeperOptions,
+    loss?: ClaimLoss,
   ) {
+    this.loss = loss ?? new ClaimLoss(options);
+    this.loss.signal.addEventListener('abort', () => this.stop(), { once: true });
     this.schedule(options.grantedAt);
   }
 
-  /** Aborts (with the error lostError() returns) when a renewal is refused. */
+  /** Aborts (with the error lostError() returns) when the claim is lost. */
   get signal(): AbortSignal {
-    return this.controller.signal;
+    return this.loss.signal;
   }
 
-  /** The Renew answer that lost the claim, if one did. */
+  /** The answer that lost the claim, if one did. */
   get lostAnswer(): FencedStatus | undefined {
-    return this.refusal?.status;
+    return this.loss.lostAnswer;
   }
 
   /** No more renewals; an answer still on its way is ignored. Idempotent. */
@@ -57,13 +101,7 @@ export class LeaseKeeper {
 
   /** The error for a lost claim (undefined while it is not lost), caused by `cause` if given. */
   lostError(cause?: unknown): OutcomeNotRecordedError | undefined {
-    const answer = this.refusal;
-    if (answer === undefined) return undefined;
-    const { namespace, key, fence } = this.options;
-    const options = { call: 'Renew' as const, ...(cause !== undefined && { cause }) };
-    return answer.status === 'STALE_FENCE'
-      ? new StaleFenceError(namespace, key, fence, answer.fence, options)
-      : new OutcomeNotRecordedError(answer.status, namespace, key, fence, answer.fence, options);
+    return this.loss.lostError(cause);
   }
 
   private schedule(lastSentAt: number): void {
@@ -92,8 +130,7 @@ export class LeaseKeeper {
       this.schedule(sentAt);
       return;
     }
-    this.refusal = answer;
     this.stop();
-    this.controller.abort(this.lostError());
+    this.loss.lose(answer.status, answer.fence, 'Renew');
   }
 }

@@ -7,10 +7,14 @@
 /** How an execution ended. */
 export type Outcome = 'SUCCESS' | 'ERROR';
 
-/** Begin's answers (all travel in OK responses; none is a gRPC error). */
-export type BeginStatus = 'STARTED' | 'IN_USE' | 'CONFLICT' | 'DUPLICATE';
+/**
+ * Begin's answers (all travel in OK responses; none is a gRPC error).
+ * EXPIRED: the operation completed so long ago that its record (and result)
+ * expired; only a tombstone says when and how it ran. Nothing was started.
+ */
+export type BeginStatus = 'STARTED' | 'IN_USE' | 'CONFLICT' | 'DUPLICATE' | 'EXPIRED';
 
-/** Answers of the fenced calls Complete, Release and Renew. */
+/** Answers of the fenced calls Complete, Release, Renew and Checkpoint. */
 export type FencedStatus = 'OK' | 'STALE_FENCE' | 'NOT_FOUND' | 'ALREADY_COMPLETED';
 
 export type RecordState = 'IN_FLIGHT' | 'COMPLETED';
@@ -28,6 +32,23 @@ export interface BeginRequest {
   readonly ttlS?: number;
   /** Wait this long for another owner's outcome before answering IN_USE (server allows up to 60 s). */
   readonly waitMs?: number;
+  /**
+   * When only the tombstone of an expired completed record is left: false or
+   * absent answers EXPIRED (nothing runs); true starts the operation again
+   * (STARTED with a higher fence, `rerun` true). Only when running the side
+   * effect a second time is acceptable.
+   */
+  readonly acceptRerun?: boolean;
+}
+
+/** The last progress an owner recorded with checkpoint(). */
+export interface CheckpointInfo {
+  readonly step: string;
+  readonly data: Buffer;
+  /** Fence of the execution that recorded it (lower than the current one after a takeover). */
+  readonly fence: bigint;
+  /** Server clock, Unix ms. */
+  readonly recordedAt: number;
 }
 
 export interface BeginResponse {
@@ -35,17 +56,24 @@ export interface BeginResponse {
   readonly fence: bigint;
   /** STARTED only: a previous owner's lease ran out; its attempt may have partly run. */
   readonly takeover: boolean;
-  /** DUPLICATE only; null otherwise. */
+  /** DUPLICATE and EXPIRED; null otherwise. */
   readonly outcome: Outcome | null;
-  /** DUPLICATE only: the stored result (success payload or error description). */
+  /** DUPLICATE only: the stored result (success payload or error description). EXPIRED: empty. */
   readonly result: Buffer;
   readonly createdAt: number;
+  /** DUPLICATE and EXPIRED: when the outcome was recorded. */
   readonly completedAt: number;
   readonly expiresAt: number;
   readonly leaseExpiresAt: number;
   readonly attempts: number;
   /** IN_USE only. */
   readonly retryAfterMs: number;
+  /** STARTED after an earlier execution recorded progress (a takeover, or re-entry): its last checkpoint; else null. */
+  readonly checkpoint: CheckpointInfo | null;
+  /** STARTED only: the operation had completed and expired, and acceptRerun made it run again. */
+  readonly rerun: boolean;
+  /** EXPIRED only: until when the tombstone is kept (server clock, Unix ms); 0 otherwise. */
+  readonly tombstoneExpiresAt: number;
 }
 
 export interface CompleteRequest {
@@ -92,6 +120,31 @@ export interface RenewResponse {
   readonly expiresAt: number;
 }
 
+export interface CheckpointRequest {
+  readonly namespace: string;
+  readonly key: string;
+  /** The fence Begin returned. */
+  readonly fence: bigint;
+  /** Names the progress made, e.g. "payment-captured" (1..128 printable ASCII bytes). */
+  readonly step: string;
+  /** What the next owner needs to resume (at most 64 KiB); a string is sent as UTF-8. */
+  readonly data?: Uint8Array | string;
+  /** Non-zero: also renews the lease to this many ms from now, as renew would. 0 or absent: lease unchanged. */
+  readonly leaseMs?: number;
+}
+
+export interface CheckpointResponse {
+  /**
+   * OK: recorded (replaces the previous checkpoint); STALE_FENCE, NOT_FOUND,
+   * ALREADY_COMPLETED: nothing recorded, the claim is lost.
+   */
+  readonly status: FencedStatus;
+  /** The record's current fence. */
+  readonly fence: bigint;
+  /** OK only: when the lease runs out (renewed when leaseMs was given). */
+  readonly leaseExpiresAt: number;
+}
+
 export interface KeyRequest {
   readonly namespace: string;
   readonly key: string;
@@ -110,6 +163,8 @@ export interface DedupRecord {
   readonly expiresAt: number;
   readonly leaseExpiresAt: number;
   readonly attempts: number;
+  /** IN_FLIGHT only: the last checkpoint, when one was recorded; else null. */
+  readonly checkpoint: CheckpointInfo | null;
 }
 
 export interface GetResponse {

@@ -12,6 +12,9 @@ import type {
   BeginRequest,
   BeginResponse,
   BeginStatus,
+  CheckpointInfo,
+  CheckpointRequest,
+  CheckpointResponse,
   CompleteRequest,
   CompleteResponse,
   DedupRecord,
@@ -42,7 +45,16 @@ export function packageDefinition(): PackageDefinition {
   return cached;
 }
 
-export type MethodName = 'Begin' | 'Complete' | 'Release' | 'Renew' | 'Get' | 'Forget' | 'BeginBatch' | 'CompleteBatch';
+export type MethodName =
+  | 'Begin'
+  | 'Complete'
+  | 'Release'
+  | 'Renew'
+  | 'Checkpoint'
+  | 'Get'
+  | 'Forget'
+  | 'BeginBatch'
+  | 'CompleteBatch';
 
 /** The method's path and (de)serializers, typed by the wire shapes below. */
 export function methodDefinition<Req extends object, Res extends object>(name: MethodName): MethodDefinition<Req, Res> {
@@ -65,6 +77,13 @@ export interface BeginRequestWire {
   lease_ms: number;
   ttl_s: number;
   wait_ms: number;
+  accept_rerun: boolean;
+}
+export interface CheckpointInfoWire {
+  step: string;
+  data: Buffer;
+  fence: Int64;
+  recorded_at: Int64;
 }
 export interface BeginResponseWire {
   status: EnumName;
@@ -78,6 +97,10 @@ export interface BeginResponseWire {
   lease_expires_at: Int64;
   attempts: number;
   retry_after_ms: number;
+  // A message field: null when absent (defaults: true).
+  checkpoint: CheckpointInfoWire | null;
+  rerun: boolean;
+  tombstone_expires_at: Int64;
 }
 export interface CompleteRequestWire {
   namespace: string;
@@ -113,6 +136,19 @@ export interface RenewResponseWire {
   lease_expires_at: Int64;
   expires_at: Int64;
 }
+export interface CheckpointRequestWire {
+  namespace: string;
+  key: string;
+  fence: Int64;
+  step: string;
+  data: Uint8Array;
+  lease_ms: number;
+}
+export interface CheckpointResponseWire {
+  status: EnumName;
+  fence: Int64;
+  lease_expires_at: Int64;
+}
 export interface KeyRequestWire {
   namespace: string;
   key: string;
@@ -129,6 +165,7 @@ export interface RecordWire {
   expires_at: Int64;
   lease_expires_at: Int64;
   attempts: number;
+  checkpoint: CheckpointInfoWire | null;
 }
 export interface GetResponseWire {
   found: boolean;
@@ -173,10 +210,15 @@ type FieldSet<T> = { readonly [K in keyof T]-?: true };
  * so a field added to dedup.proto cannot be silently ignored here.
  */
 export const WIRE_FIELDS = {
-  'dedup.v1.BeginRequest': fields<BeginRequestWire>({ namespace: true, key: true, args_hash: true, owner: true, lease_ms: true, ttl_s: true, wait_ms: true }),
+  'dedup.v1.BeginRequest': fields<BeginRequestWire>({
+    namespace: true, key: true, args_hash: true, owner: true, lease_ms: true, ttl_s: true, wait_ms: true,
+    accept_rerun: true,
+  }),
+  'dedup.v1.CheckpointInfo': fields<CheckpointInfoWire>({ step: true, data: true, fence: true, recorded_at: true }),
   'dedup.v1.BeginResponse': fields<BeginResponseWire>({
     status: true, fence: true, takeover: true, outcome: true, result: true, created_at: true, completed_at: true,
-    expires_at: true, lease_expires_at: true, attempts: true, retry_after_ms: true,
+    expires_at: true, lease_expires_at: true, attempts: true, retry_after_ms: true, checkpoint: true, rerun: true,
+    tombstone_expires_at: true,
   }),
   'dedup.v1.CompleteRequest': fields<CompleteRequestWire>({ namespace: true, key: true, fence: true, outcome: true, result: true, ttl_s: true }),
   'dedup.v1.CompleteResponse': fields<CompleteResponseWire>({ status: true, fence: true, expires_at: true }),
@@ -184,10 +226,14 @@ export const WIRE_FIELDS = {
   'dedup.v1.ReleaseResponse': fields<ReleaseResponseWire>({ status: true, fence: true }),
   'dedup.v1.RenewRequest': fields<RenewRequestWire>({ namespace: true, key: true, fence: true, lease_ms: true }),
   'dedup.v1.RenewResponse': fields<RenewResponseWire>({ status: true, fence: true, lease_expires_at: true, expires_at: true }),
+  'dedup.v1.CheckpointRequest': fields<CheckpointRequestWire>({
+    namespace: true, key: true, fence: true, step: true, data: true, lease_ms: true,
+  }),
+  'dedup.v1.CheckpointResponse': fields<CheckpointResponseWire>({ status: true, fence: true, lease_expires_at: true }),
   'dedup.v1.GetRequest': fields<KeyRequestWire>({ namespace: true, key: true }),
   'dedup.v1.Record': fields<RecordWire>({
     state: true, fence: true, args_hash: true, owner: true, outcome: true, result: true, created_at: true,
-    completed_at: true, expires_at: true, lease_expires_at: true, attempts: true,
+    completed_at: true, expires_at: true, lease_expires_at: true, attempts: true, checkpoint: true,
   }),
   'dedup.v1.GetResponse': fields<GetResponseWire>({ found: true, record: true }),
   'dedup.v1.ForgetRequest': fields<KeyRequestWire>({ namespace: true, key: true }),
@@ -216,6 +262,7 @@ export function beginRequestToWire(r: BeginRequest): BeginRequestWire {
     lease_ms: uint32(r.leaseMs ?? 0, 'leaseMs'),
     ttl_s: uint32(r.ttlS ?? 0, 'ttlS'),
     wait_ms: uint32(r.waitMs ?? 0, 'waitMs'),
+    accept_rerun: r.acceptRerun ?? false,
   };
 }
 
@@ -237,6 +284,18 @@ export function releaseRequestToWire(r: ReleaseRequest): ReleaseRequestWire {
 
 export function renewRequestToWire(r: RenewRequest): RenewRequestWire {
   return { namespace: r.namespace, key: r.key, fence: fenceToWire(r.fence), lease_ms: uint32(r.leaseMs ?? 0, 'leaseMs') };
+}
+
+export function checkpointRequestToWire(r: CheckpointRequest): CheckpointRequestWire {
+  const data = r.data ?? new Uint8Array(0);
+  return {
+    namespace: r.namespace,
+    key: r.key,
+    fence: fenceToWire(r.fence),
+    step: r.step,
+    data: typeof data === 'string' ? Buffer.from(data, 'utf8') : data,
+    lease_ms: uint32(r.leaseMs ?? 0, 'leaseMs'),
+  };
 }
 
 export function keyRequestToWire(r: KeyRequest): KeyRequestWire {
@@ -267,7 +326,7 @@ function fenceToWire(fence: bigint): Int64 {
 
 // ---- Responses ----
 
-const BEGIN_STATUSES: readonly BeginStatus[] = ['STARTED', 'IN_USE', 'CONFLICT', 'DUPLICATE'];
+const BEGIN_STATUSES: readonly BeginStatus[] = ['STARTED', 'IN_USE', 'CONFLICT', 'DUPLICATE', 'EXPIRED'];
 const FENCED_STATUSES: readonly FencedStatus[] = ['OK', 'STALE_FENCE', 'NOT_FOUND', 'ALREADY_COMPLETED'];
 const RECORD_STATES: readonly RecordState[] = ['IN_FLIGHT', 'COMPLETED'];
 const OUTCOMES: readonly Outcome[] = ['SUCCESS', 'ERROR'];
@@ -285,7 +344,24 @@ export function beginResponseFromWire(w: BeginResponseWire): BeginResponse {
     leaseExpiresAt: Number(w.lease_expires_at),
     attempts: w.attempts,
     retryAfterMs: w.retry_after_ms,
+    checkpoint: checkpointFromWire(w.checkpoint),
+    rerun: w.rerun,
+    tombstoneExpiresAt: Number(w.tombstone_expires_at),
   };
+}
+
+export function checkpointResponseFromWire(w: CheckpointResponseWire): CheckpointResponse {
+  return {
+    status: enumFromWire(w.status, FENCED_STATUSES, 'CheckpointResponse.status'),
+    fence: BigInt(w.fence),
+    leaseExpiresAt: Number(w.lease_expires_at),
+  };
+}
+
+// proto-loader gives null (or, from an older server, undefined) for an unset message.
+function checkpointFromWire(w: CheckpointInfoWire | null | undefined): CheckpointInfo | null {
+  if (w === null || w === undefined) return null;
+  return { step: w.step, data: w.data, fence: BigInt(w.fence), recordedAt: Number(w.recorded_at) };
 }
 
 export function completeResponseFromWire(w: CompleteResponseWire): CompleteResponse {
@@ -366,6 +442,7 @@ function recordFromWire(w: RecordWire): DedupRecord {
     expiresAt: Number(w.expires_at),
     leaseExpiresAt: Number(w.lease_expires_at),
     attempts: w.attempts,
+    checkpoint: checkpointFromWire(w.checkpoint),
   };
 }
 

@@ -118,6 +118,7 @@ export function started(fence: number): wire.BeginResponseWire {
   return {
     status: 'STARTED', fence: String(fence), takeover: false, outcome: 'OUTCOME_UNSPECIFIED', result: Buffer.alloc(0),
     created_at: '1', completed_at: '0', expires_at: '2', lease_expires_at: '2', attempts: 1, retry_after_ms: 0,
+    checkpoint: null, rerun: false, tombstone_expires_at: '0',
   };
 }
 

@@ -8,9 +8,12 @@ import {
   argsHashHex,
   type BeginRequest,
   type BeginResponse,
+  type CheckpointRequest,
+  type CheckpointResponse,
   type CompleteRequest,
   type CompleteResponse,
   ConflictError,
+  ExpiredError,
   type FencedStatus,
   type IdempotencyCalls,
   InUseTimeoutError,
@@ -26,7 +29,8 @@ import {
 function beginAnswer(fields: Partial<BeginResponse>): BeginResponse {
   return {
     status: 'STARTED', fence: 7n, takeover: false, outcome: null, result: Buffer.alloc(0), createdAt: 1,
-    completedAt: 0, expiresAt: 2, leaseExpiresAt: 3, attempts: 1, retryAfterMs: 0, ...fields,
+    completedAt: 0, expiresAt: 2, leaseExpiresAt: 3, attempts: 1, retryAfterMs: 0, checkpoint: null, rerun: false,
+    tombstoneExpiresAt: 0, ...fields,
   };
 }
 
@@ -59,7 +63,7 @@ const base = { namespace: 'billing:send_invoice', args: { amount: 5, customer: '
 test('STARTED runs fn and completes SUCCESS with its JSON result', async () => {
   const calls = new FakeCalls([beginAnswer({ status: 'STARTED', fence: 7n })]);
   const out = await withIdempotency(calls, { ...base, key: 'k1', leaseMs: 1000 }, (claim) => ({ id: 'inv-1', fence: String(claim.fence) }));
-  assert.deepEqual(out, { result: { id: 'inv-1', fence: '7' }, duplicate: false, outcome: 'SUCCESS', fence: 7n, takeover: false });
+  assert.deepEqual(out, { result: { id: 'inv-1', fence: '7' }, duplicate: false, outcome: 'SUCCESS', fence: 7n, takeover: false, rerun: false });
   assert.equal(calls.begins[0]?.key, 'k1');
   assert.equal(calls.begins[0]?.leaseMs, 1000);
   assert.equal(calls.begins[0]?.waitMs, 0);
@@ -84,7 +88,7 @@ test('an undefined result is stored as null', async () => {
 test('DUPLICATE SUCCESS returns the stored result without running fn', async () => {
   const calls = new FakeCalls([beginAnswer({ status: 'DUPLICATE', outcome: 'SUCCESS', fence: 3n, result: Buffer.from('{"id":"inv-1"}') })]);
   const out = await withIdempotency(calls, base, () => assert.fail('fn must not run'));
-  assert.deepEqual(out, { result: { id: 'inv-1' }, duplicate: true, outcome: 'SUCCESS', fence: 3n, takeover: false });
+  assert.deepEqual(out, { result: { id: 'inv-1' }, duplicate: true, outcome: 'SUCCESS', fence: 3n, takeover: false, rerun: false });
   assert.equal(calls.completes.length, 0);
 });
 
@@ -227,4 +231,107 @@ test('bad args are refused before any call', async () => {
   const calls = new FakeCalls([]);
   await assert.rejects(withIdempotency(calls, { namespace: 'n', args: { n: NaN } }, () => 1), /NaN is not a JSON number/);
   assert.equal(calls.begins.length, 0);
+});
+
+test('EXPIRED throws ExpiredError naming when and how it ran; fn does not run, nothing is sent after', async () => {
+  const completedAt = Date.UTC(2026, 10, 20, 8, 30);
+  const calls = new FakeCalls([
+    beginAnswer({ status: 'EXPIRED', outcome: 'SUCCESS', fence: 4n, createdAt: completedAt - 5, completedAt, attempts: 2, tombstoneExpiresAt: completedAt + 9 }),
+  ]);
+  await assert.rejects(withIdempotency(calls, { ...base, key: 'k' }, () => assert.fail('fn must not run')), (error: unknown) => {
+    assert.ok(!(error instanceof ReplayedError));
+    assert.ok(error instanceof ExpiredError);
+    assert.deepEqual(
+      [error.key, error.fence, error.outcome, error.completedAt, error.createdAt, error.attempts, error.tombstoneExpiresAt],
+      ['k', 4n, 'SUCCESS', completedAt, completedAt - 5, 2, completedAt + 9],
+    );
+    assert.match(error.message, /2026-11-20T08:30:00.000Z/);
+    assert.match(error.message, /no longer kept/);
+    return true;
+  });
+  assert.equal(calls.begins[0]?.acceptRerun, undefined);
+  assert.deepEqual([calls.completes.length, calls.releases.length], [0, 0]);
+});
+
+test('acceptRerun is sent with Begin; a rerun STARTED shows in the claim and the result', async () => {
+  const calls = new FakeCalls([beginAnswer({ fence: 9n, rerun: true, attempts: 2 })]);
+  let rerun: boolean | undefined;
+  const out = await withIdempotency(calls, { ...base, acceptRerun: true }, (claim) => {
+    rerun = claim.rerun;
+    return 'again';
+  });
+  assert.equal(calls.begins[0]?.acceptRerun, true);
+  assert.deepEqual([rerun, out.rerun, out.fence, out.duplicate], [true, true, 9n, false]);
+});
+
+/** FakeCalls with checkpoint(), answering as scripted. */
+class CheckpointingCalls extends FakeCalls {
+  readonly checkpoints: CheckpointRequest[] = [];
+  constructor(begin: BeginResponse, private readonly checkpointStatus: FencedStatus = 'OK') {
+    super([begin]);
+  }
+  async checkpoint(request: CheckpointRequest): Promise<CheckpointResponse> {
+    this.checkpoints.push(request);
+    const status = this.checkpointStatus;
+    return { status, fence: status === 'STALE_FENCE' ? request.fence + 1n : request.fence, leaseExpiresAt: 0 };
+  }
+}
+
+test('a takeover sees the last checkpoint JSON-decoded; claim.checkpoint stores JSON with the lease', async () => {
+  const previous = { step: 'charged', data: Buffer.from('{"charge":"ch_1"}'), fence: 6n, recordedAt: 55 };
+  const calls = new CheckpointingCalls(beginAnswer({ fence: 7n, takeover: true, checkpoint: previous }));
+  const out = await withIdempotency(calls, { ...base, leaseMs: 900 }, async (claim) => {
+    assert.deepEqual(claim.lastCheckpoint, { step: 'charged', data: { charge: 'ch_1' }, raw: previous.data, fence: 6n, recordedAt: 55 });
+    await claim.checkpoint('shipped', { parcel: 12 });
+    await claim.checkpoint('noted');
+    return claim.signal.aborted;
+  });
+  assert.equal(out.result, false);
+  assert.deepEqual(calls.checkpoints, [
+    { namespace: base.namespace, key: argsHashHex(base.args), fence: 7n, step: 'shipped', data: '{"parcel":12}', leaseMs: 900 },
+    { namespace: base.namespace, key: argsHashHex(base.args), fence: 7n, step: 'noted', data: 'null', leaseMs: 900 },
+  ]);
+});
+
+test('a checkpoint that is not JSON is still given, raw, with data undefined', async () => {
+  const raw = Buffer.from([0xff, 0x00]);
+  const calls = new FakeCalls([beginAnswer({ checkpoint: { step: 's', data: raw, fence: 1n, recordedAt: 2 } })]);
+  const out = await withIdempotency(calls, base, (claim) => [claim.lastCheckpoint?.data === undefined, claim.lastCheckpoint?.raw.equals(raw)]);
+  assert.deepEqual(out.result, [true, true]);
+});
+
+for (const refusal of ['STALE_FENCE', 'NOT_FOUND', 'ALREADY_COMPLETED'] as const) {
+  test(`a checkpoint refused ${refusal} loses the claim: the signal aborts, nothing is completed`, async () => {
+    const calls = new CheckpointingCalls(beginAnswer({ fence: 7n }), refusal);
+    let aborted = false;
+    await assert.rejects(
+      withIdempotency(calls, { ...base, autoRenew: false }, async (claim) => {
+        claim.signal.addEventListener('abort', () => (aborted = true));
+        await claim.checkpoint('step-1', 1);
+        return 'not reached';
+      }),
+      (error: unknown) => {
+        assert.ok(error instanceof OutcomeNotRecordedError);
+        assert.deepEqual([error.call, error.answer, error.fence], ['Checkpoint', refusal, 7n]);
+        assert.equal(error instanceof StaleFenceError, refusal === 'STALE_FENCE');
+        return true;
+      },
+    );
+    assert.equal(aborted, true);
+    assert.deepEqual([calls.completes.length, calls.releases.length], [0, 0]);
+  });
+}
+
+test('a function that swallows the refused checkpoint still does not report success', async () => {
+  const calls = new CheckpointingCalls(beginAnswer({ fence: 7n }), 'STALE_FENCE');
+  await assert.rejects(
+    withIdempotency(calls, { ...base, autoRenew: false }, async (claim) => {
+      await claim.checkpoint('step-1').catch(() => undefined);
+      // Once lost, a checkpoint is not even sent.
+      await assert.rejects(claim.checkpoint('step-2'), StaleFenceError);
+      return 'done anyway';
+    }),
+    (error: unknown) => error instanceof StaleFenceError && error.call === 'Checkpoint',
+  );
+  assert.deepEqual([calls.checkpoints.length, calls.completes.length], [1, 0]);
 });

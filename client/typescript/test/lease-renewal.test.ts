@@ -39,7 +39,8 @@ class RenewingCalls implements IdempotencyCalls {
   async begin(_request: BeginRequest): Promise<BeginResponse> {
     return {
       status: 'STARTED', fence: 7n, takeover: false, outcome: null, result: Buffer.alloc(0), createdAt: 1000,
-      completedAt: 0, expiresAt: 0, leaseExpiresAt: 61_000, attempts: 1, retryAfterMs: 0, ...this.begun,
+      completedAt: 0, expiresAt: 0, leaseExpiresAt: 61_000, attempts: 1, retryAfterMs: 0, checkpoint: null,
+      rerun: false, tombstoneExpiresAt: 0, ...this.begun,
     };
   }
   async complete(request: CompleteRequest): Promise<CompleteResponse> {

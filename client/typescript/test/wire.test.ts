@@ -34,10 +34,22 @@ test('WIRE_FIELDS name every field of every mapped message', () => {
   }
 });
 
+test('every dedup.v1 message is mapped', () => {
+  const definition = wire.packageDefinition();
+  const nested = (prefix: string, t: MessageType): string[] =>
+    (t.nestedType ?? []).flatMap((n) => [`${prefix}.${n.name ?? ''}`, ...nested(`${prefix}.${n.name ?? ''}`, n)]);
+  const messages = Object.keys(definition)
+    .filter((name) => name.startsWith('dedup.v1.') && (definition[name] as DescriptorMessage).type?.field !== undefined)
+    .flatMap((name) => [name, ...nested(name, (definition[name] as DescriptorMessage).type as MessageType)]);
+  assert.deepEqual(messages.sort(), Object.keys(wire.WIRE_FIELDS).sort());
+});
+
 test('every service method is mapped', () => {
   const service = wire.packageDefinition()[wire.SERVICE_NAME];
   assert.ok(service);
-  const methods: wire.MethodName[] = ['Begin', 'Complete', 'Release', 'Renew', 'Get', 'Forget', 'BeginBatch', 'CompleteBatch'];
+  const methods: wire.MethodName[] = [
+    'Begin', 'Complete', 'Release', 'Renew', 'Checkpoint', 'Get', 'Forget', 'BeginBatch', 'CompleteBatch',
+  ];
   assert.deepEqual(Object.keys(service).sort(), [...methods].sort());
   for (const m of methods) assert.equal(wire.methodDefinition(m).path, `/dedup.v1.Dedup/${m}`);
 });
@@ -45,7 +57,8 @@ test('every service method is mapped', () => {
 test('unknown enum values from the server are refused, not guessed', () => {
   const answer: wire.BeginResponseWire = {
     status: 9, fence: '1', takeover: false, outcome: 'OUTCOME_UNSPECIFIED', result: Buffer.alloc(0), created_at: '0',
-    completed_at: '0', expires_at: '0', lease_expires_at: '0', attempts: 1, retry_after_ms: 0,
+    completed_at: '0', expires_at: '0', lease_expires_at: '0', attempts: 1, retry_after_ms: 0, checkpoint: null,
+    rerun: false, tombstone_expires_at: '0',
   };
   assert.throws(() => wire.beginResponseFromWire(answer), DedupProtocolError);
   assert.equal(wire.beginResponseFromWire({ ...answer, status: 'IN_USE' }).outcome, null);
@@ -88,4 +101,29 @@ test("an item error's reason is kept when the server gives one", () => {
 test('batch items are checked like unary requests', () => {
   assert.throws(() => wire.beginBatchRequestToWire([{ namespace: 'n', key: 'k' }, { namespace: 'n', key: 'k', leaseMs: -1 }]), /leaseMs/);
   assert.deepEqual(wire.beginBatchRequestToWire([{ namespace: 'n', key: 'k', owner: 'o' }]).items[0]?.wait_ms, 0);
+});
+
+test('EXPIRED, rerun, tombstone and checkpoint fields map both ways', () => {
+  const base: wire.BeginResponseWire = {
+    status: 'EXPIRED', fence: '4', takeover: false, outcome: 'SUCCESS', result: Buffer.alloc(0), created_at: '10',
+    completed_at: '20', expires_at: '0', lease_expires_at: '0', attempts: 1, retry_after_ms: 0, checkpoint: null,
+    rerun: false, tombstone_expires_at: '99',
+  };
+  const expired = wire.beginResponseFromWire(base);
+  assert.deepEqual([expired.status, expired.outcome, expired.completedAt, expired.tombstoneExpiresAt, expired.checkpoint],
+    ['EXPIRED', 'SUCCESS', 20, 99, null]);
+  const started = wire.beginResponseFromWire({
+    ...base, status: 'STARTED', outcome: 'OUTCOME_UNSPECIFIED', rerun: true,
+    checkpoint: { step: 'charged', data: Buffer.from('ch_1'), fence: '18446744073709551615', recorded_at: '30' },
+  });
+  assert.equal(started.rerun, true);
+  assert.deepEqual(started.checkpoint, { step: 'charged', data: Buffer.from('ch_1'), fence: 0xffffffffffffffffn, recordedAt: 30 });
+  assert.equal(wire.beginRequestToWire({ namespace: 'n', key: 'k', acceptRerun: true }).accept_rerun, true);
+  assert.equal(wire.beginRequestToWire({ namespace: 'n', key: 'k' }).accept_rerun, false);
+  assert.deepEqual(wire.checkpointRequestToWire({ namespace: 'n', key: 'k', fence: 3n, step: 's', data: 'é' }), {
+    namespace: 'n', key: 'k', fence: '3', step: 's', data: Buffer.from('é', 'utf8'), lease_ms: 0,
+  });
+  assert.throws(() => wire.checkpointRequestToWire({ namespace: 'n', key: 'k', fence: 3n, step: 's', leaseMs: -5 }), /leaseMs/);
+  assert.deepEqual(wire.checkpointResponseFromWire({ status: 'STALE_FENCE', fence: '5', lease_expires_at: '0' }),
+    { status: 'STALE_FENCE', fence: 5n, leaseExpiresAt: 0 });
 });

@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import {
   ConflictError,
   type DedupClient,
+  ExpiredError,
   InUseTimeoutError,
   OutcomeNotRecordedError,
   ReplayedError,
@@ -98,6 +99,10 @@ function toolError(error: unknown): CallToolResult {
   }
   if (error instanceof ReplayedError) {
     return toolResult({ error: error.message, code: error.code, duplicate: true }, true);
+  }
+  if (error instanceof ExpiredError) {
+    // Sent long ago: its record (and so the invoice id) expired. Never re-sent silently.
+    return toolResult({ error: `already sent (${new Date(error.completedAt).toISOString()}); its outcome is no longer kept, so it was not sent again`, code: 'ALREADY_SENT_EXPIRED' }, true);
   }
   if (error instanceof InUseTimeoutError) {
     return toolResult({ error: 'in use: this invoice is still being sent by another call; retry later with the same key', code: 'IDEMPOTENCY_KEY_IN_USE' }, true);

@@ -50,9 +50,11 @@ class ScriptedClient:
         self,
         begins: list[dedup_pb2.BeginResponse],
         complete_status: int = dedup_pb2.CompleteResponse.OK,
+        checkpoint_status: int = dedup_pb2.CheckpointResponse.OK,
     ) -> None:
         self.begins = list(begins)
         self.complete_status = complete_status
+        self.checkpoint_status = checkpoint_status
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def begin(self, namespace: str, key: str, args_hash: bytes = b"", **kw: Any):
@@ -68,13 +70,29 @@ class ScriptedClient:
         self.calls.append(("release", dict(key=key, fence=fence)))
         return dedup_pb2.ReleaseResponse(status=dedup_pb2.ReleaseResponse.OK)
 
+    def checkpoint(self, namespace: str, key: str, fence: int, step: str,
+                   data: bytes = b"", *, lease_ms: int = 0):
+        self.calls.append(("checkpoint", dict(key=key, fence=fence, step=step, data=data,
+                                              lease_ms=lease_ms)))
+        stale = self.checkpoint_status == dedup_pb2.CheckpointResponse.STALE_FENCE
+        return dedup_pb2.CheckpointResponse(
+            status=self.checkpoint_status, fence=fence + 1 if stale else fence)
+
     def names(self) -> list[str]:
         return [name for name, _ in self.calls]
 
 
-def started(fence: int = 7, takeover: bool = False) -> dedup_pb2.BeginResponse:
+def started(fence: int = 7, takeover: bool = False, **fields: Any) -> dedup_pb2.BeginResponse:
     return dedup_pb2.BeginResponse(
-        status=dedup_pb2.BeginResponse.STARTED, fence=fence, takeover=takeover, attempts=1)
+        status=dedup_pb2.BeginResponse.STARTED, fence=fence, takeover=takeover,
+        **{"attempts": 1, **fields})
+
+
+def expired(outcome: int, fence: int = 7, completed_at: int = 0) -> dedup_pb2.BeginResponse:
+    return dedup_pb2.BeginResponse(
+        status=dedup_pb2.BeginResponse.EXPIRED, fence=fence, outcome=outcome,
+        created_at=completed_at - 5, completed_at=completed_at, attempts=1,
+        tombstone_expires_at=completed_at + 1000)
 
 
 def duplicate(outcome: int, result: bytes, fence: int = 7) -> dedup_pb2.BeginResponse:

@@ -9,7 +9,9 @@ import unittest
 import uuid
 
 from dedup_client import (
+    ClaimLost,
     ConflictError,
+    ExpiredError,
     InUseTimeoutError,
     OutcomeNotRecordedError,
     ReplayedError,
@@ -21,7 +23,7 @@ from dedup_client import (
     idempotent,
     with_idempotency,
 )
-from fakes import ScriptedClient, conflict, duplicate, in_use, started
+from fakes import ScriptedClient, conflict, duplicate, expired, in_use, started
 
 ARGS = {"to": "ana@example.com", "amount": 12}
 
@@ -175,3 +177,85 @@ def _raiser(error: Exception):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ExpiredAndCheckpointMappingTest(unittest.TestCase):
+    def test_expired_raises_expired_error_without_running_or_completing(self) -> None:
+        completed_at = 1_795_163_400_000  # 2026-11-20T08:30:00Z
+        client = ScriptedClient([expired(dedup_pb2.SUCCESS, fence=4, completed_at=completed_at)])
+        with self.assertRaises(ExpiredError) as caught:
+            with_idempotency(client, "ns", ARGS, self.fail, key="k")
+        e = caught.exception
+        self.assertNotIsInstance(e, ReplayedError)
+        self.assertEqual(
+            (e.key, e.fence, e.outcome, e.outcome_name, e.completed_at_ms, e.attempts,
+             e.tombstone_expires_at_ms),
+            ("k", 4, dedup_pb2.SUCCESS, "SUCCESS", completed_at, 1, completed_at + 1000))
+        self.assertIn("2026-11-20T08:30:00.000Z", str(e))
+        self.assertIn("no longer kept", str(e))
+        self.assertEqual(client.names(), ["begin"])
+        self.assertNotIn("accept_rerun", client.calls[0][1])
+
+    def test_accept_rerun_is_sent_and_a_rerun_shows_in_claim_and_result(self) -> None:
+        client = ScriptedClient([started(fence=9, rerun=True)])
+        seen = []
+        out = with_idempotency(client, "ns", ARGS, lambda: seen.append(current_claim().rerun),
+                               accept_rerun=True)
+        self.assertTrue(client.calls[0][1]["accept_rerun"])
+        self.assertEqual((seen, out.rerun, out.fence), ([True], True, 9))
+
+    def test_takeover_sees_the_last_checkpoint_and_checkpoints_store_json(self) -> None:
+        previous = dedup_pb2.CheckpointInfo(step="charged", data=b'{"charge":"ch_1"}',
+                                            fence=6, recorded_at=55)
+        client = ScriptedClient([started(fence=7, takeover=True, checkpoint=previous)])
+
+        def fn() -> str:
+            claim = current_claim()
+            last = claim.last_checkpoint
+            self.assertEqual((last.step, last.data, last.fence, last.recorded_at_ms),
+                             ("charged", {"charge": "ch_1"}, 6, 55))
+            claim.checkpoint("shipped", {"parcel": 12})
+            claim.checkpoint("noted")
+            return "ok"
+
+        with_idempotency(client, "ns", ARGS, fn, lease_ms=900, renew=False)
+        checkpoints = [kw for name, kw in client.calls if name == "checkpoint"]
+        self.assertEqual([(c["step"], c["data"], c["fence"], c["lease_ms"]) for c in checkpoints],
+                         [("shipped", b'{"parcel":12}', 7, 900), ("noted", b"null", 7, 900)])
+
+    def test_no_checkpoint_is_none_and_non_json_data_raises_on_access(self) -> None:
+        raw = dedup_pb2.CheckpointInfo(step="s", data=b"\xff\x00", fence=1, recorded_at=2)
+        client = ScriptedClient([started(checkpoint=raw), started()])
+        seen = []
+        with_idempotency(client, "ns", ARGS, lambda: seen.append(current_claim().last_checkpoint))
+        with_idempotency(client, "ns", ARGS, lambda: seen.append(current_claim().last_checkpoint))
+        self.assertEqual(seen[0].raw, b"\xff\x00")
+        with self.assertRaises(ValueError):
+            seen[0].data
+        self.assertIsNone(seen[1])
+
+    def test_a_refused_checkpoint_loses_the_claim_and_nothing_is_completed(self) -> None:
+        for status in ("STALE_FENCE", "NOT_FOUND", "ALREADY_COMPLETED"):
+            with self.subTest(status=status):
+                client = ScriptedClient(
+                    [started(fence=7)],
+                    checkpoint_status=dedup_pb2.CheckpointResponse.Status.Value(status))
+                lost = []
+
+                def fn() -> str:
+                    claim = current_claim()
+                    try:
+                        claim.checkpoint("step-1", 1)
+                    except ClaimLost:
+                        lost.append(claim.lost.is_set())
+                        # Once lost, a checkpoint is not even sent.
+                        self.assertRaises(ClaimLost, claim.checkpoint, "step-2")
+                    return "done anyway"
+
+                with self.assertRaises(ClaimLost) as caught:
+                    with_idempotency(client, "ns", ARGS, fn, renew=False)
+                e = caught.exception
+                self.assertEqual((e.call, e.answer, e.fence, e.result),
+                                 ("Checkpoint", status, 7, "done anyway"))
+                self.assertEqual(lost, [True])
+                self.assertEqual(client.names(), ["begin", "checkpoint"])

@@ -5,7 +5,9 @@
 import {
   type BeginResponse,
   type Claim,
+  type ClaimCheckpoint,
   DedupClient,
+  ExpiredError,
   type IdempotencyResult,
   OutcomeNotRecordedError,
   StaleFenceError,
@@ -15,15 +17,24 @@ import { type Dedupd, startDedupd } from '@dedup/client/testing';
 export async function sendOnce(address: string): Promise<IdempotencyResult<{ invoiceId: string }>> {
   const client = new DedupClient({ address, coalesce: true });
   try {
-    return await client.withIdempotency({ namespace: 'billing:send_invoice', args: { amount: 5 }, leaseMs: 600 }, (claim: Claim) => {
+    const options = { namespace: 'billing:send_invoice', args: { amount: 5 }, leaseMs: 600, acceptRerun: false };
+    return await client.withIdempotency(options, async (claim: Claim) => {
       const signal: AbortSignal = claim.signal;
       signal.throwIfAborted();
       const fence: bigint = claim.fence;
+      const last: ClaimCheckpoint | null = claim.lastCheckpoint;
+      // @ts-expect-error a checkpoint's step is a string
+      await claim.checkpoint(1, last?.data);
+      await claim.checkpoint('invoice-numbered', { fence: String(fence) });
       return { invoiceId: `inv-${fence}` };
     });
   } catch (error) {
+    if (error instanceof ExpiredError) {
+      const completedAt: number = error.completedAt;
+      throw new Error(`ran at ${completedAt}`);
+    }
     if (error instanceof StaleFenceError) {
-      const call: 'Complete' | 'Renew' = error.call;
+      const call: 'Complete' | 'Renew' | 'Checkpoint' = error.call;
       const refused: OutcomeNotRecordedError = error;
       throw new Error(`${call}: ${refused.currentFence}`);
     }
@@ -33,7 +44,7 @@ export async function sendOnce(address: string): Promise<IdempotencyResult<{ inv
   }
 }
 
-export function statusOf(answer: BeginResponse): 'STARTED' | 'IN_USE' | 'CONFLICT' | 'DUPLICATE' {
+export function statusOf(answer: BeginResponse): 'STARTED' | 'IN_USE' | 'CONFLICT' | 'DUPLICATE' | 'EXPIRED' {
   // @ts-expect-error fences are bigint, not number
   const wrong: number = answer.fence;
   void wrong;
