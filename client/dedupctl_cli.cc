@@ -33,6 +33,8 @@ commands:
   forget NS KEY
   stats                      the server's key figures (admin)
   compact                    compact now, dropping expired records (admin)
+  policy NS                  the defaults and limits in force for NS (admin)
+  reload-policy              read the server's --policy_file again (admin)
   cluster status             one row per node of the group
   cluster add ID RAFT_ADDR CLIENT_ADDR
                              add a node (a voter once it has caught up)
@@ -121,6 +123,7 @@ constexpr CommandSpec kCommands[] = {
     {Command::kForget, "forget", true, false},
     {Command::kStats, "stats", false, false},
     {Command::kCompact, "compact", false, false},
+    {Command::kReloadPolicy, "reload-policy", false, false},
 };
 
 absl::StatusOr<uint64_t> ParseNodeId(const std::string& text) {
@@ -241,6 +244,19 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     }
     return ParseCluster(args);
   }
+  if (args[0] == "policy") {
+    if (absl::Status s = CheckApplicable(flags, {}, "policy"); !s.ok()) {
+      return s;
+    }
+    if (args.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'policy' takes NS, got ", args.size() - 1, " argument(s)"));
+    }
+    Invocation inv;
+    inv.command = Command::kPolicy;
+    inv.ns = args[1];
+    return inv;
+  }
   const CommandSpec* spec = nullptr;
   for (const CommandSpec& candidate : kCommands) {
     if (args[0] == candidate.name) spec = &candidate;
@@ -294,6 +310,8 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     case Command::kForget:
     case Command::kStats:
     case Command::kCompact:
+    case Command::kPolicy:
+    case Command::kReloadPolicy:
     case Command::kClusterStatus:
     case Command::kClusterAdd:
     case Command::kClusterRemove:

@@ -39,6 +39,8 @@ enum class Command {
   kForget,
   kStats,    // Admin: the server's key figures as a table.
   kCompact,  // Admin: compact now, dropping expired records.
+  kPolicy,        // Admin: the policy in force for a namespace.
+  kReloadPolicy,  // Admin: read --policy_file again.
   // dedup.v1.Cluster (cluster mode): a row per node; membership changes and
   // leadership transfer, sent to the leader.
   kClusterStatus,
@@ -81,7 +83,8 @@ struct Invocation {
 };
 
 // `args` are the positional arguments after the program name:
-// COMMAND NS KEY [FENCE], COMMAND alone for stats and compact, or
+// COMMAND NS KEY [FENCE], COMMAND alone for stats, compact and
+// reload-policy, policy NS, or
 // cluster SUBCOMMAND [ARGS] (status; add ID RAFT_ADDR CLIENT_ADDR; remove ID;
 // transfer [ID]).
 // INVALID_ARGUMENT (with a message for the user) on any usage error.

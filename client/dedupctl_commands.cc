@@ -32,10 +32,10 @@ int Report(const absl::StatusOr<Response>& response, std::ostream& out,
 
 // Admin calls are operator one-shots: one attempt, no retries.
 template <typename Request, typename Response, typename Call>
-absl::StatusOr<Response> AdminCall(absl::Duration deadline, Call call) {
+absl::StatusOr<Response> AdminCall(absl::Duration deadline, Call call,
+                                   const Request& request = Request()) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
-  Request request;
   Response response;
   const grpc::Status status = call(&context, request, &response);
   if (!status.ok()) {
@@ -86,6 +86,24 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
                           return admin.Compact(c, req, resp);
                         }),
                     out, err);
+    case Command::kPolicy: {
+      v1::GetPolicyRequest request;
+      request.set_namespace_(inv.ns);
+      return Report(AdminCall<v1::GetPolicyRequest, v1::GetPolicyResponse>(
+                        deadline,
+                        [&](auto* c, const auto& req, auto* resp) {
+                          return admin.GetPolicy(c, req, resp);
+                        },
+                        request),
+                    out, err);
+    }
+    case Command::kReloadPolicy:
+      return Report(
+          AdminCall<v1::ReloadPolicyRequest, v1::ReloadPolicyResponse>(
+              deadline, [&](auto* c, const auto& req, auto* resp) {
+                return admin.ReloadPolicy(c, req, resp);
+              }),
+          out, err);
     case Command::kClusterStatus:
     case Command::kClusterAdd:
     case Command::kClusterRemove:

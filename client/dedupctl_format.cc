@@ -172,6 +172,23 @@ void Row(std::ostream& out, absl::string_view name, absl::string_view value) {
 
 }  // namespace
 
+void PrintResponse(std::ostream& out, const v1::GetPolicyResponse& r) {
+  PrintLine(out, "policy", r.policy().empty() ? "(server flags)" : r.policy());
+  if (!r.policy().empty()) PrintLine(out, "prefix", absl::StrCat("\"", r.prefix(), "\""));
+  PrintLine(out, "default_ttl_s", absl::StrCat(r.default_ttl_s()));
+  PrintLine(out, "max_ttl_s", absl::StrCat(r.max_ttl_s()));
+  PrintLine(out, "default_lease_ms", absl::StrCat(r.default_lease_ms()));
+  PrintLine(out, "max_lease_ms", absl::StrCat(r.max_lease_ms()));
+  PrintLine(out, "max_result_bytes", absl::StrCat(r.max_result_bytes()));
+  PrintLine(out, "tombstone_retention_s",
+            absl::StrCat(r.tombstone_retention_s()));
+  PrintLine(out, "on_error", r.on_error());
+}
+
+void PrintResponse(std::ostream& out, const v1::ReloadPolicyResponse& r) {
+  PrintLine(out, "policies", absl::StrCat(r.policies()));
+}
+
 void PrintResponse(std::ostream& out, const v1::StatsResponse& r) {
   Row(out, "version", absl::StrCat(r.version(), " (", r.git_sha(), ")"));
   Row(out, "uptime", HumanDuration(r.uptime_ms()));

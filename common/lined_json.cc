@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 
 namespace dedup {
@@ -217,6 +218,33 @@ absl::StatusOr<LinedJson> ParseLinedJson(absl::string_view text) {
   CountingIterator end(text.data() + text.size(), &position);
   nlohmann::json::sax_parse(begin, end, &builder);
   return std::move(builder).Take();
+}
+
+absl::Status JsonErrorAt(const LinedJson& where, absl::string_view path,
+                         absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("line ", where.line, ": ", path, ": ", what));
+}
+
+absl::Status ExpectJsonType(const LinedJson& value, absl::string_view path,
+                            LinedJson::Type type) {
+  if (value.type == type) return absl::OkStatus();
+  return JsonErrorAt(value, path,
+                     absl::StrCat("must be ", LinedJson::TypeName(type),
+                                  ", got ", LinedJson::TypeName(value.type)));
+}
+
+absl::Status CheckJsonKeys(const LinedJson& object, absl::string_view path,
+                           const std::set<absl::string_view>& allowed) {
+  for (size_t i = 0; i < object.members.size(); ++i) {
+    const std::string& key = object.members[i].first;
+    if (allowed.count(key) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "line ", object.member_lines[i], ": ", path, ": unknown key \"", key,
+          "\" (allowed: ", absl::StrJoin(allowed, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dedup

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,21 @@ struct LinedJson {
 
 // INVALID_ARGUMENT "line L, column C: <what>" for text that is not JSON.
 [[nodiscard]] absl::StatusOr<LinedJson> ParseLinedJson(absl::string_view text);
+
+// The errors of configuration files read as LinedJson, all INVALID_ARGUMENT
+// "line L: <path>: <what>".
+[[nodiscard]] absl::Status JsonErrorAt(const LinedJson& where,
+                                       absl::string_view path,
+                                       absl::string_view what);
+// OK when `value` is of `type`; else "must be <type>, got <type>".
+[[nodiscard]] absl::Status ExpectJsonType(const LinedJson& value,
+                                          absl::string_view path,
+                                          LinedJson::Type type);
+// OK when every key of `object` is in `allowed`; else names the first
+// unknown key and its line, and lists the allowed ones.
+[[nodiscard]] absl::Status CheckJsonKeys(
+    const LinedJson& object, absl::string_view path,
+    const std::set<absl::string_view>& allowed);
 
 }  // namespace dedup
 

@@ -8,12 +8,66 @@
 namespace dedup {
 
 AdminService::AdminService(Store* store, Metrics* metrics,
-                           const Authorizer* auth, BuildInfo build)
+                           const Authorizer* auth, BuildInfo build,
+                           PolicyFile* policies)
     : store_(store),
       metrics_(metrics),
       auth_(auth),
       build_(std::move(build)),
+      policies_(policies),
       started_(std::chrono::steady_clock::now()) {}
+
+grpc::ServerUnaryReactor* AdminService::ReloadPolicy(
+    grpc::CallbackServerContext* context,
+    const v1::ReloadPolicyRequest* /*request*/,
+    v1::ReloadPolicyResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status s =
+      auth_->Authorize(*context, TenantRole::kOperator, "Admin.ReloadPolicy")
+          .status();
+  if (s.ok() && (policies_ == nullptr || policies_->path().empty())) {
+    s = absl::FailedPreconditionError(
+        "no --policy_file: the flags apply to every namespace");
+  }
+  // A small file read on a callback thread: operator-only and rare.
+  if (s.ok()) s = policies_->Reload();
+  if (s.ok()) {
+    response->set_policies(
+        static_cast<uint32_t>(policies_->Current()->size()));
+  }
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::GetPolicy(
+    grpc::CallbackServerContext* context, const v1::GetPolicyRequest* request,
+    v1::GetPolicyResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status s =
+      auth_->Authorize(*context, TenantRole::kOperator, "Admin.GetPolicy")
+          .status();
+  if (!s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  EffectivePolicy p;
+  if (policies_ != nullptr) {
+    p = policies_->Current()->For(request->namespace_());
+  } else {
+    p.limits = PolicyTable(Limits()).For("").limits;
+  }
+  response->set_policy(p.name);
+  response->set_prefix(p.prefix);
+  response->set_default_ttl_s(p.limits.default_ttl_s);
+  response->set_max_ttl_s(p.limits.max_ttl_s);
+  response->set_default_lease_ms(p.limits.default_lease_ms);
+  response->set_max_lease_ms(p.limits.max_lease_ms);
+  response->set_max_result_bytes(p.limits.max_result_bytes);
+  response->set_tombstone_retention_s(p.limits.tombstone_retention_s);
+  response->set_on_error(p.retry_errors ? "retry" : "replay");
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
 
 grpc::ServerUnaryReactor* AdminService::Stats(
     grpc::CallbackServerContext* context, const v1::StatsRequest* /*request*/,

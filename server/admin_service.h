@@ -9,6 +9,7 @@
 #include "dedup/v1/admin.grpc.pb.h"
 #include "server/auth.h"
 #include "server/metrics.h"
+#include "server/namespace_policy.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -24,8 +25,9 @@ struct BuildInfo {
 // of its own: never on gRPC's few callback threads.
 class AdminService final : public v1::Admin::CallbackService {
  public:
+  // `policies` (not owned; null: none) must outlive every call.
   AdminService(Store* store, Metrics* metrics, const Authorizer* auth,
-               BuildInfo build);
+               BuildInfo build, PolicyFile* policies = nullptr);
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
@@ -33,12 +35,20 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* Compact(grpc::CallbackServerContext* context,
                                     const v1::CompactRequest* request,
                                     v1::CompactResponse* response) override;
+  grpc::ServerUnaryReactor* ReloadPolicy(
+      grpc::CallbackServerContext* context,
+      const v1::ReloadPolicyRequest* request,
+      v1::ReloadPolicyResponse* response) override;
+  grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* context,
+                                      const v1::GetPolicyRequest* request,
+                                      v1::GetPolicyResponse* response) override;
 
  private:
   Store* const store_;
   Metrics* const metrics_;
   const Authorizer* const auth_;
   const BuildInfo build_;
+  PolicyFile* const policies_;
   const std::chrono::steady_clock::time_point started_;
   std::atomic<bool> compacting_{false};
 };

@@ -26,18 +26,31 @@ int64_t EffectiveWaitMs(const grpc::CallbackServerContext& context,
 
 }  // namespace
 
-BeginParams DedupService::BeginParamsOf(const v1::BeginRequest& request) const {
+EffectivePolicy DedupService::PolicyFor(absl::string_view ns) const {
+  if (policies_ == nullptr) {
+    EffectivePolicy flags;
+    flags.limits = limits_;
+    return flags;
+  }
+  return policies_->Current()->For(ns);
+}
+
+// Everything a decision depends on is resolved here, from this node's
+// policy, and travels in the operation.
+BeginParams DedupService::BeginParamsOf(const v1::BeginRequest& request,
+                                        const EffectivePolicy& policy) const {
   BeginParams params;
   params.args_hash = request.args_hash();
   params.owner = request.owner();
-  params.lease_ms = ResolveLease(request.lease_ms(), limits_);
-  params.ttl_s = ResolveTtl(request.ttl_s(), limits_);
+  params.lease_ms = ResolveLease(request.lease_ms(), policy.limits);
+  params.ttl_s = ResolveTtl(request.ttl_s(), policy.limits);
   params.accept_rerun = request.accept_rerun();
+  params.retry_errors = policy.retry_errors;
   return params;
 }
 
 CompleteParams DedupService::CompleteParamsOf(
-    const v1::CompleteRequest& request) const {
+    const v1::CompleteRequest& request, const EffectivePolicy& policy) const {
   CompleteParams params;
   params.fence = request.fence();
   params.outcome = FromProto(request.outcome());
@@ -45,7 +58,7 @@ CompleteParams DedupService::CompleteParamsOf(
   params.ttl_s = request.ttl_s();
   // Decided here and carried in the operation, so every replica keeps the
   // same tombstone whatever its own flags say.
-  params.retention_ms = int64_t{limits_.tombstone_retention_s} * 1000;
+  params.retention_ms = int64_t{policy.limits.tombstone_retention_s} * 1000;
   return params;
 }
 
@@ -116,11 +129,15 @@ grpc::ServerUnaryReactor* DedupService::Begin(
                              /*may_store_more=*/true))) {
     return call.reactor();
   }
-  if (call.Rejected(ValidateBegin(*request, limits_))) return call.reactor();
+  const EffectivePolicy policy = PolicyFor(request->namespace_());
+  if (call.Rejected(NamePolicy(ValidateBegin(*request, policy.limits), policy))) {
+    return call.reactor();
+  }
   if (NotServing(call)) return call.reactor();
   // The request stays valid until the call finishes, so the callback reads
   // namespace and key from it instead of copying them.
-  store_->Begin(request->namespace_(), request->key(), BeginParamsOf(*request),
+  store_->Begin(request->namespace_(), request->key(),
+                BeginParamsOf(*request, policy),
                 EffectiveWaitMs(*context, request->wait_ms()),
                 [this, call, request, response](absl::StatusOr<BeginResult> r) {
                   if (!r.ok()) return call.Fail(r.status());
@@ -157,10 +174,14 @@ grpc::ServerUnaryReactor* DedupService::Complete(
                              request->namespace_(), &call))) {
     return call.reactor();
   }
-  if (call.Rejected(ValidateComplete(*request, limits_))) return call.reactor();
+  const EffectivePolicy policy = PolicyFor(request->namespace_());
+  if (call.Rejected(
+          NamePolicy(ValidateComplete(*request, policy.limits), policy))) {
+    return call.reactor();
+  }
   if (NotServing(call)) return call.reactor();
   store_->Complete(request->namespace_(), request->key(),
-                   CompleteParamsOf(*request),
+                   CompleteParamsOf(*request, policy),
                    Fenced(call, request, response, FillCompleteResponse));
   return call.reactor();
 }
@@ -188,10 +209,13 @@ grpc::ServerUnaryReactor* DedupService::Renew(
                              request->namespace_(), &call))) {
     return call.reactor();
   }
-  if (call.Rejected(ValidateRenew(*request, limits_))) return call.reactor();
+  const EffectivePolicy policy = PolicyFor(request->namespace_());
+  if (call.Rejected(NamePolicy(ValidateRenew(*request, policy.limits), policy))) {
+    return call.reactor();
+  }
   if (NotServing(call)) return call.reactor();
   store_->Renew(request->namespace_(), request->key(), request->fence(),
-                ResolveLease(request->lease_ms(), limits_),
+                ResolveLease(request->lease_ms(), policy.limits),
                 Fenced(call, request, response, FillRenewResponse));
   return call.reactor();
 }
@@ -204,7 +228,9 @@ grpc::ServerUnaryReactor* DedupService::Checkpoint(
                              request->namespace_(), &call))) {
     return call.reactor();
   }
-  if (call.Rejected(ValidateCheckpoint(*request, limits_))) {
+  const EffectivePolicy policy = PolicyFor(request->namespace_());
+  if (call.Rejected(
+          NamePolicy(ValidateCheckpoint(*request, policy.limits), policy))) {
     return call.reactor();
   }
   if (NotServing(call)) return call.reactor();

@@ -12,24 +12,28 @@
 #include "server/event_log.h"
 #include "server/limits.h"
 #include "server/metrics.h"
+#include "server/namespace_policy.h"
 #include "server/rpc_call.h"
 #include "storage/clock.h"
 #include "storage/store.h"
 
 namespace dedup {
 
-// Thread-safe. Owns none of its pointers: `store`, `metrics`, `auth` and
-// `events` (null: no event log) must outlive every call (shut the gRPC server
-// down before closing the store).
+// Thread-safe. Owns none of its pointers: `store`, `metrics`, `auth`,
+// `events` (null: no event log) and `policies` (null: `limits` for every
+// namespace) must outlive every call (shut the gRPC server down before
+// closing the store).
 class DedupService final : public v1::Dedup::CallbackService {
  public:
   DedupService(Store* store, const Limits& limits, Metrics* metrics,
-               const Authorizer* auth, EventLog* events)
+               const Authorizer* auth, EventLog* events,
+               const PolicyFile* policies = nullptr)
       : store_(store),
         limits_(limits),
         metrics_(metrics),
         auth_(auth),
-        events_(events) {}
+        events_(events),
+        policies_(policies) {}
 
   // For shutdown: from now on every call is answered UNAVAILABLE (with the
   // leader's address in cluster mode), so clients retry elsewhere instead
@@ -87,8 +91,12 @@ class DedupService final : public v1::Dedup::CallbackService {
   std::atomic<bool> lame_duck_{false};
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).
-  BeginParams BeginParamsOf(const v1::BeginRequest& request) const;
-  CompleteParams CompleteParamsOf(const v1::CompleteRequest& request) const;
+  BeginParams BeginParamsOf(const v1::BeginRequest& request,
+                            const EffectivePolicy& policy) const;
+  CompleteParams CompleteParamsOf(const v1::CompleteRequest& request,
+                                  const EffectivePolicy& policy) const;
+  // The defaults and limits of namespace `ns` (per-namespace policy).
+  EffectivePolicy PolicyFor(absl::string_view ns) const;
   // Counts an answer and logs it when it is an event worth investigating.
   void Observe(const v1::BeginRequest& request, const BeginResult& r) const;
   template <typename Request>
@@ -105,6 +113,7 @@ class DedupService final : public v1::Dedup::CallbackService {
   Metrics* const metrics_;
   const Authorizer* const auth_;
   EventLog* const events_;
+  const PolicyFile* const policies_;
 };
 
 }  // namespace dedup

@@ -85,7 +85,10 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
       completion->ItemDone();
       continue;
     }
-    if (absl::Status v = ValidateBatchBegin(*item, limits_); !v.ok()) {
+    const EffectivePolicy policy = PolicyFor(item->namespace_());
+    if (absl::Status v =
+            NamePolicy(ValidateBatchBegin(*item, policy.limits), policy);
+        !v.ok()) {
       metrics_->RecordInvalid(Method::kBeginBatch, FieldOf(v));
       SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
       completion->ItemDone();
@@ -112,7 +115,8 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
     // (clients ask again): without it, a small request naming one large
     // result many times makes gigabytes of answers.
     calls.push_back(Store::BeginCall{item->namespace_(), item->key(),
-                                     BeginParamsOf(*item), std::move(done),
+                                     BeginParamsOf(*item, policy),
+                                     std::move(done),
                                      completion->result_budget()});
   }
   store_->BeginMany(std::move(calls));
@@ -153,7 +157,10 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
       completion->ItemDone();
       continue;
     }
-    if (absl::Status v = ValidateComplete(*item, limits_); !v.ok()) {
+    const EffectivePolicy policy = PolicyFor(item->namespace_());
+    if (absl::Status v =
+            NamePolicy(ValidateComplete(*item, policy.limits), policy);
+        !v.ok()) {
       metrics_->RecordInvalid(Method::kCompleteBatch, FieldOf(v));
       SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
       completion->ItemDone();
@@ -171,7 +178,7 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
       completion->ItemDone();
     };
     calls.push_back(Store::CompleteCall{item->namespace_(), item->key(),
-                                        CompleteParamsOf(*item),
+                                        CompleteParamsOf(*item, policy),
                                         std::move(done)});
   }
   store_->CompleteMany(std::move(calls));

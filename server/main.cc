@@ -262,10 +262,16 @@ int main(int argc, char** argv) {
     exposer = *std::move(started);
   }
 
+  dedup::PolicyFile policies(config->policy_file, config->limits);
+  if (absl::Status loaded = policies.Reload(); !loaded.ok()) {
+    Log(absl::StrCat("--policy_file: ", loaded.message()));
+    return kExitBadFlags;
+  }
   dedup::DedupService service(store->get(), config->limits, &metrics,
-                              auth.get(), events->get());
+                              auth.get(), events->get(), &policies);
   dedup::AdminService admin(store->get(), &metrics, auth.get(),
-                            {DEDUP_VERSION, DEDUP_GIT_SHA, durability});
+                            {DEDUP_VERSION, DEDUP_GIT_SHA, durability},
+                            &policies);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -367,6 +373,15 @@ int main(int argc, char** argv) {
     if (auth->enabled()) {
       Log("received SIGHUP, reloading the tenants file");
       auth->Reload().IgnoreError();  // logged; the old tenants stay
+    }
+    if (!policies.path().empty()) {
+      if (absl::Status s = policies.Reload(); s.ok()) {
+        Log(absl::StrCat("received SIGHUP, reloaded the policy file (",
+                         policies.Current()->size(), " policies)"));
+      } else {
+        Log(absl::StrCat("policy file not reloaded, the old policy stays: ",
+                         s.message()));
+      }
     }
   }
   Log(absl::StrCat("received ", strsignal(signal_number),

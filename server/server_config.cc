@@ -96,6 +96,11 @@ ABSL_FLAG(uint32_t, tombstone_retention_s, 7 * 24 * 3600,
           "completed_at, args_hash; no result) is kept after the record "
           "expires, so that a late Begin answers EXPIRED instead of running "
           "the operation again; 0: no tombstones (a late Begin starts afresh)");
+ABSL_FLAG(std::string, policy_file, "",
+          "JSON file of per-namespace policies (defaults and limits of TTL "
+          "and lease, max result bytes, tombstone retention, what an ERROR "
+          "outcome means); reloaded on SIGHUP and by Admin.ReloadPolicy; an "
+          "invalid file keeps the policy in force");
 ABSL_FLAG(uint32_t, max_batch_items, 1000,
           "most items in a BeginBatch or CompleteBatch");
 ABSL_FLAG(uint32_t, max_batch_response_bytes, 3 << 20,
@@ -220,6 +225,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   limits.max_checkpoint_data_bytes =
       absl::GetFlag(FLAGS_max_checkpoint_data_bytes);
   limits.tombstone_retention_s = absl::GetFlag(FLAGS_tombstone_retention_s);
+  config.policy_file = absl::GetFlag(FLAGS_policy_file);
   limits.max_batch_response_bytes =
       absl::GetFlag(FLAGS_max_batch_response_bytes);
   config.enable_bench_service = absl::GetFlag(FLAGS_enable_bench_service);

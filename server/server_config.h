@@ -25,6 +25,8 @@ struct ServerConfig {
   EventLogOptions event_log;
   StoreOptions store;
   Limits limits;
+  // --policy_file: per-namespace defaults and limits (namespace_policy.h).
+  std::string policy_file;
   int64_t shutdown_grace_ms = 10'000;
   // Part of the grace during which new calls get UNAVAILABLE.
   int64_t lame_duck_ms = 250;

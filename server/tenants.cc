@@ -18,45 +18,18 @@ namespace {
 
 using Type = LinedJson::Type;
 
-absl::Status ErrorAt(const LinedJson& where, absl::string_view path,
-                     absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("line ", where.line, ": ", path, ": ", what));
-}
-
-absl::Status ExpectType(const LinedJson& value, absl::string_view path,
-                        Type type) {
-  if (value.type == type) return absl::OkStatus();
-  return ErrorAt(value, path,
-                 absl::StrCat("must be ", LinedJson::TypeName(type), ", got ",
-                              LinedJson::TypeName(value.type)));
-}
-
-absl::Status CheckKeys(const LinedJson& object, absl::string_view path,
-                       const std::set<absl::string_view>& allowed) {
-  for (size_t i = 0; i < object.members.size(); ++i) {
-    const std::string& key = object.members[i].first;
-    if (allowed.count(key) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "line ", object.member_lines[i], ": ", path, ": unknown key \"", key,
-          "\" (allowed: ", absl::StrJoin(allowed, ", "), ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // An array of strings at `path`; absent is empty.
 absl::StatusOr<std::vector<std::pair<std::string, const LinedJson*>>> StringsOf(
     const LinedJson* array, const std::string& path) {
   std::vector<std::pair<std::string, const LinedJson*>> strings;
   if (array == nullptr) return strings;
-  if (absl::Status s = ExpectType(*array, path, Type::kArray); !s.ok()) {
+  if (absl::Status s = ExpectJsonType(*array, path, Type::kArray); !s.ok()) {
     return s;
   }
   for (size_t i = 0; i < array->items.size(); ++i) {
     const LinedJson& item = array->items[i];
     const std::string item_path = absl::StrCat(path, "[", i, "]");
-    if (absl::Status s = ExpectType(item, item_path, Type::kString); !s.ok()) {
+    if (absl::Status s = ExpectJsonType(item, item_path, Type::kString); !s.ok()) {
       return s;
     }
     strings.emplace_back(item.string, &item);
@@ -69,7 +42,7 @@ absl::StatusOr<TokenDigest> DigestFromHex(const LinedJson& value,
   TokenDigest digest{};
   const std::string& hex = value.string;
   if (hex.size() != 64) {
-    return ErrorAt(value, path,
+    return JsonErrorAt(value, path,
                    absl::StrCat("must be 64 hex digits (the SHA-256 of the "
                                 "token), got ",
                                 hex.size(), " characters"));
@@ -84,7 +57,7 @@ absl::StatusOr<TokenDigest> DigestFromHex(const LinedJson& value,
       } else if (c >= 'a' && c <= 'f') {
         nibble = c - 'a' + 10;
       } else {
-        return ErrorAt(value, path,
+        return JsonErrorAt(value, path,
                        absl::StrCat("must be hex digits, found '",
                                     std::string(1, hex[2 * i + j]), "'"));
       }
@@ -97,11 +70,11 @@ absl::StatusOr<TokenDigest> DigestFromHex(const LinedJson& value,
 
 absl::Status ParseLimits(const LinedJson& value, const std::string& path,
                          TenantLimits* limits) {
-  if (absl::Status s = ExpectType(value, path, Type::kObject); !s.ok()) {
+  if (absl::Status s = ExpectJsonType(value, path, Type::kObject); !s.ok()) {
     return s;
   }
   if (absl::Status s =
-          CheckKeys(value, path, {"rps", "inflight", "stored_bytes"});
+          CheckJsonKeys(value, path, {"rps", "inflight", "stored_bytes"});
       !s.ok()) {
     return s;
   }
@@ -109,7 +82,7 @@ absl::Status ParseLimits(const LinedJson& value, const std::string& path,
     const std::string field = absl::StrCat(path, ".", key);
     if (number.type != Type::kNumber || !number.is_integer ||
         number.is_negative) {
-      return ErrorAt(number, field,
+      return JsonErrorAt(number, field,
                      "must be a whole number >= 0 (0: unlimited)");
     }
     uint64_t* slot = key == "rps"        ? &limits->rps
@@ -122,10 +95,10 @@ absl::Status ParseLimits(const LinedJson& value, const std::string& path,
 
 absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
                                    const std::string& path) {
-  if (absl::Status s = ExpectType(value, path, Type::kObject); !s.ok()) {
+  if (absl::Status s = ExpectJsonType(value, path, Type::kObject); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckKeys(value, path,
+  if (absl::Status s = CheckJsonKeys(value, path,
                                  {"name", "token_sha256", "cert_sans",
                                   "namespace_prefixes", "roles", "limits"});
       !s.ok()) {
@@ -133,12 +106,12 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
   }
   Tenant tenant;
   const LinedJson* name = value.Find("name");
-  if (name == nullptr) return ErrorAt(value, path, "\"name\" is required");
+  if (name == nullptr) return JsonErrorAt(value, path, "\"name\" is required");
   const std::string name_path = absl::StrCat(path, ".name");
-  if (absl::Status s = ExpectType(*name, name_path, Type::kString); !s.ok()) {
+  if (absl::Status s = ExpectJsonType(*name, name_path, Type::kString); !s.ok()) {
     return s;
   }
-  if (name->string.empty()) return ErrorAt(*name, name_path, "is empty");
+  if (name->string.empty()) return JsonErrorAt(*name, name_path, "is empty");
   tenant.name = name->string;
 
   auto tokens = StringsOf(value.Find("token_sha256"),
@@ -155,13 +128,13 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
   if (!sans.ok()) return sans.status();
   for (size_t i = 0; i < sans->size(); ++i) {
     if ((*sans)[i].first.empty()) {
-      return ErrorAt(*(*sans)[i].second,
+      return JsonErrorAt(*(*sans)[i].second,
                      absl::StrCat(path, ".cert_sans[", i, "]"), "is empty");
     }
     tenant.cert_sans.push_back((*sans)[i].first);
   }
   if (tenant.token_digests.empty() && tenant.cert_sans.empty()) {
-    return ErrorAt(value, path,
+    return JsonErrorAt(value, path,
                    "has no credential: give token_sha256 or cert_sans");
   }
   auto prefixes = StringsOf(value.Find("namespace_prefixes"),
@@ -180,13 +153,13 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
     } else if (role == "operator") {
       tenant.operator_role = true;
     } else {
-      return ErrorAt(*(*roles)[i].second, absl::StrCat(path, ".roles[", i, "]"),
+      return JsonErrorAt(*(*roles)[i].second, absl::StrCat(path, ".roles[", i, "]"),
                      absl::StrCat("unknown role \"", role,
                                   "\" (allowed: client, operator)"));
     }
   }
   if (!tenant.client && !tenant.operator_role) {
-    return ErrorAt(value, path,
+    return JsonErrorAt(value, path,
                    "has no role: give \"roles\": [\"client\"] or "
                    "[\"operator\"]");
   }
@@ -220,18 +193,18 @@ TokenDigest DigestOfToken(absl::string_view token) {
 absl::StatusOr<TenantTable> TenantTable::Parse(absl::string_view json_text) {
   absl::StatusOr<LinedJson> root = ParseLinedJson(json_text);
   if (!root.ok()) return root.status();
-  if (absl::Status s = ExpectType(*root, "(top level)", Type::kObject);
+  if (absl::Status s = ExpectJsonType(*root, "(top level)", Type::kObject);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckKeys(*root, "(top level)", {"tenants"}); !s.ok()) {
+  if (absl::Status s = CheckJsonKeys(*root, "(top level)", {"tenants"}); !s.ok()) {
     return s;
   }
   const LinedJson* list = root->Find("tenants");
   if (list == nullptr) {
-    return ErrorAt(*root, "(top level)", "\"tenants\" is required");
+    return JsonErrorAt(*root, "(top level)", "\"tenants\" is required");
   }
-  if (absl::Status s = ExpectType(*list, "tenants", Type::kArray); !s.ok()) {
+  if (absl::Status s = ExpectJsonType(*list, "tenants", Type::kArray); !s.ok()) {
     return s;
   }
   TenantTable table;
@@ -257,7 +230,7 @@ absl::StatusOr<TenantTable> TenantTable::Parse(absl::string_view json_text) {
           owner_of_credential.emplace(credential, tenant->name);
       if (!inserted) {
         const std::string kind = credential.substr(0, credential.find(' '));
-        return ErrorAt(list->items[i], path,
+        return JsonErrorAt(list->items[i], path,
                        absl::StrCat("its ", kind, " is also in tenant \"",
                                     it->second, "\": each must be in one"));
       }

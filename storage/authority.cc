@@ -52,7 +52,8 @@ BeginDecision DecideBegin(const std::optional<Record>& stored,
         d.status = BeginStatus::kConflict;
         return d;
       }
-      if (!params.accept_rerun) {
+      if (!params.accept_rerun &&
+          !(params.retry_errors && d.record.outcome == Outcome::kError)) {
         d.status = BeginStatus::kExpired;
         return d;
       }
@@ -76,6 +77,17 @@ BeginDecision DecideBegin(const std::optional<Record>& stored,
     return d;
   }
   if (d.record.state == RecordState::kCompleted) {
+    if (params.retry_errors && d.record.outcome == Outcome::kError) {
+      // A failed attempt under a policy that allows another: a new
+      // execution of the same operation, attempts going on.
+      d.status = BeginStatus::kStarted;
+      d.rerun = true;
+      d.write = WriteKind::kPut;
+      d.record = TombstoneOf(d.record);
+      d.record.created_at_ms = now_ms;
+      Claim(d.record, params, now_ms, next_fence());
+      return d;
+    }
     d.status = BeginStatus::kDuplicate;
     return d;
   }

@@ -28,6 +28,9 @@ struct BeginParams {
   // On a tombstone (an expired completed record still retained): false
   // answers kExpired, true starts the operation afresh (a higher fence).
   bool accept_rerun = false;
+  // An ERROR outcome allows a fresh attempt (per-namespace policy
+  // "on_error": "retry") instead of being replayed as DUPLICATE.
+  bool retry_errors = false;
 };
 
 // kExpired: the record expired after completing; its tombstone says when
@@ -38,7 +41,9 @@ struct BeginDecision {
   BeginStatus status = BeginStatus::kInUse;
   bool takeover = false;  // STARTED over an expired lease
   bool reentry = false;   // STARTED again for the same owner, same fence
-  bool rerun = false;     // STARTED over a tombstone (accept_rerun)
+  // STARTED over a tombstone (accept_rerun) or over an ERROR outcome
+  // (retry_errors).
+  bool rerun = false;
   WriteKind write = WriteKind::kNone;
   // The record after the decision: the one written, or the one found (for
   // kExpired and a CONFLICT on a tombstone: the tombstone, TombstoneOf).

@@ -8,7 +8,8 @@
 namespace dedup {
 namespace {
 
-// Version 2 added Begin's accept_rerun, Complete's retention_ms and the
+// Version 2 added Begin's flags (accept_rerun, retry_errors), Complete's
+// retention_ms and the
 // Checkpoint operation. Version 1 entries (in logs written before) still
 // decode, with those fields at their defaults.
 constexpr uint8_t kLogEntryVersion1 = 1;
@@ -99,7 +100,7 @@ void EncodeOp(const LogOp& op, Writer& w) {
       w.Bytes(op.begin.owner);
       w.I64(op.begin.lease_ms);
       w.U64(op.begin.ttl_s);
-      w.U8(op.begin.accept_rerun ? 1 : 0);
+      w.U8((op.begin.accept_rerun ? 1 : 0) | (op.begin.retry_errors ? 2 : 0));
       break;
     case OpType::kComplete:
       w.U64(op.complete.fence);
@@ -155,9 +156,10 @@ bool DecodeOp(Reader& r, uint8_t version, LogOp* op) {
           !LeaseInRange(op->begin.lease_ms)) {
         return false;
       }
-      uint8_t accept_rerun = 0;
-      if (v2 && (!r.U8(&accept_rerun) || accept_rerun > 1)) return false;
-      op->begin.accept_rerun = accept_rerun == 1;
+      uint8_t flags = 0;
+      if (v2 && (!r.U8(&flags) || flags > 3)) return false;
+      op->begin.accept_rerun = (flags & 1) != 0;
+      op->begin.retry_errors = (flags & 2) != 0;
       return true;
     }
     case OpType::kComplete: {

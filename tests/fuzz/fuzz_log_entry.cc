@@ -48,6 +48,7 @@ bool SameOp(const LogOp& a, const LogOp& b) {
          a.begin.lease_ms == b.begin.lease_ms &&
          a.begin.ttl_s == b.begin.ttl_s &&
          a.begin.accept_rerun == b.begin.accept_rerun &&
+         a.begin.retry_errors == b.begin.retry_errors &&
          a.complete.retention_ms == b.complete.retention_ms &&
          a.checkpoint.fence == b.checkpoint.fence &&
          a.checkpoint.step == b.checkpoint.step &&

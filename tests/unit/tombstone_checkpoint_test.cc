@@ -197,6 +197,31 @@ TEST_F(TombstoneCheckpointTest, CompleteDropsTheCheckpoint) {
   EXPECT_TRUE(done.record.checkpoint_data.empty());
 }
 
+TEST_F(TombstoneCheckpointTest, RetryErrorsStartsAgainAfterAnErrorOnly) {
+  BeginParams retry = Params("b");
+  retry.retry_errors = true;
+  const Record failed = Completed(kRetentionMs, Outcome::kError);
+  BeginDecision d = Begin(failed, retry, kT0 + 200);
+  EXPECT_EQ(d.status, BeginStatus::kStarted);
+  EXPECT_TRUE(d.rerun);
+  EXPECT_GT(d.record.fence, failed.fence);
+  EXPECT_EQ(d.record.attempts, failed.attempts + 1);
+  EXPECT_TRUE(d.record.result.empty());
+  EXPECT_EQ(d.record.retain_until_ms, 0);
+  // Its tombstone too.
+  EXPECT_EQ(Begin(failed, retry, failed.expire_at_ms + 1).status,
+            BeginStatus::kStarted);
+  // A success is a duplicate whatever the rule; without it, so is an error.
+  const Record done = Completed(kRetentionMs, Outcome::kSuccess);
+  EXPECT_EQ(Begin(done, retry, kT0 + 200).status, BeginStatus::kDuplicate);
+  EXPECT_EQ(Begin(failed, Params("b"), kT0 + 200).status,
+            BeginStatus::kDuplicate);
+  // Other arguments still conflict.
+  BeginParams other = retry;
+  other.args_hash = "other";
+  EXPECT_EQ(Begin(failed, other, kT0 + 200).status, BeginStatus::kConflict);
+}
+
 TEST(RecordVersion2Test, RoundTripsTombstoneAndCheckpointFields) {
   Record r;
   r.state = RecordState::kInFlight;
