@@ -197,7 +197,8 @@ std::optional<int64_t> PeekDropAt(absl::string_view value) {
   if (static_cast<uint8_t>(value[0]) != kRecordFormatVersion2) return expire_at;
   const int64_t retain_until =
       GetLittleEndian<int64_t>(value.data() + kRetainUntilOffset);
-  return retain_until > expire_at ? retain_until : expire_at;
+  return retain_until != 0 && retain_until > expire_at ? retain_until
+                                                      : expire_at;
 }
 
 std::optional<LeaseHeader> PeekLeaseHeader(absl::string_view value) {

@@ -82,7 +82,11 @@ struct Record {
   // When nothing of the record is needed any more: expiry, or the end of
   // its tombstone's retention.
   [[nodiscard]] int64_t drop_at_ms() const {
-    return retain_until_ms > expire_at_ms ? retain_until_ms : expire_at_ms;
+    // retain_until 0 is "no tombstone", whatever expire_at holds (a
+    // damaged value's may even be negative: found by fuzzing).
+    return retain_until_ms != 0 && retain_until_ms > expire_at_ms
+               ? retain_until_ms
+               : expire_at_ms;
   }
 };
 

@@ -21,7 +21,10 @@ std::optional<std::string> ShrinkToTombstone(absl::string_view key,
                                              absl::string_view value,
                                              int64_t now_ms,
                                              int64_t grace_ms) {
-  if (!IsRecordKey(key)) return std::nullopt;
+  // A record due to be dropped is dropped, not shrunk.
+  if (!IsRecordKey(key) || ShouldDropExpired(key, value, now_ms, grace_ms)) {
+    return std::nullopt;
+  }
   std::optional<int64_t> expire_at = PeekExpireAt(value);
   if (!expire_at.has_value() || *expire_at > now_ms - grace_ms) {
     return std::nullopt;
