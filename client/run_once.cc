@@ -183,6 +183,17 @@ absl::StatusOr<RunResult> Execute(
 
 }  // namespace
 
+ExecResult ExecResult::SuccessJson(const nlohmann::json& value) {
+  return Success(EncodeJsonResult(value));
+}
+
+ExecResult ExecResult::PermanentErrorJson(absl::string_view name,
+                                          absl::string_view message,
+                                          const nlohmann::json& code) {
+  return PermanentError(EncodeStoredError(
+      StoredError{std::string(name), std::string(message), code}));
+}
+
 ExecResult ExecResult::Success(std::string result) {
   ExecResult r;
   r.kind = Kind::kSuccess;
@@ -202,6 +213,20 @@ ExecResult ExecResult::Retryable(absl::Status why) {
   r.kind = Kind::kRetryable;
   r.retry_status = std::move(why);
   return r;
+}
+
+absl::StatusOr<nlohmann::json> RunResult::ResultJson() const {
+  if (outcome != v1::SUCCESS) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("dedup: the outcome is ", v1::Outcome_Name(outcome),
+                     ", not SUCCESS: use ResultError()"));
+  }
+  return DecodeJsonResult(result);
+}
+
+std::optional<StoredError> RunResult::ResultError() const {
+  if (outcome != v1::ERROR) return std::nullopt;
+  return DecodeStoredError(result);
 }
 
 absl::StatusOr<RunResult> RunOnce(

@@ -10,6 +10,14 @@
 // the lease), so a slow side effect is not taken over; if a renewal learns
 // the claim was lost anyway, Claim::lost() turns true. `fn` must not throw
 // (if it does, the claim is left to lapse when its lease ends).
+//
+// Results: store JSON (ExecResult::SuccessJson, PermanentErrorJson), the
+// convention every dedup helper shares (client/json_result.h): the
+// TypeScript and Python helpers then replay what C++ recorded, and
+// RunResult::ResultJson / ResultError read what they recorded. Raw bytes
+// (ExecResult::Success, PermanentError) are the escape hatch for results
+// only C++ reads: the other helpers refuse a SUCCESS that is not JSON and
+// read a raw ERROR as name "Error" with the bytes as message.
 #ifndef DEDUP_CLIENT_RUN_ONCE_H_
 #define DEDUP_CLIENT_RUN_ONCE_H_
 
@@ -26,7 +34,9 @@
 #include "absl/time/time.h"
 #include "client/coalescing_client.h"
 #include "client/dedup_client.h"
+#include "client/json_result.h"
 #include "dedup/v1/dedup.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace dedup {
 
@@ -71,6 +81,19 @@ struct Claim {
 struct ExecResult {
   enum class Kind { kSuccess, kPermanentError, kRetryable };
 
+  // The side effect happened; `value` is stored as JSON text
+  // (EncodeJsonResult) and replayed to duplicates in every language.
+  static ExecResult SuccessJson(const nlohmann::json& value);
+  // The side effect failed for good; the error is stored as
+  // {"name","message","code"?} (EncodeStoredError, the TypeScript helper's
+  // bytes) and replayed as an ERROR outcome, so duplicates never try again:
+  // TypeScript and Python raise ReplayedError with this name and message,
+  // C++ reads it with RunResult::ResultError. `code`: a string or a number,
+  // or null for none (other JSON types are left out).
+  static ExecResult PermanentErrorJson(absl::string_view name,
+                                       absl::string_view message,
+                                       const nlohmann::json& code = nullptr);
+  // Raw forms: the bytes are stored as given (see the file comment).
   // The side effect happened; `result` is replayed to duplicates.
   static ExecResult Success(std::string result);
   // The side effect failed for good; `payload` is stored and replayed as an
@@ -111,10 +134,21 @@ struct RunOptions {
 
 struct RunResult {
   v1::Outcome outcome = v1::OUTCOME_UNSPECIFIED;  // SUCCESS or ERROR.
-  std::string result;      // Success result or error payload.
+  // Success result or error payload, the bytes as stored (the same whether
+  // `fn` ran or the outcome was replayed).
+  std::string result;
   bool duplicate = false;  // True when replayed: `fn` was not called.
   uint64_t fence = 0;
   bool takeover = false;  // `fn` ran as a takeover (see Claim).
+
+  // A SUCCESS result as JSON (DecodeJsonResult): FAILED_PRECONDITION when
+  // the outcome is not SUCCESS, INVALID_ARGUMENT when `result` is not JSON
+  // text (stored raw).
+  [[nodiscard]] absl::StatusOr<nlohmann::json> ResultJson() const;
+  // An ERROR outcome's error (DecodeStoredError: raw payloads read as name
+  // "Error" with the payload as message); nullopt when the outcome is not
+  // ERROR.
+  [[nodiscard]] std::optional<StoredError> ResultError() const;
 };
 
 // Begin (with a fresh UUID owner) → on STARTED run `fn` and Complete with its

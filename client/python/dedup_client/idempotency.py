@@ -122,8 +122,10 @@ def encode_error(error: BaseException) -> bytes:
     name = cls.__qualname__
     if cls.__module__ != "builtins":
         name = f"{cls.__module__}.{name}"
+    # Compact separators: byte for byte what TypeScript and C++ write.
     return json.dumps(
-        {"name": name, "message": str(error)}, ensure_ascii=False
+        {"name": name, "message": str(error)}, ensure_ascii=False,
+        separators=(",", ":")
     ).encode("utf-8")
 
 
