@@ -92,8 +92,8 @@ struct BeginBatchItem {
   // claimed is re-entered (STARTED, same fence) instead of answering IN_USE.
   // An empty owner is anonymous and such an item would then answer IN_USE.
   std::string owner;
-  uint32_t lease_ms = 0;  // 0: server default.
-  uint32_t ttl_s = 0;     // 0: server default.
+  uint32_t lease_ms = 0;      // 0: server default.
+  uint32_t ttl_s = 0;         // 0: server default.
   bool accept_rerun = false;  // As BeginOptions::accept_rerun.
 };
 

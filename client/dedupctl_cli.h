@@ -37,8 +37,8 @@ enum class Command {
   kCheckpoint,
   kGet,
   kForget,
-  kStats,    // Admin: the server's key figures as a table.
-  kCompact,  // Admin: compact now, dropping expired records.
+  kStats,         // Admin: the server's key figures as a table.
+  kCompact,       // Admin: compact now, dropping expired records.
   kPolicy,        // Admin: the policy in force for a namespace.
   kReloadPolicy,  // Admin: read --policy_file again.
   // dedup.v1.Cluster (cluster mode): a row per node; membership changes and

@@ -100,7 +100,8 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
     case Command::kReloadPolicy:
       return Report(
           AdminCall<v1::ReloadPolicyRequest, v1::ReloadPolicyResponse>(
-              deadline, [&](auto* c, const auto& req, auto* resp) {
+              deadline,
+              [&](auto* c, const auto& req, auto* resp) {
                 return admin.ReloadPolicy(c, req, resp);
               }),
           out, err);

@@ -174,7 +174,8 @@ void Row(std::ostream& out, absl::string_view name, absl::string_view value) {
 
 void PrintResponse(std::ostream& out, const v1::GetPolicyResponse& r) {
   PrintLine(out, "policy", r.policy().empty() ? "(server flags)" : r.policy());
-  if (!r.policy().empty()) PrintLine(out, "prefix", absl::StrCat("\"", r.prefix(), "\""));
+  if (!r.policy().empty())
+    PrintLine(out, "prefix", absl::StrCat("\"", r.prefix(), "\""));
   PrintLine(out, "default_ttl_s", absl::StrCat(r.default_ttl_s()));
   PrintLine(out, "max_ttl_s", absl::StrCat(r.max_ttl_s()));
   PrintLine(out, "default_lease_ms", absl::StrCat(r.default_lease_ms()));

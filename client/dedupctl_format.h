@@ -37,8 +37,7 @@ void PrintResponse(std::ostream& out, const v1::ForgetResponse& response);
 // A table of the key figures, aligned for reading.
 void PrintResponse(std::ostream& out, const v1::StatsResponse& response);
 void PrintResponse(std::ostream& out, const v1::GetPolicyResponse& response);
-void PrintResponse(std::ostream& out,
-                   const v1::ReloadPolicyResponse& response);
+void PrintResponse(std::ostream& out, const v1::ReloadPolicyResponse& response);
 void PrintResponse(std::ostream& out, const v1::CompactResponse& response);
 
 }  // namespace dedup::ctl

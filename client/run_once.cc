@@ -41,8 +41,8 @@ absl::Status ExpiredError(absl::string_view ns, absl::string_view key,
   absl::Status status = absl::FailedPreconditionError(absl::StrCat(
       "dedup: key ", Describe(ns, key), " is EXPIRED: it already ran (fence ",
       begin.fence(), ", outcome ", v1::Outcome_Name(begin.outcome()),
-      ", completed at ", absl::FormatTime(absl::FromUnixMillis(
-                             begin.completed_at())),
+      ", completed at ",
+      absl::FormatTime(absl::FromUnixMillis(begin.completed_at())),
       ") and its record and result expired; set accept_rerun to run it "
       "again"));
   status.SetPayload(kBeginAnswerUrl,
@@ -52,10 +52,10 @@ absl::Status ExpiredError(absl::string_view ns, absl::string_view key,
 
 absl::Status ClaimLostError(absl::string_view ns, absl::string_view key,
                             uint64_t fence, absl::string_view how) {
-  absl::Status status = absl::AbortedError(absl::StrCat(
-      "dedup: the claim on ", Describe(ns, key), " with fence ", fence,
-      " was lost while it ran (", how,
-      "); another owner may run it: nothing was recorded"));
+  absl::Status status = absl::AbortedError(
+      absl::StrCat("dedup: the claim on ", Describe(ns, key), " with fence ",
+                   fence, " was lost while it ran (", how,
+                   "); another owner may run it: nothing was recorded"));
   status.SetPayload(kClaimLostUrl, absl::Cord("lost"));
   return status;
 }

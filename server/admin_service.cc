@@ -32,8 +32,7 @@ grpc::ServerUnaryReactor* AdminService::ReloadPolicy(
   // A small file read on a callback thread: operator-only and rare.
   if (s.ok()) s = policies_->Reload();
   if (s.ok()) {
-    response->set_policies(
-        static_cast<uint32_t>(policies_->Current()->size()));
+    response->set_policies(static_cast<uint32_t>(policies_->Current()->size()));
   }
   reactor->Finish(ToGrpcStatus(s));
   return reactor;

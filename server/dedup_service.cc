@@ -130,7 +130,8 @@ grpc::ServerUnaryReactor* DedupService::Begin(
     return call.reactor();
   }
   const EffectivePolicy policy = PolicyFor(request->namespace_());
-  if (call.Rejected(NamePolicy(ValidateBegin(*request, policy.limits), policy))) {
+  if (call.Rejected(
+          NamePolicy(ValidateBegin(*request, policy.limits), policy))) {
     return call.reactor();
   }
   if (NotServing(call)) return call.reactor();
@@ -210,7 +211,8 @@ grpc::ServerUnaryReactor* DedupService::Renew(
     return call.reactor();
   }
   const EffectivePolicy policy = PolicyFor(request->namespace_());
-  if (call.Rejected(NamePolicy(ValidateRenew(*request, policy.limits), policy))) {
+  if (call.Rejected(
+          NamePolicy(ValidateRenew(*request, policy.limits), policy))) {
     return call.reactor();
   }
   if (NotServing(call)) return call.reactor();

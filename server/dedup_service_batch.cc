@@ -114,10 +114,9 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
     // A DUPLICATE past the budget is answered UNAVAILABLE by the store
     // (clients ask again): without it, a small request naming one large
     // result many times makes gigabytes of answers.
-    calls.push_back(Store::BeginCall{item->namespace_(), item->key(),
-                                     BeginParamsOf(*item, policy),
-                                     std::move(done),
-                                     completion->result_budget()});
+    calls.push_back(Store::BeginCall{
+        item->namespace_(), item->key(), BeginParamsOf(*item, policy),
+        std::move(done), completion->result_budget()});
   }
   store_->BeginMany(std::move(calls));
   completion->ItemDone();

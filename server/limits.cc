@@ -234,8 +234,8 @@ absl::Status ValidateCheckpoint(const v1::CheckpointRequest& r,
     return s;
   }
   if (absl::Status s = CheckFence(r.fence()); !s.ok()) return s;
-  if (absl::Status s = CheckPrintable("step", r.step(), 1,
-                                      limits.max_checkpoint_step_bytes);
+  if (absl::Status s =
+          CheckPrintable("step", r.step(), 1, limits.max_checkpoint_step_bytes);
       !s.ok()) {
     return s;
   }
@@ -244,13 +244,13 @@ absl::Status ValidateCheckpoint(const v1::CheckpointRequest& r,
                    absl::StrCat("at most ", limits.max_checkpoint_data_bytes,
                                 " bytes, got ", r.data().size()));
   }
-  if (r.lease_ms() != 0 &&
-      (r.lease_ms() < limits.min_lease_ms || r.lease_ms() > limits.max_lease_ms)) {
-    return Invalid("lease_ms",
-                   absl::StrCat("must be ", limits.min_lease_ms, "..",
-                                limits.max_lease_ms,
-                                " (or 0 to leave the lease as it is), got ",
-                                r.lease_ms()));
+  if (r.lease_ms() != 0 && (r.lease_ms() < limits.min_lease_ms ||
+                            r.lease_ms() > limits.max_lease_ms)) {
+    return Invalid(
+        "lease_ms",
+        absl::StrCat("must be ", limits.min_lease_ms, "..", limits.max_lease_ms,
+                     " (or 0 to leave the lease as it is), got ",
+                     r.lease_ms()));
   }
   return absl::OkStatus();
 }

@@ -8,11 +8,11 @@ namespace dedup {
 namespace {
 
 constexpr std::array<const char*, kMethodCount> kMethodNames = {
-    "Begin", "Complete", "Release",    "Renew",
-    "Get",   "Forget",   "BeginBatch", "CompleteBatch", "Checkpoint"};
+    "Begin",  "Complete",   "Release",       "Renew",     "Get",
+    "Forget", "BeginBatch", "CompleteBatch", "Checkpoint"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
-    "started",   "takeover", "reentry", "in_use",
-    "conflict",  "duplicate", "expired", "rerun"};
+    "started",  "takeover",  "reentry", "in_use",
+    "conflict", "duplicate", "expired", "rerun"};
 constexpr std::array<const char*, 4> kFencedNames = {
     "ok", "stale_fence", "not_found", "already_completed"};
 constexpr std::array<const char*, 4> kWaitNames = {"duplicate", "started",

@@ -20,16 +20,17 @@ constexpr uint32_t kMaxLeaseMs = 24 * 3600 * 1000;
 constexpr uint32_t kMaxRetentionS = 365 * 24 * 3600;
 
 absl::Status ReadUint(const LinedJson& value, const std::string& path,
-                      uint32_t min, uint32_t max, std::optional<uint32_t>* out) {
+                      uint32_t min, uint32_t max,
+                      std::optional<uint32_t>* out) {
   if (value.type != Type::kNumber || !value.is_integer || value.is_negative ||
       value.integer < min || value.integer > max) {
-    return JsonErrorAt(value, path,
-                       absl::StrCat("must be a whole number ", min, "..", max,
-                                    value.type == Type::kNumber && value.is_integer
-                                        ? absl::StrCat(", got ",
-                                                       value.is_negative ? "-" : "",
-                                                       value.integer)
-                                        : ""));
+    return JsonErrorAt(
+        value, path,
+        absl::StrCat("must be a whole number ", min, "..", max,
+                     value.type == Type::kNumber && value.is_integer
+                         ? absl::StrCat(", got ", value.is_negative ? "-" : "",
+                                        value.integer)
+                         : ""));
   }
   *out = static_cast<uint32_t>(value.integer);
   return absl::OkStatus();
@@ -41,11 +42,11 @@ absl::StatusOr<NamespacePolicy> ParsePolicy(const LinedJson& value,
   if (absl::Status s = ExpectJsonType(value, path, Type::kObject); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckJsonKeys(
-          value, path,
-          {"prefix", "name", "default_ttl_s", "max_ttl_s", "default_lease_ms",
-           "max_lease_ms", "max_result_bytes", "tombstone_retention_s",
-           "on_error"});
+  if (absl::Status s =
+          CheckJsonKeys(value, path,
+                        {"prefix", "name", "default_ttl_s", "max_ttl_s",
+                         "default_lease_ms", "max_lease_ms", "max_result_bytes",
+                         "tombstone_retention_s", "on_error"});
       !s.ok()) {
     return s;
   }
@@ -63,7 +64,8 @@ absl::StatusOr<NamespacePolicy> ParsePolicy(const LinedJson& value,
     absl::Status s;
     if (key == "name") {
       s = ExpectJsonType(field, at, Type::kString);
-      if (s.ok() && field.string.empty()) s = JsonErrorAt(field, at, "is empty");
+      if (s.ok() && field.string.empty())
+        s = JsonErrorAt(field, at, "is empty");
       if (s.ok()) policy.name = field.string;
     } else if (key == "default_ttl_s") {
       s = ReadUint(field, at, 1, kMaxTtlS, &policy.default_ttl_s);
@@ -79,8 +81,7 @@ absl::StatusOr<NamespacePolicy> ParsePolicy(const LinedJson& value,
       s = ReadUint(field, at, 0, server.max_result_bytes,
                    &policy.max_result_bytes);
     } else if (key == "tombstone_retention_s") {
-      s = ReadUint(field, at, 0, kMaxRetentionS,
-                   &policy.tombstone_retention_s);
+      s = ReadUint(field, at, 0, kMaxRetentionS, &policy.tombstone_retention_s);
     } else if (key == "on_error") {
       s = ExpectJsonType(field, at, Type::kString);
       if (s.ok() && field.string != "replay" && field.string != "retry") {
@@ -154,9 +155,9 @@ absl::StatusOr<PolicyTable> PolicyTable::Parse(absl::string_view json_text,
                        effective.max_lease_ms, ")"));
     }
     if (!table.by_prefix_.emplace(policy->prefix, *policy).second) {
-      return JsonErrorAt(item, path + ".prefix",
-                         absl::StrCat("prefix \"", policy->prefix,
-                                      "\" already has a policy"));
+      return JsonErrorAt(
+          item, path + ".prefix",
+          absl::StrCat("prefix \"", policy->prefix, "\" already has a policy"));
     }
   }
   return table;
@@ -217,9 +218,9 @@ std::shared_ptr<const PolicyTable> PolicyFile::Current() const {
 
 absl::Status NamePolicy(absl::Status refusal, const EffectivePolicy& policy) {
   if (refusal.ok() || policy.name.empty()) return refusal;
-  return absl::Status(refusal.code(),
-                      absl::StrCat(refusal.message(), " (policy \"",
-                                   policy.name, "\")"));
+  return absl::Status(
+      refusal.code(),
+      absl::StrCat(refusal.message(), " (policy \"", policy.name, "\")"));
 }
 
 }  // namespace dedup

@@ -29,7 +29,8 @@ absl::StatusOr<std::vector<std::pair<std::string, const LinedJson*>>> StringsOf(
   for (size_t i = 0; i < array->items.size(); ++i) {
     const LinedJson& item = array->items[i];
     const std::string item_path = absl::StrCat(path, "[", i, "]");
-    if (absl::Status s = ExpectJsonType(item, item_path, Type::kString); !s.ok()) {
+    if (absl::Status s = ExpectJsonType(item, item_path, Type::kString);
+        !s.ok()) {
       return s;
     }
     strings.emplace_back(item.string, &item);
@@ -43,9 +44,9 @@ absl::StatusOr<TokenDigest> DigestFromHex(const LinedJson& value,
   const std::string& hex = value.string;
   if (hex.size() != 64) {
     return JsonErrorAt(value, path,
-                   absl::StrCat("must be 64 hex digits (the SHA-256 of the "
-                                "token), got ",
-                                hex.size(), " characters"));
+                       absl::StrCat("must be 64 hex digits (the SHA-256 of the "
+                                    "token), got ",
+                                    hex.size(), " characters"));
   }
   for (size_t i = 0; i < 32; ++i) {
     int byte = 0;
@@ -58,8 +59,8 @@ absl::StatusOr<TokenDigest> DigestFromHex(const LinedJson& value,
         nibble = c - 'a' + 10;
       } else {
         return JsonErrorAt(value, path,
-                       absl::StrCat("must be hex digits, found '",
-                                    std::string(1, hex[2 * i + j]), "'"));
+                           absl::StrCat("must be hex digits, found '",
+                                        std::string(1, hex[2 * i + j]), "'"));
       }
       byte = byte * 16 + nibble;
     }
@@ -83,7 +84,7 @@ absl::Status ParseLimits(const LinedJson& value, const std::string& path,
     if (number.type != Type::kNumber || !number.is_integer ||
         number.is_negative) {
       return JsonErrorAt(number, field,
-                     "must be a whole number >= 0 (0: unlimited)");
+                         "must be a whole number >= 0 (0: unlimited)");
     }
     uint64_t* slot = key == "rps"        ? &limits->rps
                      : key == "inflight" ? &limits->inflight
@@ -99,8 +100,8 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
     return s;
   }
   if (absl::Status s = CheckJsonKeys(value, path,
-                                 {"name", "token_sha256", "cert_sans",
-                                  "namespace_prefixes", "roles", "limits"});
+                                     {"name", "token_sha256", "cert_sans",
+                                      "namespace_prefixes", "roles", "limits"});
       !s.ok()) {
     return s;
   }
@@ -108,7 +109,8 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
   const LinedJson* name = value.Find("name");
   if (name == nullptr) return JsonErrorAt(value, path, "\"name\" is required");
   const std::string name_path = absl::StrCat(path, ".name");
-  if (absl::Status s = ExpectJsonType(*name, name_path, Type::kString); !s.ok()) {
+  if (absl::Status s = ExpectJsonType(*name, name_path, Type::kString);
+      !s.ok()) {
     return s;
   }
   if (name->string.empty()) return JsonErrorAt(*name, name_path, "is empty");
@@ -129,13 +131,13 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
   for (size_t i = 0; i < sans->size(); ++i) {
     if ((*sans)[i].first.empty()) {
       return JsonErrorAt(*(*sans)[i].second,
-                     absl::StrCat(path, ".cert_sans[", i, "]"), "is empty");
+                         absl::StrCat(path, ".cert_sans[", i, "]"), "is empty");
     }
     tenant.cert_sans.push_back((*sans)[i].first);
   }
   if (tenant.token_digests.empty() && tenant.cert_sans.empty()) {
     return JsonErrorAt(value, path,
-                   "has no credential: give token_sha256 or cert_sans");
+                       "has no credential: give token_sha256 or cert_sans");
   }
   auto prefixes = StringsOf(value.Find("namespace_prefixes"),
                             absl::StrCat(path, ".namespace_prefixes"));
@@ -153,15 +155,16 @@ absl::StatusOr<Tenant> ParseTenant(const LinedJson& value,
     } else if (role == "operator") {
       tenant.operator_role = true;
     } else {
-      return JsonErrorAt(*(*roles)[i].second, absl::StrCat(path, ".roles[", i, "]"),
-                     absl::StrCat("unknown role \"", role,
-                                  "\" (allowed: client, operator)"));
+      return JsonErrorAt(*(*roles)[i].second,
+                         absl::StrCat(path, ".roles[", i, "]"),
+                         absl::StrCat("unknown role \"", role,
+                                      "\" (allowed: client, operator)"));
     }
   }
   if (!tenant.client && !tenant.operator_role) {
     return JsonErrorAt(value, path,
-                   "has no role: give \"roles\": [\"client\"] or "
-                   "[\"operator\"]");
+                       "has no role: give \"roles\": [\"client\"] or "
+                       "[\"operator\"]");
   }
   if (const LinedJson* limits = value.Find("limits")) {
     if (absl::Status s =
@@ -197,14 +200,16 @@ absl::StatusOr<TenantTable> TenantTable::Parse(absl::string_view json_text) {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckJsonKeys(*root, "(top level)", {"tenants"}); !s.ok()) {
+  if (absl::Status s = CheckJsonKeys(*root, "(top level)", {"tenants"});
+      !s.ok()) {
     return s;
   }
   const LinedJson* list = root->Find("tenants");
   if (list == nullptr) {
     return JsonErrorAt(*root, "(top level)", "\"tenants\" is required");
   }
-  if (absl::Status s = ExpectJsonType(*list, "tenants", Type::kArray); !s.ok()) {
+  if (absl::Status s = ExpectJsonType(*list, "tenants", Type::kArray);
+      !s.ok()) {
     return s;
   }
   TenantTable table;
@@ -231,8 +236,8 @@ absl::StatusOr<TenantTable> TenantTable::Parse(absl::string_view json_text) {
       if (!inserted) {
         const std::string kind = credential.substr(0, credential.find(' '));
         return JsonErrorAt(list->items[i], path,
-                       absl::StrCat("its ", kind, " is also in tenant \"",
-                                    it->second, "\": each must be in one"));
+                           absl::StrCat("its ", kind, " is also in tenant \"",
+                                        it->second, "\": each must be in one"));
       }
     }
     table.tenants_.push_back(*std::move(tenant));

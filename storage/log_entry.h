@@ -35,13 +35,13 @@ enum class OpType : uint8_t {
 // One operation on one record. Only the fields of its type are encoded.
 struct LogOp {
   OpType type = OpType::kGet;
-  std::string skey;         // storage key (storage_key.h)
-  BeginParams begin;        // kBegin
-  CompleteParams complete;  // kComplete
+  std::string skey;             // storage key (storage_key.h)
+  BeginParams begin;            // kBegin
+  CompleteParams complete;      // kComplete
   CheckpointParams checkpoint;  // kCheckpoint
-  uint64_t fence = 0;       // kRelease, kRenew
-  int64_t lease_ms = 0;     // kRenew
-  uint64_t member_id = 0;   // kSetMember (skey holds the client address)
+  uint64_t fence = 0;           // kRelease, kRenew
+  int64_t lease_ms = 0;         // kRenew
+  uint64_t member_id = 0;       // kSetMember (skey holds the client address)
 };
 
 struct LogEntry {

@@ -169,8 +169,7 @@ absl::StatusOr<Record> DecodeRecord(absl::string_view value) {
   }
   // Lengths are at most 16 + 32 bits: the sum cannot overflow size_t.
   if (value.size() - header < hash_len + owner_len + step_len + data_len) {
-    return absl::DataLossError(
-        "record: truncated args_hash/owner/checkpoint");
+    return absl::DataLossError("record: truncated args_hash/owner/checkpoint");
   }
   absl::string_view rest = value.substr(header);
   r.args_hash = std::string(rest.substr(0, hash_len));
@@ -198,7 +197,7 @@ std::optional<int64_t> PeekDropAt(absl::string_view value) {
   const int64_t retain_until =
       GetLittleEndian<int64_t>(value.data() + kRetainUntilOffset);
   return retain_until != 0 && retain_until > expire_at ? retain_until
-                                                      : expire_at;
+                                                       : expire_at;
 }
 
 std::optional<LeaseHeader> PeekLeaseHeader(absl::string_view value) {

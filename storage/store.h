@@ -127,8 +127,8 @@ struct StoreStats {
   // Expired completed records the compaction filter shrank into their
   // tombstone (result dropped), this process.
   uint64_t tombstones_made = 0;
-  uint64_t waiting_begins = 0;     // Begins parked with wait_ms
-  uint64_t inflight_leases = 0;    // in flight, lease live
+  uint64_t waiting_begins = 0;   // Begins parked with wait_ms
+  uint64_t inflight_leases = 0;  // in flight, lease live
   // In flight, lease ran out, nobody took over: usually a crashed owner.
   uint64_t lapsed_leases = 0;
   int64_t oldest_lapsed_lease_ms = 0;  // how long the oldest one has lapsed

@@ -19,8 +19,7 @@ bool ShouldDropExpired(absl::string_view key, absl::string_view value,
 
 std::optional<std::string> ShrinkToTombstone(absl::string_view key,
                                              absl::string_view value,
-                                             int64_t now_ms,
-                                             int64_t grace_ms) {
+                                             int64_t now_ms, int64_t grace_ms) {
   // A record due to be dropped is dropped, not shrunk.
   if (!IsRecordKey(key) || ShouldDropExpired(key, value, now_ms, grace_ms)) {
     return std::nullopt;
@@ -50,8 +49,7 @@ bool TtlCompactionFilter::Filter(int /*level*/, const rocksdb::Slice& key,
     dropped_.fetch_add(1, std::memory_order_relaxed);
     std::optional<int64_t> expire_at = PeekExpireAt(v);
     std::optional<int64_t> drop_at = PeekDropAt(v);
-    if (expire_at.has_value() && drop_at.has_value() &&
-        *drop_at > *expire_at) {
+    if (expire_at.has_value() && drop_at.has_value() && *drop_at > *expire_at) {
       tombstones_dropped_.fetch_add(1, std::memory_order_relaxed);
     }
     CountChange(k, v, -StoredRecordBytes(k, v));
@@ -60,7 +58,8 @@ bool TtlCompactionFilter::Filter(int /*level*/, const rocksdb::Slice& key,
   if (std::optional<std::string> tombstone =
           ShrinkToTombstone(k, v, now_ms, grace_ms_)) {
     tombstones_made_.fetch_add(1, std::memory_order_relaxed);
-    CountChange(k, v, StoredRecordBytes(k, *tombstone) - StoredRecordBytes(k, v));
+    CountChange(k, v,
+                StoredRecordBytes(k, *tombstone) - StoredRecordBytes(k, v));
     *new_value = *std::move(tombstone);
     *value_changed = true;
   }
@@ -74,9 +73,9 @@ void TtlCompactionFilter::CountChange(absl::string_view key,
   rocksdb::DB* const db = db_.load();
   if (bytes == nullptr || db == nullptr) return;
   // Only expired records are dropped or shrunk, so this costs one read per
-  // record that compactions free or shrink, not per record they rewrite. (A write racing
-  // with the drop of the very record it replaces can still count it twice;
-  // the scan at the next open starts afresh.)
+  // record that compactions free or shrink, not per record they rewrite. (A
+  // write racing with the drop of the very record it replaces can still count
+  // it twice; the scan at the next open starts afresh.)
   std::string newest;
   const rocksdb::Status s = db->Get(
       rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &newest);

@@ -82,10 +82,9 @@ int Run() {
       c.outcome = Outcome::kSuccess;
       c.result = random_bytes(result_bytes);
       c.retention_ms = kRetentionMs;
-      store->Complete("tools:send_email", absl::StrCat("key-", start + i), c,
-                      [&](absl::StatusOr<FencedDecision>) {
-                        completed.DecrementCount();
-                      });
+      store->Complete(
+          "tools:send_email", absl::StrCat("key-", start + i), c,
+          [&](absl::StatusOr<FencedDecision>) { completed.DecrementCount(); });
     }
     completed.Wait();
   }

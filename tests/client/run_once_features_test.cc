@@ -80,9 +80,9 @@ TEST_F(RunOnceFeaturesTest, ASideEffectThreeTimesItsLeaseIsNeverTakenOver) {
 TEST_F(RunOnceFeaturesTest, ALateRetryIsExpiredUnlessItAcceptsARerun) {
   RunOptions options;
   options.ttl_s = 1;
-  absl::StatusOr<RunResult> first =
-      RunOnce(*client_, kNs, Key(), "args",
-              [](const Claim&) { return ExecResult::Success("once"); }, options);
+  absl::StatusOr<RunResult> first = RunOnce(
+      *client_, kNs, Key(), "args",
+      [](const Claim&) { return ExecResult::Success("once"); }, options);
   ASSERT_TRUE(first.ok()) << first.status();
   absl::SleepFor(absl::Milliseconds(1200));
   bool called = false;
@@ -127,8 +127,8 @@ TEST_F(RunOnceFeaturesTest, ATakeoverResumesFromTheCheckpoint) {
         EXPECT_TRUE(claim.Checkpoint("charged", "ch_42").ok());
         absl::SleepFor(absl::Milliseconds(250));
         // Meanwhile another worker takes over and resumes.
-        absl::StatusOr<RunResult> second = RunOnce(
-            *client_, kNs, Key(), "args", [&](const Claim& takeover) {
+        absl::StatusOr<RunResult> second =
+            RunOnce(*client_, kNs, Key(), "args", [&](const Claim& takeover) {
               EXPECT_TRUE(takeover.takeover);
               resumed_from = takeover.last_checkpoint;
               return ExecResult::Success("shipped after charge ch_42");

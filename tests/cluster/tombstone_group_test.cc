@@ -15,8 +15,8 @@ class TombstoneGroupTest : public ClusterTest {
   TombstoneGroupTest() : ClusterTest({"--compaction_grace_s=0"}) {}
 
   v1::StatsResponse Stats(int id) {
-    auto admin = v1::Admin::NewStub(
-        testing::TestChannel(cluster_.client_address(id)));
+    auto admin =
+        v1::Admin::NewStub(testing::TestChannel(cluster_.client_address(id)));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(10));
@@ -28,8 +28,8 @@ class TombstoneGroupTest : public ClusterTest {
 
   // Compacts node `id`'s RocksDB (its own, not replicated).
   void Compact(int id) {
-    auto admin = v1::Admin::NewStub(
-        testing::TestChannel(cluster_.client_address(id)));
+    auto admin =
+        v1::Admin::NewStub(testing::TestChannel(cluster_.client_address(id)));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(60));
@@ -70,8 +70,8 @@ TEST_F(TombstoneGroupTest, ShrunkTombstonesKeepReplicasIdentical) {
           std::chrono::system_clock::now().time_since_epoch())
           .count() +
       100;
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::max<int64_t>(
-      wait_ms, 0)));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(std::max<int64_t>(wait_ms, 0)));
   // An entry after expiry moves the replicated clock past it.
   v1::BeginResponse late;
   ASSERT_TRUE(Call(cluster_.client_address(leader_), &v1::Dedup::Stub::Begin,
@@ -96,15 +96,13 @@ TEST_F(TombstoneGroupTest, ShrunkTombstonesKeepReplicasIdentical) {
   v1::TransferLeadershipRequest transfer;
   transfer.set_node_id(follower);
   v1::TransferLeadershipResponse transferred;
-  ASSERT_TRUE(CallService<v1::Cluster>(
-                  cluster_.client_address(leader_),
-                  &v1::Cluster::Stub::TransferLeadership, transfer,
-                  &transferred)
+  ASSERT_TRUE(CallService<v1::Cluster>(cluster_.client_address(leader_),
+                                       &v1::Cluster::Stub::TransferLeadership,
+                                       transfer, &transferred)
                   .ok());
   for (int i = 1; i < kKeys; i += 7) {
     v1::BeginResponse r;
-    ASSERT_TRUE(Call(cluster_.client_address(follower),
-                     &v1::Dedup::Stub::Begin,
+    ASSERT_TRUE(Call(cluster_.client_address(follower), &v1::Dedup::Stub::Begin,
                      BeginOf(absl::StrCat("t", i), "late"), &r)
                     .ok());
     EXPECT_EQ(r.status(), v1::BeginResponse::EXPIRED) << i;

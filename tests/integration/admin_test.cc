@@ -30,9 +30,9 @@ double Metric(const ServerProcess& server, const std::string& series) {
 TEST(AdminTest, CompactionDropsExpiredRecordsAndCountsThem) {
   // Without tombstones: they keep a completed record's header for
   // --tombstone_retention_s after expiry (tombstone_test covers that).
-  DEDUP_START_SERVER(server, {"--durability=none", "--compaction_grace_s=0",
-                              "--metrics_address=127.0.0.1:0",
-                              "--tombstone_retention_s=0"});
+  DEDUP_START_SERVER(
+      server, {"--durability=none", "--compaction_grace_s=0",
+               "--metrics_address=127.0.0.1:0", "--tombstone_retention_s=0"});
   ASSERT_GT(server->metrics_port(), 0);
   auto channel = grpc::CreateChannel(server->address(),
                                      grpc::InsecureChannelCredentials());

@@ -16,7 +16,8 @@ class CheckpointTest : public SharedServerTest<CheckpointTest> {
  public:
   static std::vector<std::string> Flags() { return {"--durability=none"}; }
 
-  grpc::Status Call(const v1::CheckpointRequest& req, CheckpointResponse* resp) {
+  grpc::Status Call(const v1::CheckpointRequest& req,
+                    CheckpointResponse* resp) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, 10'000);
     return client().stub()->Checkpoint(&ctx, req, resp);
@@ -127,8 +128,7 @@ TEST_F(CheckpointTest, BadCheckpointsNameTheFieldAndRule) {
   for (const Case& c : cases) {
     CheckpointResponse resp;
     const grpc::Status s = Call(c.req, &resp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
-        << c.message;
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
     EXPECT_EQ(s.error_message().rfind(c.message, 0), 0u)
         << s.error_message() << " vs " << c.message;
   }

@@ -169,8 +169,9 @@ TEST_F(PolicyTest, ReloadChangesLimitsAndABadFileKeepsTheOldPolicy) {
   }
 
   // An unknown key on line 3: refused, naming it; the old policy stays.
-  WriteFile(file_, "{\"policies\": [\n  {\"prefix\": \"billing:\",\n"
-                   "   \"max_tll_s\": 5}]}\n");
+  WriteFile(file_,
+            "{\"policies\": [\n  {\"prefix\": \"billing:\",\n"
+            "   \"max_tll_s\": 5}]}\n");
   const grpc::Status bad = Reload(*admin);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(bad.error_message().find("line 3: policies[0]: unknown key "
@@ -198,8 +199,9 @@ TEST_F(PolicyTest, ReloadChangesLimitsAndABadFileKeepsTheOldPolicy) {
 }
 
 TEST_F(PolicyTest, AnInvalidFileRefusesTheStartNamingTheLine) {
-  WriteFile(file_, "{\"policies\": [\n  {\"prefix\": \"a\", "
-                   "\"default_ttl_s\": 100, \"max_ttl_s\": 50}]}\n");
+  WriteFile(file_,
+            "{\"policies\": [\n  {\"prefix\": \"a\", "
+            "\"default_ttl_s\": 100, \"max_ttl_s\": 50}]}\n");
   absl::StatusOr<std::unique_ptr<ServerProcess>> started =
       ServerProcess::Start({"--durability=none", "--policy_file=" + file_});
   ASSERT_FALSE(started.ok());

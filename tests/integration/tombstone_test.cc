@@ -127,10 +127,9 @@ TEST(TombstoneTest, TombstonesSurviveARestart) {
 // Compactions shrink an expired record into its tombstone (the result goes)
 // and drop the tombstone once its retention has passed; both are counted.
 TEST(TombstoneTest, CompactionShrinksThenDropsTombstones) {
-  DEDUP_START_SERVER(server,
-                     {"--durability=none", "--compaction_grace_s=0",
-                      "--tombstone_retention_s=3",
-                      "--metrics_address=127.0.0.1:0"});
+  DEDUP_START_SERVER(
+      server, {"--durability=none", "--compaction_grace_s=0",
+               "--tombstone_retention_s=3", "--metrics_address=127.0.0.1:0"});
   if (server->pid() < 0) GTEST_SKIP() << "reads one node's metrics";
   TestClient c(server->address(), "tomb");
   auto channel = grpc::CreateChannel(server->address(),

@@ -243,9 +243,9 @@ TEST(RecordVersion2Test, RoundTripsTombstoneAndCheckpointFields) {
   EXPECT_EQ(PeekExpireAt(encoded), 1000);
   EXPECT_EQ(PeekDropAt(encoded), 5000);
   // Cut anywhere inside the checkpoint: refused, never misread.
-  for (size_t cut : {size_t{60}, kRecordHeaderSizeV2 + 3,
-                     kRecordHeaderSizeV2 + 4 + 5 + 3, encoded.size() - 8 -
-                                                          r.result.size()}) {
+  for (size_t cut :
+       {size_t{60}, kRecordHeaderSizeV2 + 3, kRecordHeaderSizeV2 + 4 + 5 + 3,
+        encoded.size() - 8 - r.result.size()}) {
     EXPECT_EQ(DecodeRecord(encoded.substr(0, cut)).status().code(),
               absl::StatusCode::kDataLoss)
         << cut;
