@@ -62,6 +62,16 @@ CompleteParams DedupService::CompleteParamsOf(
   return params;
 }
 
+CheckpointParams DedupService::CheckpointParamsOf(
+    const v1::CheckpointRequest& request) {
+  CheckpointParams params;
+  params.fence = request.fence();
+  params.step = request.step();
+  params.data = request.data();
+  params.lease_ms = request.lease_ms();
+  return params;
+}
+
 void DedupService::Observe(const v1::BeginRequest& request,
                            const BeginResult& r) const {
   metrics_->RecordBegin(request.namespace_(), r);
@@ -236,12 +246,8 @@ grpc::ServerUnaryReactor* DedupService::Checkpoint(
     return call.reactor();
   }
   if (NotServing(call)) return call.reactor();
-  CheckpointParams params;
-  params.fence = request->fence();
-  params.step = request->step();
-  params.data = request->data();
-  params.lease_ms = request->lease_ms();
-  store_->Checkpoint(request->namespace_(), request->key(), std::move(params),
+  store_->Checkpoint(request->namespace_(), request->key(),
+                     CheckpointParamsOf(*request),
                      Fenced(call, request, response, FillCheckpointResponse));
   return call.reactor();
 }

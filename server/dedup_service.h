@@ -71,6 +71,10 @@ class DedupService final : public v1::Dedup::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::CompleteBatchRequest* request,
       v1::CompleteBatchResponse* response) override;
+  grpc::ServerUnaryReactor* CheckpointBatch(
+      grpc::CallbackServerContext* context,
+      const v1::CheckpointBatchRequest* request,
+      v1::CheckpointBatchResponse* response) override;
 
  private:
   enum class Access { kWrite, kRead };
@@ -95,6 +99,8 @@ class DedupService final : public v1::Dedup::CallbackService {
                             const EffectivePolicy& policy) const;
   CompleteParams CompleteParamsOf(const v1::CompleteRequest& request,
                                   const EffectivePolicy& policy) const;
+  static CheckpointParams CheckpointParamsOf(
+      const v1::CheckpointRequest& request);
   // The defaults and limits of namespace `ns` (per-namespace policy).
   EffectivePolicy PolicyFor(absl::string_view ns) const;
   // Counts an answer and logs it when it is an event worth investigating.

@@ -1,4 +1,5 @@
-// BeginBatch and CompleteBatch: independent items sharing one RPC. Each valid
+// BeginBatch, CompleteBatch and CheckpointBatch: independent items sharing
+// one RPC. Each valid
 // item goes to its key's storage shard like a unary call (so shards batch
 // them into their group commits); the RPC is answered when the last item is.
 #include <atomic>
@@ -181,6 +182,63 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
                                         std::move(done)});
   }
   store_->CompleteMany(std::move(calls));
+  completion->ItemDone();
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* DedupService::CheckpointBatch(
+    grpc::CallbackServerContext* context,
+    const v1::CheckpointBatchRequest* request,
+    v1::CheckpointBatchResponse* response) {
+  RpcCall call(context, Method::kCheckpointBatch, metrics_);
+  absl::StatusOr<Caller> caller =
+      auth_->Authorize(*context, TenantRole::kClient, "CheckpointBatch");
+  if (call.Refused(caller.status())) return call.reactor();
+  const int n = request->items_size();
+  if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
+  // No stored_bytes check, as for CompleteBatch: a checkpoint records
+  // progress already made, and refusing it would make a takeover redo it.
+  // Each item counts against the tenant's requests per second.
+  absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, n);
+  if (call.Refused(admitted.status())) return call.reactor();
+  call.Hold(*std::move(admitted));
+  if (NotServing(call)) return call.reactor();
+  for (int i = 0; i < n; ++i) response->add_items();
+  auto* completion = new BatchCompletion(call, n, /*result_budget=*/0);
+  for (int i = 0; i < n; ++i) {
+    const v1::CheckpointRequest* item = &request->items(i);
+    v1::CheckpointBatchResponse::Item* out = response->mutable_items(i);
+    if (absl::Status a = auth_->AllowNamespace(*caller, item->namespace_());
+        !a.ok()) {
+      SetItemError(out->mutable_error(), i, a, /*prefix_field=*/true);
+      completion->ItemDone();
+      continue;
+    }
+    const EffectivePolicy policy = PolicyFor(item->namespace_());
+    if (absl::Status v =
+            NamePolicy(ValidateCheckpoint(*item, policy.limits), policy);
+        !v.ok()) {
+      metrics_->RecordInvalid(Method::kCheckpointBatch, FieldOf(v));
+      SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
+      completion->ItemDone();
+      continue;
+    }
+    // Each item goes to its key's shard as a unary Checkpoint would: the
+    // shards put the items into their group commits (or, in a group, the
+    // leader into its log entries), so no many-call form is needed.
+    store_->Checkpoint(
+        item->namespace_(), item->key(), CheckpointParamsOf(*item),
+        [this, completion, item, out, i](absl::StatusOr<FencedDecision> d) {
+          if (d.ok()) {
+            Observe(Method::kCheckpoint, *item, *d);
+            FillCheckpointResponse(*d, out->mutable_response());
+          } else {
+            SetItemError(out->mutable_error(), i, d.status(),
+                         /*prefix_field=*/false);
+          }
+          completion->ItemDone();
+        });
+  }
   completion->ItemDone();
   return call.reactor();
 }

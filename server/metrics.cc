@@ -9,7 +9,7 @@ namespace {
 
 constexpr std::array<const char*, kMethodCount> kMethodNames = {
     "Begin",  "Complete",   "Release",       "Renew",     "Get",
-    "Forget", "BeginBatch", "CompleteBatch", "Checkpoint"};
+    "Forget", "BeginBatch", "CompleteBatch", "Checkpoint", "CheckpointBatch"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
     "started",  "takeover",  "reentry", "in_use",
     "conflict", "duplicate", "expired", "rerun"};

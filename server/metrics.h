@@ -35,9 +35,10 @@ enum class Method {
   kForget,
   kBeginBatch,
   kCompleteBatch,
-  kCheckpoint
+  kCheckpoint,
+  kCheckpointBatch
 };
-inline constexpr int kMethodCount = 9;
+inline constexpr int kMethodCount = 10;
 [[nodiscard]] const char* MethodName(Method method);
 
 // How a Begin was answered, as counted.

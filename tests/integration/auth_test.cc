@@ -316,6 +316,25 @@ TEST_F(AuthTest, BatchesAreJudgedItemByItem) {
   EXPECT_EQ(completed.items(2).error().code(),
             grpc::StatusCode::PERMISSION_DENIED);
 
+  // A checkpoint into a foreign namespace is refused for its item only.
+  v1::CheckpointBatchRequest checkpoints;
+  for (const char* ns : {"ops:b", "billing:q"}) {
+    v1::CheckpointRequest* item = checkpoints.add_items();
+    item->set_namespace_(ns);
+    item->set_key("k");
+    item->set_fence(1);
+    item->set_step("s");
+  }
+  v1::CheckpointBatchResponse checkpointed;
+  grpc::ClientContext ctx4;
+  Prepare(&ctx4, kBilling);
+  ASSERT_TRUE(
+      stub->CheckpointBatch(&ctx4, checkpoints, &checkpointed).ok());
+  EXPECT_EQ(checkpointed.items(0).error().code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(checkpointed.items(1).response().status(),
+            v1::CheckpointResponse::NOT_FOUND);
+
   // No credential: the whole batch is refused.
   grpc::ClientContext ctx3;
   Prepare(&ctx3, kNobody);

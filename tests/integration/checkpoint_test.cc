@@ -136,5 +136,57 @@ TEST_F(CheckpointTest, BadCheckpointsNameTheFieldAndRule) {
   EXPECT_FALSE(client().Get(key).record().has_checkpoint());
 }
 
+TEST_F(CheckpointTest, ABatchAnswersEachItemAsAUnaryCallWould) {
+  const std::string mine = TestKey("batch-mine");
+  const std::string taken = TestKey("batch-taken");
+  const BeginResponse b = client().Begin(mine, "w");
+  ASSERT_EQ(b.status(), BeginResponse::STARTED);
+  v1::BeginRequest short_lease = client().BeginReq(taken, "w1");
+  short_lease.set_lease_ms(150);
+  const BeginResponse old = client().Begin(short_lease);
+  ASSERT_EQ(old.status(), BeginResponse::STARTED);
+  SleepMs(old.lease_expires_at() - NowMs() + 50);
+  const BeginResponse now = client().Begin(taken, "w2");
+  ASSERT_TRUE(now.takeover());
+
+  v1::CheckpointBatchRequest req;
+  *req.add_items() = Req(mine, b.fence(), "one", "1");
+  *req.add_items() = Req(taken, old.fence(), "stale", "");  // taken over
+  *req.add_items() = Req(mine, b.fence(), "", "");          // invalid
+  *req.add_items() = Req(TestKey("batch-absent"), 3, "s", "");
+  *req.add_items() = Req(mine, b.fence(), "two", "2", /*lease_ms=*/60'000);
+  v1::CheckpointBatchResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, 10'000);
+  const grpc::Status s = client().stub()->CheckpointBatch(&ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.items_size(), 5);
+  EXPECT_EQ(resp.items(0).response().status(), CheckpointResponse::OK);
+  EXPECT_EQ(resp.items(1).response().status(),
+            CheckpointResponse::STALE_FENCE);
+  EXPECT_EQ(resp.items(1).response().fence(), now.fence());
+  ASSERT_TRUE(resp.items(2).has_error());
+  EXPECT_EQ(resp.items(2).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(resp.items(2).error().message().rfind("items[2].step: ", 0), 0u)
+      << resp.items(2).error().message();
+  EXPECT_EQ(resp.items(3).response().status(), CheckpointResponse::NOT_FOUND);
+  // Items of one key apply in order: the last one is kept, and its lease.
+  EXPECT_EQ(resp.items(4).response().status(), CheckpointResponse::OK);
+  EXPECT_GE(resp.items(4).response().lease_expires_at(), NowMs() + 50'000);
+  EXPECT_EQ(client().Get(mine).record().checkpoint().step(), "two");
+  EXPECT_FALSE(client().Get(taken).record().has_checkpoint());
+
+  // An empty batch is refused as a whole, naming the field.
+  v1::CheckpointBatchResponse empty;
+  grpc::ClientContext ctx2;
+  SetDeadline(&ctx2, 10'000);
+  const grpc::Status e =
+      client().stub()->CheckpointBatch(&ctx2, v1::CheckpointBatchRequest(),
+                                       &empty);
+  EXPECT_EQ(e.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(e.error_message().rfind("items: must be 1..", 0), 0u)
+      << e.error_message();
+}
+
 }  // namespace
 }  // namespace dedup::testing
