@@ -162,8 +162,7 @@ TEST_F(CheckpointTest, ABatchAnswersEachItemAsAUnaryCallWould) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(resp.items_size(), 5);
   EXPECT_EQ(resp.items(0).response().status(), CheckpointResponse::OK);
-  EXPECT_EQ(resp.items(1).response().status(),
-            CheckpointResponse::STALE_FENCE);
+  EXPECT_EQ(resp.items(1).response().status(), CheckpointResponse::STALE_FENCE);
   EXPECT_EQ(resp.items(1).response().fence(), now.fence());
   ASSERT_TRUE(resp.items(2).has_error());
   EXPECT_EQ(resp.items(2).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -180,9 +179,8 @@ TEST_F(CheckpointTest, ABatchAnswersEachItemAsAUnaryCallWould) {
   v1::CheckpointBatchResponse empty;
   grpc::ClientContext ctx2;
   SetDeadline(&ctx2, 10'000);
-  const grpc::Status e =
-      client().stub()->CheckpointBatch(&ctx2, v1::CheckpointBatchRequest(),
-                                       &empty);
+  const grpc::Status e = client().stub()->CheckpointBatch(
+      &ctx2, v1::CheckpointBatchRequest(), &empty);
   EXPECT_EQ(e.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(e.error_message().rfind("items: must be 1..", 0), 0u)
       << e.error_message();
