@@ -23,124 +23,15 @@ extern "C" {
 #include "absl/synchronization/mutex.h"
 #include "replication/log_budget.h"
 #include "replication/no_delay_transport.h"
+#include "replication/raft_codes.h"
 
 namespace dedup {
-
-const char* RoleName(Role role) {
-  switch (role) {
-    case Role::kUnavailable:
-      return "unavailable";
-    case Role::kFollower:
-      return "follower";
-    case Role::kCandidate:
-      return "candidate";
-    case Role::kLeader:
-      return "leader";
-  }
-  return "unknown";
-}
-
-const char* MemberRoleName(MemberRole role) {
-  switch (role) {
-    case MemberRole::kVoter:
-      return "voter";
-    case MemberRole::kStandby:
-      return "standby";
-    case MemberRole::kSpare:
-      return "spare";
-  }
-  return "unknown";
-}
 
 namespace {
 
 constexpr uint64_t kTickMs = 10;
 // Exit code of a node that met a damaged log entry (see FsmApply).
 constexpr int kExitDamagedEntry = 5;
-// Exit code of a node whose disk failed a Raft log append or a state
-// machine write (see StopOnStorageFailure).
-constexpr int kExitStorageFailure = 6;
-
-// libraft 0.15's raft_strerror has no text for RAFT_NOSPACE.
-std::string AppendError(int rv, const char* detail) {
-  return absl::StrCat(
-      rv == RAFT_NOSPACE ? "no space left on the disk" : raft_strerror(rv),
-      " (", rv, "): ", detail);
-}
-
-// Ends the process after a failed append or apply, before libraft 0.15
-// handles the failure itself. What it would do is worse than a restart
-// (found by filling a node's disk in a 3-node group): a leader whose append
-// fails neither steps down nor stops, and proposes its next entry at the
-// same index in the same term, so followers that stored the failed one keep
-// a different entry there (replicas diverge); a follower whose append fails
-// goes on writing later entries at shifted indexes; a state machine apply
-// that fails makes a follower's Raft stop for good, silently. A restart is
-// safe: nothing that failed was acknowledged by this node, the log on disk
-// ends at its last complete append, and the entries after it come again
-// from the leader (or, for a leader, from the member that takes over).
-[[noreturn]] void StopOnStorageFailure(const std::string& what) {
-  std::fprintf(stderr,
-               "dedupd: FATAL: %s; stopping so that the group goes on without "
-               "this node (restart it once its disk has room or works: it "
-               "catches up from the others)\n",
-               what.c_str());
-  std::fflush(stderr);
-  _exit(kExitStorageFailure);
-}
-
-int ToRaftRole(MemberRole role) {
-  switch (role) {
-    case MemberRole::kVoter:
-      return RAFT_VOTER;
-    case MemberRole::kStandby:
-      return RAFT_STANDBY;
-    case MemberRole::kSpare:
-      return RAFT_SPARE;
-  }
-  return RAFT_SPARE;
-}
-
-MemberRole FromRaftRole(int role) {
-  switch (role) {
-    case RAFT_VOTER:
-      return MemberRole::kVoter;
-    case RAFT_STANDBY:
-      return MemberRole::kStandby;
-    default:
-      return MemberRole::kSpare;
-  }
-}
-
-Role FromRaftState(int state) {
-  switch (state) {
-    case RAFT_FOLLOWER:
-      return Role::kFollower;
-    case RAFT_CANDIDATE:
-      return Role::kCandidate;
-    case RAFT_LEADER:
-      return Role::kLeader;
-    default:
-      return Role::kUnavailable;
-  }
-}
-
-absl::Status RaftError(int rv, absl::string_view what, struct raft* r) {
-  const std::string message =
-      absl::StrCat(what, ": ", raft_strerror(rv),
-                   r != nullptr ? absl::StrCat(" (", raft_errmsg(r), ")") : "");
-  if (rv == RAFT_NOTLEADER) return absl::FailedPreconditionError(message);
-  if (rv == RAFT_LEADERSHIPLOST || rv == RAFT_SHUTDOWN) {
-    return absl::AbortedError(message);
-  }
-  if (rv == RAFT_BADID || rv == RAFT_DUPLICATEID ||
-      rv == RAFT_DUPLICATEADDRESS || rv == RAFT_BADROLE ||
-      rv == RAFT_NOTFOUND) {
-    return absl::InvalidArgumentError(message);
-  }
-  if (rv == RAFT_CANTCHANGE) return absl::FailedPreconditionError(message);
-  return absl::UnavailableError(message);
-}
 
 using Done = absl::AnyInvocable<void(absl::Status) &&>;
 
