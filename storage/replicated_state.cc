@@ -11,6 +11,7 @@
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 #include "storage/db_options.h"
+#include "storage/entry_batch.h"
 #include "storage/lease_tracker.h"
 #include "storage/state_dir_swap.h"
 #include "storage/storage_key.h"
@@ -96,125 +97,6 @@ void FnvMixSized(uint64_t& h, absl::string_view bytes) {
   FnvMix(h, EncodeU64(bytes.size()));
   FnvMix(h, bytes);
 }
-
-// The reads and writes of one entry's operations. Every record they name is
-// read up front in one sorted MultiGet: batched lookups share each filter
-// partition and index block among the keys that fall in it (a Get per key was
-// a third of a replica's CPU under BeginBatch). A key that several of the
-// entry's operations name is read once, and each sees the earlier ones'
-// writes.
-class EntryBatch {
- public:
-  // `ops` must outlive the batch.
-  EntryBatch(rocksdb::DB* db, const std::vector<LogOp>& ops)
-      : slot_of_(ops.size(), kNoSlot) {
-    std::vector<uint32_t> order;
-    order.reserve(ops.size());
-    for (uint32_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].type != OpType::kSetMember) order.push_back(i);
-    }
-    std::sort(order.begin(), order.end(), [&ops](uint32_t a, uint32_t b) {
-      return ops[a].skey < ops[b].skey;
-    });
-    std::vector<rocksdb::Slice> keys;
-    keys.reserve(order.size());
-    for (uint32_t i : order) {
-      if (keys.empty() || keys.back() != rocksdb::Slice(ops[i].skey)) {
-        keys.emplace_back(ops[i].skey);
-        slots_.emplace_back().skey = &ops[i].skey;
-      }
-      slot_of_[i] = static_cast<uint32_t>(keys.size() - 1);
-    }
-    if (keys.empty()) return;
-    std::vector<rocksdb::PinnableSlice> values(keys.size());
-    std::vector<rocksdb::Status> statuses(keys.size());
-    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), keys.size(),
-                 keys.data(), values.data(), statuses.data(),
-                 /*sorted_input=*/true);
-    for (size_t k = 0; k < keys.size(); ++k) {
-      if (statuses[k].ok()) {
-        slots_[k].value = values[k].ToString();
-        slots_[k].stored_bytes =
-            StoredRecordBytes(*slots_[k].skey, *slots_[k].value);
-      } else if (!statuses[k].IsNotFound()) {
-        slots_[k].status = FromRocks(statuses[k], "storage read");
-      }
-    }
-  }
-
-  // The record operation `i` finds: stored, or written by an earlier
-  // operation of the entry.
-  absl::StatusOr<std::optional<Record>> Read(size_t i) const {
-    const Slot& slot = slots_[slot_of_[i]];
-    if (!slot.status.ok()) return slot.status;
-    if (!slot.value.has_value()) return std::optional<Record>();
-    absl::StatusOr<Record> record = DecodeRecord(*slot.value);
-    if (!record.ok()) return record.status();
-    return std::optional<Record>(*std::move(record));
-  }
-
-  // Operation `i` writes `record` to its key, or deletes it.
-  void Apply(size_t i, WriteKind kind, const Record& record) {
-    Slot& slot = slots_[slot_of_[i]];
-    switch (kind) {
-      case WriteKind::kNone:
-        return;
-      case WriteKind::kPut:
-        slot.value = EncodeRecord(record);
-        slot.status = absl::OkStatus();
-        slot.written = true;
-        batch_.Put(*slot.skey, *slot.value);
-        return;
-      case WriteKind::kDelete:
-        slot.value.reset();
-        slot.status = absl::OkStatus();
-        slot.written = true;
-        batch_.Delete(*slot.skey);
-        return;
-    }
-  }
-
-  rocksdb::WriteBatch& batch() { return batch_; }
-
-  // Calls fn(skey, delta) per written key: the bytes its final value stores
-  // less those it held before the entry (namespace_bytes.h).
-  template <typename Fn>
-  void ForEachStoredBytesChange(Fn fn) const {
-    for (const Slot& slot : slots_) {
-      if (!slot.written) continue;
-      const int64_t now = slot.value.has_value()
-                              ? StoredRecordBytes(*slot.skey, *slot.value)
-                              : 0;
-      fn(*slot.skey, now - slot.stored_bytes);
-    }
-  }
-
-  // Each written key's final value (nullptr: deleted). Valid while the
-  // batch is.
-  std::vector<LeaseTracker::Write> Writes() const {
-    std::vector<LeaseTracker::Write> writes;
-    for (const Slot& slot : slots_) {
-      if (!slot.written) continue;
-      writes.emplace_back(*slot.skey,
-                          slot.value.has_value() ? &*slot.value : nullptr);
-    }
-    return writes;
-  }
-
- private:
-  static constexpr uint32_t kNoSlot = UINT32_MAX;
-  // One per distinct key: its current record.
-  struct Slot {
-    const std::string* skey = nullptr;  // the entry's own
-    absl::Status status;                // not OK: the read failed
-    std::optional<std::string> value;   // nullopt: no record
-    bool written = false;
-    int64_t stored_bytes = 0;  // what the key held before the entry
-  };
-  std::vector<uint32_t> slot_of_;  // per operation
-  std::vector<Slot> slots_;
-  rocksdb::WriteBatch batch_;
-};
 
 class RocksReplicatedState : public ReplicatedState {
  public:
