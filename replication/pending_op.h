@@ -1,6 +1,9 @@
 // An operation queued on a member of a replicated group, with whoever waits
 // for its answer, and the outcome-unknown error. Internal to
 // replicated_store.cc (split out to keep that file about the flow).
+//
+// Thread safety: a PendingOp is owned by one thread at a time (moved from
+// the caller to the queue to the consensus thread).
 #ifndef DEDUP_REPLICATION_PENDING_OP_H_
 #define DEDUP_REPLICATION_PENDING_OP_H_
 
@@ -16,6 +19,8 @@
 #include "storage/authority.h"
 #include "storage/log_entry.h"
 #include "storage/record.h"
+#include "storage/replicated_state.h"
+#include "storage/storage_key.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -34,11 +39,28 @@ struct PendingOp {
   StoreCallback<bool> forget_done;
   StoreCallback<bool> member_done;  // kSetMember
 
+  // An operation of `type` on (ns, key); the caller sets its parameters
+  // and callback.
+  static PendingOp For(OpType type, absl::string_view ns,
+                       absl::string_view key) {
+    PendingOp p;
+    p.op.type = type;
+    p.op.skey = EncodeStorageKey(ns, key);
+    return p;
+  }
+
   size_t bytes() const {
     return 64 + op.skey.size() + op.begin.args_hash.size() +
            op.begin.owner.size() + op.complete.result.size() +
            op.checkpoint.step.size() + op.checkpoint.data.size();
   }
+
+  // Hands the applied operation's answer to whoever waits for it: an error
+  // or the decision its type calls for. A Begin is answered as decided
+  // (parking an IN_USE one is the store's choice, made before); a DUPLICATE
+  // whose result does not fit the batch's budget is refused instead
+  // (ResultBudgetExceeded).
+  void Deliver(OpAnswer answer) &&;
 
   void Fail(const absl::Status& status) && {
     if (begin_done) std::move(begin_done)(status);

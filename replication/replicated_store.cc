@@ -17,7 +17,6 @@
 #include "replication/parked_begins.h"
 #include "replication/pending_op.h"
 #include "replication/snapshot_transfer.h"
-#include "storage/storage_key.h"
 #include "storage/write_health.h"
 
 namespace dedup {
@@ -58,9 +57,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Begin(std::string ns, std::string key, BeginParams params,
              int64_t wait_ms, StoreCallback<BeginResult> done) override {
-    PendingOp p;
-    p.op.type = OpType::kBegin;
-    p.op.skey = EncodeStorageKey(ns, key);
+    PendingOp p = PendingOp::For(OpType::kBegin, ns, key);
     p.op.begin = std::move(params);
     p.wait_deadline_ms =
         wait_ms > 0 ? options_.clock->NowMillis() + wait_ms : 0;
@@ -70,9 +67,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Complete(std::string ns, std::string key, CompleteParams params,
                 StoreCallback<FencedDecision> done) override {
-    PendingOp p;
-    p.op.type = OpType::kComplete;
-    p.op.skey = EncodeStorageKey(ns, key);
+    PendingOp p = PendingOp::For(OpType::kComplete, ns, key);
     p.op.complete = std::move(params);
     p.fenced_done = std::move(done);
     Submit(std::move(p));
@@ -80,9 +75,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Release(std::string ns, std::string key, uint64_t fence,
                StoreCallback<FencedDecision> done) override {
-    PendingOp p;
-    p.op.type = OpType::kRelease;
-    p.op.skey = EncodeStorageKey(ns, key);
+    PendingOp p = PendingOp::For(OpType::kRelease, ns, key);
     p.op.fence = fence;
     p.fenced_done = std::move(done);
     Submit(std::move(p));
@@ -90,9 +83,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Renew(std::string ns, std::string key, uint64_t fence, int64_t lease_ms,
              StoreCallback<FencedDecision> done) override {
-    PendingOp p;
-    p.op.type = OpType::kRenew;
-    p.op.skey = EncodeStorageKey(ns, key);
+    PendingOp p = PendingOp::For(OpType::kRenew, ns, key);
     p.op.fence = fence;
     p.op.lease_ms = lease_ms;
     p.fenced_done = std::move(done);
@@ -101,9 +92,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Checkpoint(std::string ns, std::string key, CheckpointParams params,
                   StoreCallback<FencedDecision> done) override {
-    PendingOp p;
-    p.op.type = OpType::kCheckpoint;
-    p.op.skey = EncodeStorageKey(ns, key);
+    PendingOp p = PendingOp::For(OpType::kCheckpoint, ns, key);
     p.op.checkpoint = std::move(params);
     p.fenced_done = std::move(done);
     Submit(std::move(p));
@@ -111,9 +100,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void BeginMany(std::vector<BeginCall> calls) override {
     for (BeginCall& call : calls) {
-      PendingOp p;
-      p.op.type = OpType::kBegin;
-      p.op.skey = EncodeStorageKey(call.ns, call.key);
+      PendingOp p = PendingOp::For(OpType::kBegin, call.ns, call.key);
       p.op.begin = std::move(call.params);
       p.begin_done = std::move(call.done);
       p.result_budget = call.result_budget;
@@ -130,18 +117,14 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Get(std::string ns, std::string key,
            StoreCallback<std::optional<Record>> done) override {
-    PendingOp p;
-    p.op.type = OpType::kGet;
-    p.op.skey = EncodeStorageKey(ns, key);
+    PendingOp p = PendingOp::For(OpType::kGet, ns, key);
     p.get_done = std::move(done);
     Submit(std::move(p));
   }
 
   void Forget(std::string ns, std::string key,
               StoreCallback<bool> done) override {
-    PendingOp p;
-    p.op.type = OpType::kForget;
-    p.op.skey = EncodeStorageKey(ns, key);
+    PendingOp p = PendingOp::For(OpType::kForget, ns, key);
     p.forget_done = std::move(done);
     Submit(std::move(p));
   }
@@ -463,43 +446,15 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   }
 
   void Answer(PendingOp p, OpAnswer answer, int64_t now_ms) {
-    if (auto* error = std::get_if<absl::Status>(&answer)) {
-      std::move(p).Fail(*error);
-      return;
-    }
-    switch (p.op.type) {
-      case OpType::kBegin: {
-        BeginDecision& d = std::get<BeginDecision>(answer);
-        if (d.status == BeginStatus::kInUse && !draining_.load() &&
-            now_ms < p.wait_deadline_ms) {
-          parked_.Park(std::move(p), std::move(d));
-          return;
-        }
-        if (d.status == BeginStatus::kDuplicate && p.result_budget != nullptr &&
-            !p.result_budget->Take(d.record.result.size())) {
-          std::move(p.begin_done)(ResultBudgetExceeded(*p.result_budget));
-          return;
-        }
-        std::move(p.begin_done)(BeginResult{std::move(d), p.waited});
+    if (p.op.type == OpType::kBegin) {
+      auto* d = std::get_if<BeginDecision>(&answer);
+      if (d != nullptr && d->status == BeginStatus::kInUse &&
+          !draining_.load() && now_ms < p.wait_deadline_ms) {
+        parked_.Park(std::move(p), std::move(*d));
         return;
       }
-      case OpType::kComplete:
-      case OpType::kRelease:
-      case OpType::kRenew:
-      case OpType::kCheckpoint:
-        std::move(p.fenced_done)(std::get<FencedDecision>(std::move(answer)));
-        return;
-      case OpType::kGet:
-        std::move(p.get_done)(
-            std::get<std::optional<Record>>(std::move(answer)));
-        return;
-      case OpType::kForget:
-        std::move(p.forget_done)(std::get<bool>(answer));
-        return;
-      case OpType::kSetMember:
-        std::move(p.member_done)(std::get<bool>(answer));
-        return;
     }
+    std::move(p).Deliver(std::move(answer));
   }
 
   // Proposes again the Begins parked on `skey` (their owner finished).

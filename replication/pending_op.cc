@@ -1,0 +1,41 @@
+#include "replication/pending_op.h"
+
+#include <variant>
+
+namespace dedup {
+
+void PendingOp::Deliver(OpAnswer answer) && {
+  if (auto* error = std::get_if<absl::Status>(&answer)) {
+    std::move(*this).Fail(*error);
+    return;
+  }
+  switch (op.type) {
+    case OpType::kBegin: {
+      BeginDecision& d = std::get<BeginDecision>(answer);
+      if (d.status == BeginStatus::kDuplicate && result_budget != nullptr &&
+          !result_budget->Take(d.record.result.size())) {
+        std::move(begin_done)(ResultBudgetExceeded(*result_budget));
+        return;
+      }
+      std::move(begin_done)(BeginResult{std::move(d), waited});
+      return;
+    }
+    case OpType::kComplete:
+    case OpType::kRelease:
+    case OpType::kRenew:
+    case OpType::kCheckpoint:
+      std::move(fenced_done)(std::get<FencedDecision>(std::move(answer)));
+      return;
+    case OpType::kGet:
+      std::move(get_done)(std::get<std::optional<Record>>(std::move(answer)));
+      return;
+    case OpType::kForget:
+      std::move(forget_done)(std::get<bool>(answer));
+      return;
+    case OpType::kSetMember:
+      std::move(member_done)(std::get<bool>(answer));
+      return;
+  }
+}
+
+}  // namespace dedup
