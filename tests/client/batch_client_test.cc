@@ -18,8 +18,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/client/batch_service.h"
+#include "tests/client/shared_client.h"
 #include "tests/testing/server_process.h"
-#include "tests/testing/shared_server.h"
 
 namespace dedup {
 namespace {
@@ -166,24 +166,13 @@ TEST(BatchClientTest, WholeCallErrorsOtherThanUnavailableAreNotRetried) {
 }
 
 class BatchClientIntegrationTest
-    : public testing::SharedDedupdTest<BatchClientIntegrationTest> {
+    : public SharedClientTest<BatchClientIntegrationTest> {
  public:
   static std::vector<std::string> Flags() { return {"--durability=none"}; }
-
- protected:
-  void SetUp() override {
-    SharedDedupdTest::SetUp();
-    if (HasFatalFailure()) return;
-    client_ = std::make_unique<Client>(server().address());
-  }
-
-  static std::string Prefix() { return TestName(); }
-
-  std::unique_ptr<Client> client_;
 };
 
 TEST_F(BatchClientIntegrationTest, BeginCompleteThenDuplicateWithItemError) {
-  std::vector<BeginBatchItem> items = BeginItems(Prefix(), 5);
+  std::vector<BeginBatchItem> items = BeginItems(Key(), 5);
   items[2].key = "";
   absl::StatusOr<BeginBatchResults> started = client_->BeginBatch(items);
   ASSERT_TRUE(started.ok()) << started.status();
@@ -258,7 +247,7 @@ TEST_F(BatchClientIntegrationTest, RetryAfterLostAnswerReentersEveryItem) {
       });
   InProcessServer server(&proxy);
   Client client(server.address(), FastRetries());
-  const std::vector<BeginBatchItem> items = BeginItems(Prefix(), 20);
+  const std::vector<BeginBatchItem> items = BeginItems(Key(), 20);
 
   absl::StatusOr<BeginBatchResults> results = client.BeginBatch(items);
   ASSERT_TRUE(results.ok()) << results.status();

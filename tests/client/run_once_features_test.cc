@@ -12,29 +12,17 @@
 #include "client/dedup_client.h"
 #include "client/run_once.h"
 #include "gtest/gtest.h"
+#include "tests/client/shared_client.h"
 #include "tests/testing/server_process.h"
-#include "tests/testing/shared_server.h"
 
 namespace dedup {
 namespace {
 
 constexpr char kNs[] = "run-once-features";
 
-class RunOnceFeaturesTest
-    : public testing::SharedDedupdTest<RunOnceFeaturesTest> {
+class RunOnceFeaturesTest : public SharedClientTest<RunOnceFeaturesTest> {
  public:
   static std::vector<std::string> Flags() { return {"--durability=none"}; }
-
- protected:
-  void SetUp() override {
-    SharedDedupdTest::SetUp();
-    if (HasFatalFailure()) return;
-    client_ = std::make_unique<Client>(server().address());
-  }
-  static std::string Key(const std::string& suffix = "") {
-    return TestName() + suffix;
-  }
-  std::unique_ptr<Client> client_;
 };
 
 TEST_F(RunOnceFeaturesTest, ASideEffectThreeTimesItsLeaseIsNeverTakenOver) {
