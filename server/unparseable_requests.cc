@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/support/interceptor.h"
 
@@ -26,6 +27,21 @@ bool DedupMethodOf(absl::string_view name, Method* method) {
     }
   }
   return false;
+}
+
+// Whether `path` ("/dedup.v1.Dedup/Begin") names a method of this binary's
+// protos. Only for those does UNIMPLEMENTED mean a request that did not
+// parse; for any other (a newer client's method, e.g. CheckpointBatch sent
+// to a server from before it) UNIMPLEMENTED is the truth, and clients fall
+// back on it.
+bool KnownMethod(absl::string_view path) {
+  if (!absl::ConsumePrefix(&path, "/")) return false;
+  std::string full_name(path);
+  const size_t slash = full_name.rfind('/');
+  if (slash == std::string::npos) return false;
+  full_name[slash] = '.';
+  return google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(
+             full_name) != nullptr;
 }
 
 class UnparseableRequest final : public grpc::experimental::Interceptor {
@@ -65,7 +81,10 @@ class UnparseableRequestFactory final
   explicit UnparseableRequestFactory(Metrics* metrics) : metrics_(metrics) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    if (!absl::StartsWith(info->method(), "/dedup.v1.")) return nullptr;
+    if (!absl::StartsWith(info->method(), "/dedup.v1.") ||
+        !KnownMethod(info->method())) {
+      return nullptr;
+    }
     return new UnparseableRequest(info->method(), metrics_);
   }
 

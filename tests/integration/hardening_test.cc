@@ -147,6 +147,14 @@ TEST(HardeningTest, UnparseableRequestsAreInvalidArgumentsAndCounted) {
   EXPECT_EQ(
       RawUnaryCall(stub, "/dedup.v1.Admin/Stats", not_protobuf).error_code(),
       grpc::StatusCode::INVALID_ARGUMENT);
+  // A method this server does not have stays UNIMPLEMENTED: clients fall
+  // back on that (e.g. CheckpointBatch sent to an older server).
+  for (const char* unknown :
+       {"/dedup.v1.Dedup/NoSuchMethod", "/dedup.v1.NoSuchService/Begin"}) {
+    const grpc::Status s = RawUnaryCall(stub, unknown, "");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED)
+        << unknown << ": " << s.error_message();
+  }
   EXPECT_EQ(Metric(*server,
                    "dedup_invalid_requests_total{field=\"request\",method="
                    "\"Begin\"}"),
