@@ -1,13 +1,13 @@
-// Item-level retries of BeginBatch/CompleteBatch. Items are independent on
-// the server: in a replicated group some may be refused with UNAVAILABLE
-// (the node stopped being the leader before proposing them: nothing
-// happened) or ABORTED (leadership was lost after: the outcome is unknown)
-// while the rest are answered. Those items alone go again in later rounds;
-// an ABORTED one only where re-sending it is safe (a Begin with an owner, any
-// Complete). An item whose outcome stays unknown is never reported as
-// "nothing happened". Begins refused only for the answer's result budget go
-// again at once in smaller RPCs, without spending a round (see
-// sendWithItemRetries).
+// Item-level retries of BeginBatch/CompleteBatch/CheckpointBatch. Items are
+// independent on the server: in a replicated group some may be refused with
+// UNAVAILABLE (the node stopped being the leader before proposing them:
+// nothing happened) or ABORTED (leadership was lost after: the outcome is
+// unknown) while the rest are answered. Those items alone go again in later
+// rounds; an ABORTED one only where re-sending it is safe (a Begin with an
+// owner, any Complete or Checkpoint). An item whose outcome stays unknown is
+// never reported as "nothing happened". Begins refused only for the answer's
+// result budget go again at once in smaller RPCs, without spending a round
+// (see sendWithItemRetries).
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
 import { fullJitterDelayMs } from './backoff.js';

@@ -32,6 +32,7 @@ import type {
   BeginRequest,
   BeginResponse,
   CallOptions,
+  CheckpointBatchItem,
   CheckpointRequest,
   CheckpointResponse,
   CompleteBatchItem,
@@ -86,18 +87,19 @@ export interface DedupClientOptions extends SecurityOptions {
   /** Injectable for tests; default setTimeout. */
   readonly sleep?: (ms: number) => Promise<void>;
   /**
-   * Send concurrent begin (without waitMs) and complete calls as
-   * BeginBatch/CompleteBatch RPCs: calls made while a batch is on the wire
-   * leave together, a lone call leaves at once. Each caller still gets the
-   * answer or DedupRpcError its unary call would have (a failed batch RPC:
-   * its code and details, method "Begin"/"Complete", the batch's error as
-   * `cause`). Give each begin an owner: a batch refused as too large is
-   * re-sent item by item, and an anonymous Begin the server had applied
-   * would then answer IN_USE. Worth it for a
-   * process serving many calls at once (an MCP server running tool calls in
-   * parallel): the server's per-RPC cost, not its storage, bounds unary
-   * throughput. Calls given per-call options go alone. Checkpoint has no
-   * batch RPC: it always goes unary. Default off.
+   * Send concurrent begin (without waitMs), complete and checkpoint calls
+   * as BeginBatch/CompleteBatch/CheckpointBatch RPCs: calls made while a
+   * batch is on the wire leave together, a lone call leaves at once. Each
+   * caller still gets the answer or DedupRpcError its unary call would have
+   * (a failed batch RPC: its code and details, method
+   * "Begin"/"Complete"/"Checkpoint", the batch's error as `cause`). Give
+   * each begin an owner: a batch refused as too large is re-sent item by
+   * item, and an anonymous Begin the server had applied would then answer
+   * IN_USE. Worth it for a process serving many calls at once (an MCP
+   * server running tool calls in parallel): the server's per-RPC cost, not
+   * its storage, bounds unary throughput. Calls given per-call options go alone. A server without
+   * CheckpointBatch (older than it; see isWithoutBatchMethod) gets this
+   * client's checkpoints as unary calls from then on. Default off.
    */
   readonly coalesce?: boolean | CoalesceOptions;
 }
@@ -137,6 +139,13 @@ export class DedupClient {
   private readonly retryPolicy: FailoverPolicy;
   private readonly begins?: Coalescer<wire.BeginRequestWire, BeginResponse>;
   private readonly completes?: Coalescer<wire.CompleteRequestWire, CompleteResponse>;
+  private readonly checkpoints?: Coalescer<wire.CheckpointRequestWire, CheckpointResponse>;
+  /**
+   * A server refused a parseable CheckpointBatch as a method it does not
+   * have (a dedupd older than it): checkpoints go unary from then on rather
+   * than paying that refusal on every batch.
+   */
+  private checkpointBatchUnimplemented = false;
 
   constructor(options: DedupClientOptions) {
     const addresses = parseAddresses(options.address, options.addresses);
@@ -159,6 +168,14 @@ export class DedupClient {
         'Complete',
         (items) => this.sendCompleteBatch(items),
         (i) => wireBytes(i, i.result),
+        coalesce,
+      );
+      // Up to 64 KiB of data each: the coalescer's byte cap (3 MiB) keeps a
+      // batch of them under the 4 MiB message limit.
+      this.checkpoints = new Coalescer(
+        'Checkpoint',
+        (items) => this.sendCheckpointBatch(items),
+        (i) => wireBytes(i, i.data) + i.step.length,
         coalesce,
       );
     }
@@ -208,14 +225,17 @@ export class DedupClient {
    * owner re-entering, gets it as BeginResponse.checkpoint. With `leaseMs`
    * it also renews the lease. STALE_FENCE, NOT_FOUND or ALREADY_COMPLETED:
    * nothing was recorded and the claim is lost. Retried like Renew after an
-   * unknown outcome (the same checkpoint again is harmless). Always unary,
-   * also with `coalesce` (there is no batch form). A server older than the
-   * call rejects with UNIMPLEMENTED.
+   * unknown outcome (the same checkpoint again is harmless). With `coalesce`
+   * concurrent checkpoints leave as CheckpointBatch RPCs (unary once a
+   * server turned out not to have it). A server older than Checkpoint
+   * rejects with UNIMPLEMENTED.
    */
   async checkpoint(request: CheckpointRequest, options?: CallOptions): Promise<CheckpointResponse> {
     const req = wire.checkpointRequestToWire(request);
-    const res = await this.call<wire.CheckpointRequestWire, wire.CheckpointResponseWire>('Checkpoint', req, options);
-    return wire.checkpointResponseFromWire(res.value);
+    if (this.checkpoints !== undefined && options === undefined && !this.checkpointBatchUnimplemented) {
+      return this.checkpoints.submit(req);
+    }
+    return this.unaryCheckpoint(req, options);
   }
 
   /** Reads a record without changing it. */
@@ -261,6 +281,22 @@ export class DedupClient {
     options?: CallOptions,
   ): Promise<BatchItemResult<CompleteResponse>[]> {
     return this.sendCompleteBatch(wire.completeBatchRequestToWire(items).items, options);
+  }
+
+  /**
+   * Up to 1000 independent Checkpoints in one call, answered and retried like
+   * completeBatch (re-sending a checkpoint with the same fence, step and data
+   * is harmless). A server without CheckpointBatch gets the items as unary
+   * Checkpoints, at once and from then on; an item refused there carries the
+   * unary call's message (no "items[i]." prefix). So does a batch the server
+   * could not parse (a string with a lone surrogate: not UTF-8), without the
+   * "from then on".
+   */
+  async checkpointBatch(
+    items: readonly CheckpointBatchItem[],
+    options?: CallOptions,
+  ): Promise<BatchItemResult<CheckpointResponse>[]> {
+    return this.sendCheckpointBatch(wire.checkpointBatchRequestToWire(items).items, options);
   }
 
   /** Runs `fn` at most once per key; see withIdempotency in idempotency.ts. */
@@ -321,6 +357,80 @@ export class DedupClient {
     );
   }
 
+  private async sendCheckpointBatch(
+    items: wire.CheckpointRequestWire[],
+    options?: CallOptions,
+  ): Promise<BatchItemResult<CheckpointResponse>[]> {
+    if (this.checkpointBatchUnimplemented) return this.checkpointOneByOne(items, options);
+    // Items a server refused as a batch it cannot take (below): nothing was
+    // done for them, and they go as unary calls.
+    const unbatched = new Set<wire.CheckpointRequestWire>();
+    const results = await sendWithItemRetries(
+      this.retryPolicy,
+      items,
+      () => true,
+      async (subset): Promise<BatchItemResult<CheckpointResponse>[]> => {
+        try {
+          const res = await this.call<wire.CheckpointBatchRequestWire, wire.CheckpointBatchResponseWire>(
+            'CheckpointBatch',
+            { items: subset },
+            options,
+            0,
+            'fail',
+          );
+          return wire.checkpointBatchResponseFromWire(res.value, subset.length);
+        } catch (error) {
+          if (!isWithoutBatchMethod(error)) throw error;
+          // Final item results, not a rejection, so that a retry round
+          // meeting an older node (a group being upgraded) is handled like
+          // the first RPC. Remembered only when the server could have parsed
+          // the request: then the method is missing, whereas one caller's
+          // malformed key must not end batching for all.
+          if (subset.every(parseable)) this.checkpointBatchUnimplemented = true;
+          for (const item of subset) unbatched.add(item);
+          return subset.map(() => ({ ok: false as const, code: error.code, message: error.details }));
+        }
+      },
+    );
+    // Re-sent even where an earlier round's outcome was unknown: the same
+    // checkpoint again is harmless, and its answer settles the item.
+    const unary = items.flatMap((item, i) => (unbatched.has(item) ? [i] : []));
+    if (unary.length === 0) return results;
+    const answers = await this.checkpointOneByOne(
+      unary.map((i) => items[i] as wire.CheckpointRequestWire),
+      options,
+    );
+    unary.forEach((i, j) => {
+      results[i] = answers[j] as BatchItemResult<CheckpointResponse>;
+    });
+    return results;
+  }
+
+  /** Each item as a unary Checkpoint (with its own retries), at once; its answer or error as the item's result. */
+  private checkpointOneByOne(
+    items: readonly wire.CheckpointRequestWire[],
+    options: CallOptions | undefined,
+  ): Promise<BatchItemResult<CheckpointResponse>[]> {
+    return Promise.all(
+      items.map((item) =>
+        this.unaryCheckpoint(item, options).then(
+          (answer): BatchItemResult<CheckpointResponse> => ({ ok: true, answer }),
+          (error: unknown): BatchItemResult<CheckpointResponse> => {
+            if (!(error instanceof DedupRpcError)) return { ok: false, code: GrpcStatus.UNKNOWN, message: String(error) };
+            return error.outcomeUnknown
+              ? { ok: false, code: error.code, message: error.details, outcomeUnknown: true }
+              : { ok: false, code: error.code, message: error.details };
+          },
+        ),
+      ),
+    );
+  }
+
+  private async unaryCheckpoint(req: wire.CheckpointRequestWire, options?: CallOptions): Promise<CheckpointResponse> {
+    const res = await this.call<wire.CheckpointRequestWire, wire.CheckpointResponseWire>('Checkpoint', req, options);
+    return wire.checkpointResponseFromWire(res.value);
+  }
+
   /**
    * One call with the client's retries and leader following (failover.ts).
    * Batches pass 'fail': their items are retried one by one (batch-retry.ts).
@@ -355,6 +465,31 @@ export class DedupClient {
       }),
     );
   }
+}
+
+/**
+ * A whole CheckpointBatch refused because the server does not have it:
+ * UNIMPLEMENTED, or, from every dedupd that has Checkpoint but not
+ * CheckpointBatch (its interceptor for unparseable requests rewrites the
+ * UNIMPLEMENTED of an unknown dedup.v1 method; server/unparseable_requests.cc),
+ * INVALID_ARGUMENT "request: cannot be parsed as the request of ...". Both
+ * also answer a request the server cannot parse (a string that is not UTF-8):
+ * see `parseable`.
+ */
+function isWithoutBatchMethod(error: unknown): error is DedupRpcError {
+  if (!(error instanceof DedupRpcError)) return false;
+  if (error.code === GrpcStatus.UNIMPLEMENTED) return true;
+  return error.code === GrpcStatus.INVALID_ARGUMENT && error.details.startsWith(UNPARSED_REQUEST_PREFIX);
+}
+const UNPARSED_REQUEST_PREFIX = 'request: cannot be parsed as the request of ';
+
+// A lone surrogate: protobufjs writes it as bytes that are not UTF-8, which
+// the server cannot parse as a proto3 string.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Whether the server can parse `item`: its strings encode as valid UTF-8. */
+function parseable(item: wire.CheckpointRequestWire): boolean {
+  return ![item.namespace, item.key, item.step].some((text) => LONE_SURROGATE.test(text));
 }
 
 /** The error with what its trailing metadata says: the leader's address, an unknown outcome. */

@@ -1,7 +1,7 @@
-// Coalescer: sends the concurrent calls of one kind (Begin or Complete) as
-// batches. A call leaves in the next microtask while fewer than
-// maxBatchesInFlight batches are on the wire, so a lone call pays no added
-// delay and calls made in the same turn of the event loop share a batch;
+// Coalescer: sends the concurrent calls of one kind (Begin, Complete or
+// Checkpoint) as batches. A call leaves in the next microtask while fewer
+// than maxBatchesInFlight batches are on the wire, so a lone call pays no
+// added delay and calls made in the same turn of the event loop share a batch;
 // otherwise it joins the next batch, which leaves as soon as one returns.
 // Each caller gets the answer or error a unary call would have given.
 // A batch closes at maxBatchItems or 3 MiB of requests; one refused with

@@ -183,6 +183,9 @@ export type BeginBatchItem = Omit<BeginRequest, 'waitMs'>;
 /** A Complete in a batch: as CompleteRequest. */
 export type CompleteBatchItem = CompleteRequest;
 
+/** A Checkpoint in a batch: as CheckpointRequest. */
+export type CheckpointBatchItem = CheckpointRequest;
+
 /**
  * One item's result in a batch: the server's answer (which may be any answer
  * status, as for the unary call), or why the server refused that item alone.

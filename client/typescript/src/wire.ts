@@ -54,7 +54,8 @@ export type MethodName =
   | 'Get'
   | 'Forget'
   | 'BeginBatch'
-  | 'CompleteBatch';
+  | 'CompleteBatch'
+  | 'CheckpointBatch';
 
 /** The method's path and (de)serializers, typed by the wire shapes below. */
 export function methodDefinition<Req extends object, Res extends object>(name: MethodName): MethodDefinition<Req, Res> {
@@ -201,6 +202,16 @@ export interface CompleteBatchItemWire {
 export interface CompleteBatchResponseWire {
   items: CompleteBatchItemWire[];
 }
+export interface CheckpointBatchRequestWire {
+  items: CheckpointRequestWire[];
+}
+export interface CheckpointBatchItemWire {
+  response?: CheckpointResponseWire;
+  error?: ItemErrorWire;
+}
+export interface CheckpointBatchResponseWire {
+  items: CheckpointBatchItemWire[];
+}
 
 type FieldSet<T> = { readonly [K in keyof T]-?: true };
 
@@ -245,6 +256,9 @@ export const WIRE_FIELDS = {
   'dedup.v1.CompleteBatchRequest': fields<CompleteBatchRequestWire>({ items: true }),
   'dedup.v1.CompleteBatchResponse': fields<CompleteBatchResponseWire>({ items: true }),
   'dedup.v1.CompleteBatchResponse.Item': fields<CompleteBatchItemWire>({ response: true, error: true }),
+  'dedup.v1.CheckpointBatchRequest': fields<CheckpointBatchRequestWire>({ items: true }),
+  'dedup.v1.CheckpointBatchResponse': fields<CheckpointBatchResponseWire>({ items: true }),
+  'dedup.v1.CheckpointBatchResponse.Item': fields<CheckpointBatchItemWire>({ response: true, error: true }),
 } as const;
 
 function fields<T>(set: FieldSet<T>): readonly string[] {
@@ -309,6 +323,10 @@ export function beginBatchRequestToWire(items: readonly BeginRequest[]): BeginBa
 
 export function completeBatchRequestToWire(items: readonly CompleteRequest[]): CompleteBatchRequestWire {
   return { items: items.map(completeRequestToWire) };
+}
+
+export function checkpointBatchRequestToWire(items: readonly CheckpointRequest[]): CheckpointBatchRequestWire {
+  return { items: items.map(checkpointRequestToWire) };
 }
 
 // Checked here because protobufjs would otherwise wrap or truncate silently.
@@ -403,6 +421,13 @@ export function completeBatchResponseFromWire(
   requestItems: number,
 ): BatchItemResult<CompleteResponse>[] {
   return batchFromWire(w.items, requestItems, 'CompleteBatchResponse', completeResponseFromWire);
+}
+
+export function checkpointBatchResponseFromWire(
+  w: CheckpointBatchResponseWire,
+  requestItems: number,
+): BatchItemResult<CheckpointResponse>[] {
+  return batchFromWire(w.items, requestItems, 'CheckpointBatchResponse', checkpointResponseFromWire);
 }
 
 // Answers pair with request items by position, so a different count cannot be

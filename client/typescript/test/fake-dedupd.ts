@@ -41,12 +41,17 @@ export class FakeDedupd {
     readonly address: string,
   ) {}
 
-  static async start(script: Script): Promise<FakeDedupd> {
+  /**
+   * `only`: the methods served; grpc-js answers the others UNIMPLEMENTED (a
+   * server older than them). Default: every method of dedup.proto.
+   */
+  static async start(script: Script, only?: readonly string[]): Promise<FakeDedupd> {
     const server = new Server();
     const service = wire.packageDefinition()[wire.SERVICE_NAME] as ServiceDefinition;
     const handlers: Record<string, unknown> = {};
     let fake: FakeDedupd | undefined;
     for (const method of Object.keys(service)) {
+      if (only !== undefined && !only.includes(method)) continue;
       handlers[method] = (call: ServerUnaryCall<Record<string, unknown>, object>, callback: sendUnaryData<object>) => {
         const deadline = call.getDeadline();
         const calls = fake?.calls ?? [];

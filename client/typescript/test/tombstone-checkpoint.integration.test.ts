@@ -135,7 +135,7 @@ test('a takeover gets the last checkpoint; the old owner\'s next checkpoint is S
   assert.deepEqual([replay.result, replay.duplicate], ['resumed after ch_1', true]);
 });
 
-test('raw checkpoint: OK renews the lease, Get and a re-entering Begin show it; NOT_FOUND, ALREADY_COMPLETED; unary with coalesce', { timeout: 20_000 }, async () => {
+test('raw checkpoint: OK renews the lease, Get and a re-entering Begin show it; NOT_FOUND, ALREADY_COMPLETED; also through coalesce', { timeout: 20_000 }, async () => {
   const coalescing = new DedupClient({ address: server.address, coalesce: true });
   try {
     const key = randomUUID();

@@ -49,6 +49,7 @@ test('every service method is mapped', () => {
   assert.ok(service);
   const methods: wire.MethodName[] = [
     'Begin', 'Complete', 'Release', 'Renew', 'Checkpoint', 'Get', 'Forget', 'BeginBatch', 'CompleteBatch',
+    'CheckpointBatch',
   ];
   assert.deepEqual(Object.keys(service).sort(), [...methods].sort());
   for (const m of methods) assert.equal(wire.methodDefinition(m).path, `/dedup.v1.Dedup/${m}`);

@@ -14,11 +14,15 @@ export interface DedupdOptions {
   readonly binary?: string;
   /** How long to wait for "dedupd listening on ..." (ms). Default 15000. */
   readonly startTimeoutMs?: number;
+  /** Serve Prometheus /metrics on a free port (`Dedupd.metricsAddress`). Default false. */
+  readonly metrics?: boolean;
 }
 
 export interface Dedupd {
   /** "127.0.0.1:PORT" */
   readonly address: string;
+  /** "127.0.0.1:PORT" of /metrics, with the `metrics` option. */
+  readonly metricsAddress?: string;
   readonly dataDir: string;
   readonly process: ChildProcess;
   /** SIGTERM, wait for exit (SIGKILL after 5 s), remove the data dir. Idempotent. */
@@ -54,7 +58,7 @@ export async function startDedupd(options: DedupdOptions = {}): Promise<Dedupd> 
   try {
     // No metrics endpoint: its default port (9464) would collide between
     // servers running side by side (parallel tests, a developer's dedupd).
-    return await launch(options, ['--metrics_address=']);
+    return await launch(options, [`--metrics_address=${options.metrics === true ? '127.0.0.1:0' : ''}`]);
   } catch (error) {
     // A dedupd built before metrics existed refuses the flag ("unknown flag
     // --metrics_address", exit 2; exit 1 from older builds).
@@ -86,9 +90,18 @@ async function launch(options: DedupdOptions, extraFlags: readonly string[]): Pr
     return stopping;
   };
 
+  // dedupd prints "dedupd metrics on HOST:PORT" before its "listening" line.
+  let metricsAddress: string | undefined;
+  let head = '';
+  const listening = waitForListening(child, options.startTimeoutMs ?? 15_000);
+  child.stderr?.on('data', (chunk: string) => {
+    if (metricsAddress !== undefined || head.length > 8192) return;
+    head += chunk;
+    metricsAddress = /dedupd metrics on (\S+:\d+)/.exec(head)?.[1];
+  });
   try {
-    const address = await waitForListening(child, options.startTimeoutMs ?? 15_000);
-    return { address, dataDir, process: child, stop };
+    const address = await listening;
+    return { address, ...(metricsAddress !== undefined && { metricsAddress }), dataDir, process: child, stop };
   } catch (error) {
     await stop();
     throw error;
