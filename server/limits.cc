@@ -93,8 +93,9 @@ const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
           {"items", "namespace", "key", "args_hash", "owner", "lease_ms",
            "ttl_s", "wait_ms"},
           {"items", "namespace", "key", "fence", "outcome", "result", "ttl_s"},
-          {"namespace", "key", "fence", "step", "data", "lease_ms"}};
-  return (*kFields)[method_index];
+          {"namespace", "key", "fence", "step", "data", "lease_ms"},
+          {"items", "namespace", "key", "fence", "step", "data", "lease_ms"}};
+  return kFields->at(method_index);
 }
 
 absl::Status Limits::Check() const {

@@ -3,7 +3,8 @@
 // and the conversions of server/proto_convert.h.
 //
 // Input layout: byte 0 picks the method (the Method order of limits.h:
-// Begin, Complete, Release, Renew, Get, Forget, BeginBatch, CompleteBatch),
+// Begin, Complete, Release, Renew, Get, Forget, BeginBatch, CompleteBatch,
+// Checkpoint, CheckpointBatch),
 // byte 1 a set of Limits (the defaults, a tight set, a wide set), the rest is
 // the serialized request.
 //
@@ -45,6 +46,7 @@ namespace {
 
 constexpr int64_t kNowMs = 1'700'000'000'000;
 using fuzz::BadBegin;
+using fuzz::BadCheckpoint;
 using fuzz::BadComplete;
 using fuzz::BadRelease;
 using fuzz::BadRenew;
@@ -59,6 +61,8 @@ enum Method {
   kForget,
   kBeginBatch,
   kCompleteBatch,
+  kCheckpoint,
+  kCheckpointBatch,
   kMethodCount
 };
 
@@ -79,6 +83,8 @@ Limits LimitsFor(uint8_t choice) {
       l.max_lease_ms = 300;
       l.max_wait_ms = 10;
       l.max_batch_items = 3;
+      l.max_checkpoint_step_bytes = 3;
+      l.max_checkpoint_data_bytes = 4;
       break;
     case 2:  // wide: the largest values Limits::Check allows
       l.max_key_bytes = 4096;
@@ -413,6 +419,30 @@ void Run(int method, const Limits& l, absl::string_view bytes) {
         const absl::Status s = ValidateBatchBegin(item, l);
         CheckVerdict(s, bad, method);
         if (s.ok()) CheckValidBegin(item, l);
+      }
+      return;
+    }
+    case kCheckpoint: {
+      v1::CheckpointRequest r;
+      if (!Parse(bytes, &r)) return;
+      const absl::Status s = ValidateCheckpoint(r, l);
+      CheckVerdict(s, BadCheckpoint(r, l), method);
+      if (s.ok()) CheckValidTarget(r.namespace_(), r.key());
+      return;
+    }
+    case kCheckpointBatch: {
+      v1::CheckpointBatchRequest r;
+      if (!Parse(bytes, &r)) return;
+      const absl::Status size = ValidateBatchSize(r.items_size(), l);
+      const bool size_ok =
+          r.items_size() >= 1 &&
+          static_cast<uint32_t>(r.items_size()) <= l.max_batch_items;
+      CheckVerdict(size,
+                   size_ok ? std::nullopt : std::optional<std::string>("items"),
+                   method);
+      for (const v1::CheckpointRequest& item : r.items()) {
+        const absl::Status s = ValidateCheckpoint(item, l);
+        CheckVerdict(s, BadCheckpoint(item, l), method);
       }
       return;
     }

@@ -87,6 +87,21 @@ inline std::optional<std::string> BadRenew(const v1::RenewRequest& r,
   return std::nullopt;
 }
 
+inline std::optional<std::string> BadCheckpoint(const v1::CheckpointRequest& r,
+                                                const Limits& l) {
+  if (auto bad = BadTarget(r.namespace_(), r.key(), l)) return bad;
+  if (r.fence() == 0) return "fence";
+  if (r.step().empty() || r.step().size() > l.max_checkpoint_step_bytes ||
+      !AllPrintable(r.step())) {
+    return "step";
+  }
+  if (r.data().size() > l.max_checkpoint_data_bytes) return "data";
+  if (!InRangeOrZero(r.lease_ms(), l.min_lease_ms, l.max_lease_ms)) {
+    return "lease_ms";
+  }
+  return std::nullopt;
+}
+
 }  // namespace dedup::fuzz
 
 #endif  // DEDUP_TESTS_FUZZ_LIMITS_REFERENCE_H_

@@ -168,14 +168,21 @@ def fenced_req(fence=7, lease_ms=0, ns=b"billing", key=b"order-42"):
     return out + (field_varint(4, lease_ms) if lease_ms else b"")
 
 
+def checkpoint_req(fence=7, step=b"charged", data=b"ch_1", lease_ms=0,
+                   ns=b"billing", key=b"order-42"):
+    out = field_bytes(1, ns) + field_bytes(2, key) + field_varint(3, fence)
+    out += field_bytes(4, step) + field_bytes(5, data)
+    return out + (field_varint(6, lease_ms) if lease_ms else b"")
+
+
 def target_req(ns=b"billing", key=b"order-42"):
     return field_bytes(1, ns) + field_bytes(2, key)
 
 
 # Methods in the order of fuzz_request_validation.cc; limits 0 default,
 # 1 tight, 2 wide.
-BEGIN, COMPLETE, RELEASE, RENEW, GET, FORGET, BEGIN_BATCH, COMPLETE_BATCH = \
-    range(8)
+(BEGIN, COMPLETE, RELEASE, RENEW, GET, FORGET, BEGIN_BATCH, COMPLETE_BATCH,
+ CHECKPOINT, CHECKPOINT_BATCH) = range(10)
 
 
 def request(method, limits, body):
@@ -211,6 +218,12 @@ def request_seeds():
             1, begin_req()) + field_bytes(1, begin_req(key=b"order-43"))),
         "begin_batch_wait": request(BEGIN_BATCH, 0, field_bytes(
             1, begin_req(wait_ms=5))),
+        "checkpoint": request(CHECKPOINT, 0, checkpoint_req(lease_ms=5000)),
+        "checkpoint_tight": request(CHECKPOINT, 1, checkpoint_req(
+            ns=b"n", key=b"k", step=b"abc", data=b"1234", lease_ms=300)),
+        "checkpoint_batch": request(CHECKPOINT_BATCH, 1, field_bytes(
+            1, checkpoint_req(ns=b"n", key=b"k", step=b"s", data=b"")) +
+            field_bytes(1, checkpoint_req(ns=b"n", key=b"k2", step=b"t\n"))),
         "complete_batch": request(COMPLETE_BATCH, 1, field_bytes(
             1, complete_req(ns=b"n", key=b"k", result=b"r")) + field_bytes(
             1, complete_req(ns=b"n", key=b"k2", outcome=2, result=b""))),
