@@ -23,6 +23,15 @@ namespace {
 // unit the memtable hashes on.
 constexpr size_t kSlotPrefixBytes = 2;
 constexpr size_t kMemtableBuckets = 1 << 16;  // >= the 16,384 slots
+// Levels of each bucket's skiplist (branching 4). RocksDB's default of 4
+// suits buckets of a few dozen records, but in a group every log entry
+// writes new versions of the same few metadata keys (applied index, the
+// replicated clock, the fence counter), which share the 0xFFFF bucket: it
+// grows by thousands of versions between flushes, and with 4 levels each
+// insert's search there walked hundreds of them (a quarter of a follower's
+// CPU under coalesced pairs). 12 levels keep it logarithmic; a small
+// bucket's search starts at its own height, so they cost nothing.
+constexpr int32_t kMemtableSkiplistHeight = 12;
 
 // RocksDB's warnings and errors go to stderr, beside dedupd's own lines, not
 // to a LOG file in the data dir: on a full disk the LOG file is the first
@@ -70,8 +79,8 @@ rocksdb::Options RecordDbOptions(const RecordDbTuning& tuning) {
   // CPU per key under BeginBatch). The price: flushes and full scans sort the
   // memtable once, and writes to it are not concurrent.
   db.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kSlotPrefixBytes));
-  db.memtable_factory.reset(
-      rocksdb::NewHashSkipListRepFactory(kMemtableBuckets));
+  db.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(
+      kMemtableBuckets, kMemtableSkiplistHeight));
   db.allow_concurrent_memtable_write = false;
   // Most Begins are for new keys: a memtable bloom filter answers "absent"
   // without searching the memtable at all.
