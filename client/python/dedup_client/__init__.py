@@ -8,9 +8,10 @@
   group it follows the leader, and retries a call whose outcome is unknown
   only the safe way (DedupRpcError with outcome_unknown=True when that runs
   out).
-- CoalescingClient: wraps a Client; concurrent begin/complete calls go as
-  BeginBatch/CompleteBatch RPCs (Client.begin_batch / complete_batch send
-  batches by hand).
+- CoalescingClient: wraps a Client; concurrent begin/complete/checkpoint
+  calls go as BeginBatch/CompleteBatch/CheckpointBatch RPCs
+  (Client.begin_batch / complete_batch / checkpoint_batch send batches by
+  hand).
 - with_idempotency / @idempotent: Begin -> your function -> Complete (or
   Release on RetryableError), waiting out IN_USE and replaying duplicates.
   The lease is renewed in the background while the function runs; a lost

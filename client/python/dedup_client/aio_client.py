@@ -225,6 +225,12 @@ class AsyncClient(ClientBase):
         """Client.complete_batch."""
         return await self._batch("CompleteBatch", dedup_pb2.CompleteBatchRequest, items)
 
+    async def checkpoint_batch(
+        self, items: Sequence[dedup_pb2.CheckpointRequest]
+    ) -> list[Union[dedup_pb2.CheckpointResponse, DedupRpcError]]:
+        """Client.checkpoint_batch."""
+        return await self._batch("CheckpointBatch", dedup_pb2.CheckpointBatchRequest, items)
+
     async def _call(
         self,
         method: str,

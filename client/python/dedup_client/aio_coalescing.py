@@ -1,12 +1,14 @@
 """AsyncCoalescingClient: the asyncio counterpart of CoalescingClient. The
-concurrent Begins and Completes of one event loop's tasks go as BeginBatch
-and CompleteBatch calls.
+concurrent Begins, Completes and Checkpoints of one event loop's tasks go as
+BeginBatch, CompleteBatch and CheckpointBatch calls.
 
 As in CoalescingClient, a call leaves at once while fewer than
 max_batches_in_flight batches of its kind are outstanding; otherwise it joins
 the next batch, which leaves the moment one returns (so a lone caller pays
-no delay, and batches grow with the load). Each batch is sent by
-AsyncClient.begin_batch / complete_batch, i.e. with the retry rules every
+no delay, and batches grow with the load; a batch closes at max_batch_items
+or before its requests reach batch.MAX_BATCH_BYTES, 3 MiB). Each batch is
+sent by AsyncClient.begin_batch / complete_batch / checkpoint_batch, i.e.
+with the retry rules every
 client shares (dedup_client.policy.BatchRun): redirects to the leader,
 UNAVAILABLE and unknown-outcome items resent, result-budget refusals resent
 at once in smaller groups, a tenant's RetryInfo waited out. Each caller is
@@ -21,14 +23,24 @@ __cause__). A batch refused with RESOURCE_EXHAUSTED without a RetryInfo (a
 message size limit) is sent again item by item.
 
 Begins that wait (wait_ms > 0) cannot be batched and go through the
-AsyncClient; release, renew, checkpoint (no batch RPC), get and forget do
-too, so an AsyncCoalescingClient can stand in for an AsyncClient anywhere,
-with_idempotency_async and @idempotent included. Give every Begin an owner
-(with_idempotency_async does): batches are resent with the same owners.
+AsyncClient; release, renew, get and forget do too, so an
+AsyncCoalescingClient can stand in for an AsyncClient anywhere,
+with_idempotency_async and @idempotent included (claim.checkpoint then joins
+the CheckpointBatch calls). Give every Begin an owner (with_idempotency_async
+does): batches are resent with the same owners; a checkpoint resent is
+harmless.
+
+A server older than CheckpointBatch answers it UNIMPLEMENTED: the batch's
+checkpoints then go as unary Checkpoints through the AsyncClient, and so do
+all later ones of this client (it remembers; a new one asks again). That is
+seen when a batch's first RPC is refused so (an older server); a group
+changing leader mid-batch to an older node leaves the items resent there
+with their last answer (UNAVAILABLE, or outcome unknown), as any batch RPC
+failing after its first does.
 
 Use it from one event loop. A caller cancelled while its batch is out only
 stops waiting: the batch still goes (and the item may take effect).
-`await close()` refuses new begin/complete calls and waits until every
+`await close()` refuses new begin/complete/checkpoint calls and waits until every
 earlier one was answered; it then closes the AsyncClient only if it made it.
 """
 
@@ -36,7 +48,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 
 import grpc
 
@@ -44,16 +56,16 @@ from dedup_client._proto import dedup_pb2
 from dedup_client.aio_client import AsyncClient
 from dedup_client.batch import MAX_BATCH_BYTES, as_unary_error
 from dedup_client.coalescing import _own_copy
-from dedup_client.errors import DedupRpcError, rpc_code
-from dedup_client.messages import begin_request, complete_request
+from dedup_client.errors import DedupRpcError, is_missing_method, rpc_code
+from dedup_client.messages import begin_request, checkpoint_request, complete_request
 from dedup_client.retry_info import server_retry_delay_s
 
 _MAX_ITEMS_LIMIT = 1000
 
 
 class AsyncCoalescingClient:
-    """Batches one event loop's concurrent Begins and Completes; see the
-    module docstring."""
+    """Batches one event loop's concurrent Begins, Completes and Checkpoints;
+    see the module docstring."""
 
     def __init__(
         self,
@@ -83,9 +95,12 @@ class AsyncCoalescingClient:
                                   max_batch_items, max_batches_in_flight)
         self._completes = _AsyncLane("CompleteBatch", dedup_pb2.CompleteBatchRequest,
                                      self.client, max_batch_items, max_batches_in_flight)
+        self._checkpoints = _AsyncLane(
+            "CheckpointBatch", dedup_pb2.CheckpointBatchRequest, self.client,
+            max_batch_items, max_batches_in_flight, fallback=self._checkpoint_alone)
 
     async def close(self, timeout_s: Optional[float] = None) -> bool:
-        """Refuses new begin/complete calls, waits until every earlier one is
+        """Refuses new begin/complete/checkpoint calls, waits until every earlier one is
         answered (at most timeout_s; None: no limit), and closes the
         AsyncClient if this client made it. False if calls were still
         outstanding at the timeout."""
@@ -152,15 +167,24 @@ class AsyncCoalescingClient:
         self, namespace: str, key: str, fence: int, step: str, data: bytes = b"",
         *, lease_ms: int = 0,
     ) -> dedup_pb2.CheckpointResponse:
-        """AsyncClient.checkpoint, unary (there is no CheckpointBatch RPC)."""
-        return await self.client.checkpoint(
-            namespace, key, fence, step, data, lease_ms=lease_ms)
+        """AsyncClient.checkpoint, batched (unary once the server answered
+        CheckpointBatch UNIMPLEMENTED)."""
+        return await self._submit(self._checkpoints, checkpoint_request(
+            namespace, key, fence, step, data, lease_ms=lease_ms))
 
     async def get(self, namespace: str, key: str) -> dedup_pb2.GetResponse:
         return await self.client.get(namespace, key)
 
     async def forget(self, namespace: str, key: str) -> dedup_pb2.ForgetResponse:
         return await self.client.forget(namespace, key)
+
+    async def _checkpoint_alone(
+        self, request: dedup_pb2.CheckpointRequest
+    ) -> dedup_pb2.CheckpointResponse:
+        """The checkpoints lane's fallback: one unary Checkpoint."""
+        return await self.client.checkpoint(
+            request.namespace, request.key, request.fence, request.step, request.data,
+            lease_ms=request.lease_ms)
 
     async def _submit(self, lane: "_AsyncLane", request: Any) -> Any:
         if self._closed:
@@ -188,7 +212,11 @@ class _AsyncLane:
     def __init__(
         self, method: str, make_request: Callable[..., Any], client: AsyncClient,
         max_items: int, max_in_flight: int,
+        fallback: Optional[Callable[[Any], Awaitable[Any]]] = None,
     ) -> None:
+        """fallback(request), if given, sends one item by other means once the
+        server answered `method` UNIMPLEMENTED (an older dedupd); without it
+        that answer fails the batch's callers like any other error."""
         self._method = method
         self._make_request = make_request
         self._client = client
@@ -197,9 +225,20 @@ class _AsyncLane:
         self._queue: deque[_Batch] = deque()
         self._in_flight = 0
         self._tasks: set[asyncio.Task] = set()
+        self._fallback = fallback
+        # Set (never cleared) when the server answered `method` UNIMPLEMENTED:
+        # queued batches and later calls then go to the fallback.
+        self.batch_unimplemented = False
 
     def submit(self, request: Any) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
+        # Its caller may have stopped waiting (cancelled): retrieve the
+        # outcome here so asyncio does not log it as never retrieved.
+        future.add_done_callback(_retrieve)
+        if self.batch_unimplemented:
+            self._keep(asyncio.get_running_loop().create_task(
+                self._alone([request], [future])))
+            return future
         size = request.ByteSize()
         last = self._queue[-1] if self._queue else None
         if (last is None or len(last.requests) >= self._max_items
@@ -209,9 +248,6 @@ class _AsyncLane:
         last.requests.append(request)
         last.futures.append(future)
         last.size += size
-        # Its caller may have stopped waiting (cancelled): retrieve the
-        # outcome here so asyncio does not log it as never retrieved.
-        future.add_done_callback(_retrieve)
         self._start_ready()
         return future
 
@@ -219,9 +255,18 @@ class _AsyncLane:
         while self._in_flight < self._max_in_flight and self._queue:
             batch = self._queue.popleft()
             self._in_flight += 1
-            task = asyncio.get_running_loop().create_task(self._run(batch))
-            self._tasks.add(task)  # a strong reference until it is done
-            task.add_done_callback(self._tasks.discard)
+            self._keep(asyncio.get_running_loop().create_task(self._run(batch)))
+
+    def _keep(self, task: asyncio.Task) -> None:
+        self._tasks.add(task)  # a strong reference until it is done
+        task.add_done_callback(self._tasks.discard)
+
+    async def _alone(self, requests: list[Any], futures: list[asyncio.Future]) -> None:
+        """Each item through the fallback, concurrently (as unary callers)."""
+        assert self._fallback is not None
+        await asyncio.gather(*(
+            _each_alone(self._fallback, request, future)
+            for request, future in zip(requests, futures) if not future.done()))
 
     async def _run(self, batch: _Batch) -> None:
         try:
@@ -238,6 +283,10 @@ class _AsyncLane:
             self._start_ready()
 
     async def _send(self, requests: list[Any], futures: list[asyncio.Future]) -> None:
+        if self.batch_unimplemented:  # queued before the server said so
+            await self._alone(requests, futures)
+            return
+
         def on_final(index: int, result: Any) -> None:
             if isinstance(result, DedupRpcError):
                 _settle(futures[index], error=as_unary_error(result, index))
@@ -255,8 +304,23 @@ class _AsyncLane:
                     self._send([request], [future])
                     for request, future in zip(requests, futures)))
                 return
+            if self._fallback is not None and is_missing_method(error):
+                # An older server: nothing happened (the first RPC was
+                # refused); remembered.
+                self.batch_unimplemented = True
+                await self._alone(requests, futures)
+                return
             for future in futures:
                 _settle(future, error=_own_copy(error))
+
+
+async def _each_alone(
+    fallback: Callable[[Any], Awaitable[Any]], request: Any, future: asyncio.Future
+) -> None:
+    try:
+        _settle(future, result=await fallback(request))
+    except Exception as error:  # noqa: BLE001 - the caller's
+        _settle(future, error=error)
 
 
 def _settle(

@@ -1,6 +1,6 @@
 """How batch answers become per-item results; shared by Client.begin_batch /
-complete_batch and CoalescingClient, so a coalesced call answers exactly as a
-direct one would. Stateless."""
+complete_batch / checkpoint_batch and the coalescing clients, so a coalesced
+call answers exactly as a direct one would. Stateless."""
 
 from __future__ import annotations
 

@@ -117,7 +117,9 @@ class Claim:
         and ClaimLost (call "Checkpoint") is raised; let it propagate.
         Already lost: raises ClaimLost without sending. Other failures
         (grpc.RpcError after the client's retries) propagate without losing
-        the claim. In with_idempotency_async: `await claim.checkpoint(...)`."""
+        the claim. In with_idempotency_async: `await claim.checkpoint(...)`.
+        Sent by the helper's client: with a (Async)CoalescingClient it joins
+        that client's CheckpointBatch calls."""
         self.check()
         payload = encode_json(data)
         response = self._client.checkpoint(

@@ -259,6 +259,17 @@ class Client(ClientBase):
         as in begin_batch)."""
         return self._batch("CompleteBatch", dedup_pb2.CompleteBatchRequest, items)
 
+    def checkpoint_batch(
+        self, items: Sequence[dedup_pb2.CheckpointRequest]
+    ) -> list[Union[dedup_pb2.CheckpointResponse, DedupRpcError]]:
+        """Up to 1000 independent Checkpoints in one call, answered like
+        complete_batch (e.g. INVALID_ARGUMENT "items[1].step: ..."). Safe to
+        retry: the same checkpoint again is harmless. The request must fit
+        the server's message limit (4 MiB by default; data may be 64 KiB
+        per item). A server without CheckpointBatch raises UNIMPLEMENTED
+        (CoalescingClient then sends unary Checkpoints)."""
+        return self._batch("CheckpointBatch", dedup_pb2.CheckpointBatchRequest, items)
+
     def _call(
         self,
         method: str,

@@ -1,12 +1,14 @@
-"""CoalescingClient: the concurrent Begins and Completes of one process go as
-BeginBatch and CompleteBatch calls, so N threads cost the server a few RPCs
-instead of N.
+"""CoalescingClient: the concurrent Begins, Completes and Checkpoints of one
+process go as BeginBatch, CompleteBatch and CheckpointBatch calls, so N
+threads cost the server a few RPCs instead of N.
 
 A call leaves at once while fewer than max_batches_in_flight batches of its
 kind are outstanding; otherwise it joins the next batch, which leaves the
 moment one returns. A lone caller pays no added delay and batches grow with
 the load: the server's per-RPC cost is what bounds unary throughput, and its
-durable writes already share fsyncs.
+durable writes already share fsyncs. A batch is closed at max_batch_items,
+or before its requests reach batch.MAX_BATCH_BYTES (3 MiB, under gRPC's
+4 MiB message limit: a checkpoint alone may carry 64 KiB of data).
 
 Each call answers as the Client's would: the server's response, or a
 grpc.RpcError with the unary call's code and details (an item the server
@@ -37,9 +39,14 @@ so give every Begin one (an anonymous Begin resent after the server applied
 it answers IN_USE).
 
 Begins that wait (wait_ms > 0) cannot be batched and go through the Client;
-release, renew, checkpoint, get and forget do too (checkpoint has no batch
-RPC: it always goes unary), so a CoalescingClient can stand in for a Client
-anywhere, with_idempotency included.
+release, renew, get and forget do too, so a CoalescingClient can stand in for
+a Client anywhere, with_idempotency included (its claim.checkpoint then joins
+the CheckpointBatch calls). A checkpoint resent after an unknown outcome is
+harmless (the same fence, step and data again), so checkpoints are retried
+like Completes. A server older than CheckpointBatch answers it UNIMPLEMENTED:
+that batch's checkpoints then go as unary Checkpoints through the Client
+(from a worker thread, never a gRPC thread), and so do all later ones of this
+CoalescingClient (it remembers; a new one asks again).
 
 Thread-safe: share one per process. The *_future methods never block; the
 others block the calling thread. Callbacks added to those futures usually run
@@ -49,8 +56,9 @@ arrives on that channel at all. So a callback must not block, nor call this
 client's blocking methods, close() or with_idempotency; chain further calls
 with the *_future methods instead.
 
-close() refuses new begin/complete calls and waits until every earlier one
-was answered; it then closes the Client only if it made it (from a target).
+close() refuses new begin/complete/checkpoint calls and waits until every
+earlier one was answered; it then closes the Client only if it made it (from
+a target).
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar, Union
 
 import grpc
@@ -73,8 +81,8 @@ from dedup_client.batch import (
     refit,
 )
 from dedup_client.client import Client, is_retryable_rpc_error
-from dedup_client.errors import DedupRpcError, rpc_code, rpc_details
-from dedup_client.messages import begin_request, complete_request
+from dedup_client.errors import DedupRpcError, is_missing_method, rpc_code, rpc_details
+from dedup_client.messages import begin_request, checkpoint_request, complete_request
 from dedup_client.outcome import (
     is_outcome_unknown,
     may_retry_unknown,
@@ -88,10 +96,15 @@ _Answer = TypeVar("_Answer")
 # default.
 _MAX_ITEMS_LIMIT = 1000
 
+# Threads that send checkpoints unary when the server lacks CheckpointBatch:
+# only the batches that found out and checkpoint_future calls use them
+# (a blocking checkpoint() then sends on its caller's thread).
+_FALLBACK_THREADS = 8
+
 
 class CoalescingClient:
-    """Batches one process's concurrent Begins and Completes; see the module
-    docstring."""
+    """Batches one process's concurrent Begins, Completes and Checkpoints;
+    see the module docstring."""
 
     def __init__(
         self,
@@ -107,9 +120,10 @@ class CoalescingClient:
         its own (e.g. tls=TlsConfig(...), token=..., deadline_s=...; the
         batches carry its token like every call).
         max_batch_items: 1..1000 items per batch.
-        max_batches_in_flight: batches of one kind (Begin or Complete) on the
-        wire at once; 1 gives the largest batches, more lets a batch leave
-        while the server still works on the previous one."""
+        max_batches_in_flight: batches of one kind (Begin, Complete or
+        Checkpoint) on the wire at once; 1 gives the largest batches, more
+        lets a batch leave while the server still works on the previous
+        one."""
         if not 1 <= max_batch_items <= _MAX_ITEMS_LIMIT:
             raise ValueError(f"max_batch_items must be in 1..{_MAX_ITEMS_LIMIT}")
         if max_batches_in_flight < 1:
@@ -130,14 +144,27 @@ class CoalescingClient:
             "CompleteBatch", dedup_pb2.CompleteBatchRequest,
             self.client, max_batch_items, max_batches_in_flight, self._outstanding,
         )
+        self._checkpoints: _Lane[dedup_pb2.CheckpointResponse] = _Lane(
+            "CheckpointBatch", dedup_pb2.CheckpointBatchRequest,
+            self.client, max_batch_items, max_batches_in_flight, self._outstanding,
+            fallback=self._hand_off_checkpoint,
+        )
+        self._executor_lock = threading.Lock()
+        self._executor: Optional[ThreadPoolExecutor] = None  # guarded by _executor_lock
 
     def close(self, timeout_s: Optional[float] = None) -> bool:
-        """Refuses new begin/complete calls, waits until every earlier one is
-        answered (at most timeout_s; None: no limit), and closes the Client if
-        this CoalescingClient made it (else the Client, and the calls that go
-        through it, stay usable). False if calls were still outstanding at
-        the timeout."""
+        """Refuses new begin/complete/checkpoint calls, waits until every
+        earlier one is answered (at most timeout_s; None: no limit), and
+        closes the Client if this CoalescingClient made it (else the Client,
+        and the calls that go through it, stay usable). False if calls were
+        still outstanding at the timeout."""
         answered = self._outstanding.close_and_wait(timeout_s)
+        with self._executor_lock:
+            executor = self._executor
+        if executor is not None:
+            # Its calls were waited for above (after a timeout, those still
+            # queued run; a later hand-off is refused, failing its caller).
+            executor.shutdown(wait=False)
         if self._owns_client:
             self.client.close()
         return answered
@@ -226,18 +253,73 @@ class CoalescingClient:
     ) -> dedup_pb2.RenewResponse:
         return self.client.renew(namespace, key, fence, lease_ms=lease_ms)
 
+    def checkpoint_future(
+        self, namespace: str, key: str, fence: int, step: str, data: bytes = b"",
+        *, lease_ms: int = 0,
+    ) -> "Future[dedup_pb2.CheckpointResponse]":
+        """Queues a Checkpoint; the future holds the CheckpointResponse or
+        raises the grpc.RpcError its unary Checkpoint would have. (Against a
+        server without CheckpointBatch it is sent unary from a worker
+        thread.)"""
+        request = checkpoint_request(namespace, key, fence, step, data, lease_ms=lease_ms)
+        if not self._checkpoints.batch_unimplemented:
+            return self._checkpoints.submit(request)
+        future = self._outstanding.new_future()
+        try:
+            self._hand_off_checkpoint(request, future, False)
+        except Exception as error:  # noqa: BLE001 - closed meanwhile: the caller's
+            _settle(future, error=error)
+        return future
+
     def checkpoint(
         self, namespace: str, key: str, fence: int, step: str, data: bytes = b"",
         *, lease_ms: int = 0,
     ) -> dedup_pb2.CheckpointResponse:
-        """Client.checkpoint, unary (there is no CheckpointBatch RPC)."""
-        return self.client.checkpoint(namespace, key, fence, step, data, lease_ms=lease_ms)
+        """Client.checkpoint, batched (unary, on this thread, once the server
+        answered CheckpointBatch UNIMPLEMENTED)."""
+        request = checkpoint_request(namespace, key, fence, step, data, lease_ms=lease_ms)
+        if not self._checkpoints.batch_unimplemented:
+            return self._checkpoints.submit(request).result()
+        future = self._outstanding.new_future()
+        self._checkpoint_alone(request, future, False)
+        return future.result()
 
     def get(self, namespace: str, key: str) -> dedup_pb2.GetResponse:
         return self.client.get(namespace, key)
 
     def forget(self, namespace: str, key: str) -> dedup_pb2.ForgetResponse:
         return self.client.forget(namespace, key)
+
+    def _hand_off_checkpoint(
+        self, request: dedup_pb2.CheckpointRequest, future: Future, unknown: bool
+    ) -> None:
+        """The checkpoints lane's fallback: sends `request` unary from a worker
+        thread. Never blocks (it runs on gRPC threads). Raises RuntimeError
+        once close() shut the workers down."""
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    _FALLBACK_THREADS, thread_name_prefix="dedup-checkpoint")
+            executor = self._executor
+        executor.submit(self._checkpoint_alone, request, future, unknown)
+
+    def _checkpoint_alone(
+        self, request: dedup_pb2.CheckpointRequest, future: Future, unknown: bool
+    ) -> None:
+        """Sends `request` as a unary Checkpoint through the Client (with its
+        retries) and answers `future`; blocks. unknown: an earlier send's
+        outcome is unknown, so a failure must not read as "nothing
+        happened"."""
+        try:
+            response = self.client.checkpoint(
+                request.namespace, request.key, request.fence, request.step,
+                request.data, lease_ms=request.lease_ms)
+        except Exception as error:  # noqa: BLE001 - handed to the caller
+            if unknown and rpc_code(error) is not None and not is_outcome_unknown(error):
+                error = outcome_unknown_error("Checkpoint", error)
+            _settle(future, error=error)
+        else:
+            _settle(future, result=response)
 
 
 class _Outstanding:
@@ -247,6 +329,13 @@ class _Outstanding:
         self._cond = threading.Condition()
         self._count = 0
         self._closed = False
+
+    def new_future(self) -> Future:
+        """A running Future for a call, tracked (raises once closed)."""
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        self.track(future)
+        return future
 
     def track(self, future: Future) -> None:
         with self._cond:
@@ -305,7 +394,12 @@ class _Lane(Generic[_Answer]):
         max_items: int,
         max_in_flight: int,
         outstanding: _Outstanding,
+        fallback: Optional[Callable[[Any, Future, bool], None]] = None,
     ) -> None:
+        """fallback(request, future, unknown), if given, sends one item by
+        other means, without blocking, once the server answered `method`
+        UNIMPLEMENTED (an older dedupd); without it that answer fails the
+        batch's callers like any other error."""
         self._method = method
         self._unary = method[: -len("Batch")]  # as callers know the call
         self._make_request = make_request
@@ -321,12 +415,16 @@ class _Lane(Generic[_Answer]):
         # its slot and starts the next batch, which could fail the same way
         # (a closed channel), so sends are looped here rather than nested.
         self._sending = threading.local()
+        self._fallback = fallback
+        # Set (never cleared) when the server answered `method` UNIMPLEMENTED:
+        # the batches still queued, and later calls, go to the fallback. A
+        # plain bool: read without the lock, a stale False only costs one
+        # more UNIMPLEMENTED batch.
+        self.batch_unimplemented = False
 
     def submit(self, request: Any) -> "Future[_Answer]":
-        future: Future = Future()
         # Once queued a call goes out with its batch: it cannot be cancelled.
-        future.set_running_or_notify_cancel()
-        self._outstanding.track(future)
+        future = self._outstanding.new_future()
         size = request.ByteSize()
         with self._lock:
             last = self._queue[-1] if self._queue else None
@@ -363,6 +461,10 @@ class _Lane(Generic[_Answer]):
         return ready
 
     def _send(self, batch: _Batch, attempt: int, hop: bool) -> None:
+        if self.batch_unimplemented:  # queued before the server said so
+            self._divert(batch)
+            self._release_slot()
+            return
         try:
             if hop:
                 timeout = batch.deadline - time.monotonic()
@@ -399,6 +501,10 @@ class _Lane(Generic[_Answer]):
                 keeps_slot = self._settle_items(
                     batch, attempt, [aborted] * len(batch.requests)
                 )
+            elif self._fallback is not None and is_missing_method(error):
+                # An older server: nothing happened; remembered.
+                self.batch_unimplemented = True
+                self._divert(batch)
             elif (delay_s := server_retry_delay_s(error)) is not None:
                 # Over a limit (a tenant's): nothing happened; the whole
                 # batch goes again after the server's delay, as an attempt.
@@ -536,6 +642,15 @@ class _Lane(Generic[_Answer]):
         with self._lock:
             self._in_flight += len(singles)
         self._send_all([(single, 0, False) for single in singles])
+
+    def _divert(self, batch: _Batch) -> None:
+        """Hands every item of `batch` to the fallback (which must not block)."""
+        assert self._fallback is not None
+        for request, future, unknown in zip(batch.requests, batch.futures, batch.unknown):
+            try:
+                self._fallback(request, future, unknown)
+            except Exception as error:  # noqa: BLE001 - e.g. closed: the caller's
+                _settle(future, error=error)
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
         """Fails every caller of `batch`; one whose earlier send's outcome is

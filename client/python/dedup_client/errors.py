@@ -28,6 +28,23 @@ def rpc_details(error: BaseException) -> str:
     return text if text is not None else str(error)
 
 
+# How a dedupd from before CheckpointBatch answers a dedup.v1 method it does
+# not have: its interceptor for unparseable requests rewrote UNIMPLEMENTED.
+_OLDER_SERVER_NO_METHOD = "request: cannot be parsed as the request of "
+
+
+def is_missing_method(error: BaseException) -> bool:
+    """Whether a call failed because the server does not have its method:
+    UNIMPLEMENTED, or the INVALID_ARGUMENT "request: cannot be parsed as the
+    request of ..." of a dedupd older than the method. (A request this client
+    sends always parses: its strings are UTF-8 or refused before sending.)"""
+    code = rpc_code(error)
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return True
+    return (code == grpc.StatusCode.INVALID_ARGUMENT
+            and rpc_details(error).startswith(_OLDER_SERVER_NO_METHOD))
+
+
 class DedupError(Exception):
     """Base class of the answers with_idempotency turns into exceptions."""
 

@@ -81,8 +81,8 @@ from dedup_client.errors import (
     StaleFenceError,
 )
 
-# Either client works: CoalescingClient batches Begin/Complete and sends the
-# rest through its Client.
+# Either client works: CoalescingClient batches Begin/Complete (and
+# claim.checkpoint's Checkpoints) and sends the rest through its Client.
 AnyClient = Union[Client, CoalescingClient]
 
 T = TypeVar("T")

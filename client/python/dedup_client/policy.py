@@ -5,9 +5,9 @@ alike. The callers only send, sleep (or await a sleep) and loop.
 - CallRetry: one unary call's attempts (UNAVAILABLE, a tenant's RetryInfo,
   an unknown outcome retried only where safe).
 - AttemptRoute: one attempt's address and redirects to the leader.
-- BatchRun: a BeginBatch/CompleteBatch call's items across attempts (items
-  answered UNAVAILABLE or ABORTED resent; result-budget refusals resent at
-  once, in smaller groups).
+- BatchRun: a BeginBatch/CompleteBatch/CheckpointBatch call's items across
+  attempts (items answered UNAVAILABLE or ABORTED resent; result-budget
+  refusals resent at once, in smaller groups).
 
 Not thread-safe: one object per call.
 """

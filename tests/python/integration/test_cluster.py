@@ -1,7 +1,9 @@
 """The Python clients against a real 3-node replicated dedupd group: given all
 three addresses they find the leader, and when the leader is SIGKILLed the
 same client carries on with the new leader within a few seconds, where the
-keys completed before read back DUPLICATE with their results."""
+keys completed before read back DUPLICATE with their results. Through a
+CoalescingClient the helpers' Begins, checkpoints and Completes (BeginBatch,
+CheckpointBatch, CompleteBatch) all carry on across the kill."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import grpc
 from dedup_client import (
     Client,
     CoalescingClient,
+    current_claim,
     dedup_pb2,
     dedup_pb2_grpc,
     with_idempotency,
@@ -134,6 +137,8 @@ class ClusterTest(unittest.TestCase):
         calls_per_thread = 40
 
         def side_effect(key: str) -> str:
+            # A CheckpointBatch item, batched with the other threads'.
+            current_claim().checkpoint("sending", {"key": key})
             with runs_lock:
                 runs[key] += 1
             return f"sent:{key}"

@@ -8,8 +8,8 @@ asyncio:
   fence), and the previous owner's next checkpoint is refused STALE_FENCE:
   claim.lost is set and ClaimLost (call "Checkpoint") raised, nothing is
   recorded for it;
-- the raw checkpoint call (Client, CoalescingClient: unary), Get and a
-  re-entering Begin showing it.
+- the raw checkpoint call (Client: unary; CoalescingClient: batched), Get
+  and a re-entering Begin showing it.
 """
 
 from __future__ import annotations

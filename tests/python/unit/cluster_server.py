@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from concurrent import futures
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import grpc
 
@@ -43,6 +43,20 @@ def unknown(request: Any, context: grpc.ServicerContext) -> Any:
     proposal)."""
     context.set_trailing_metadata((("dedup-outcome", "unknown"),))
     context.abort(grpc.StatusCode.ABORTED, "leadership lost; outcome unknown")
+
+
+def unimplemented(request: Any, context: grpc.ServicerContext) -> Any:
+    """What a dedupd older than the method answers (nothing happened)."""
+    context.abort(grpc.StatusCode.UNIMPLEMENTED, "")
+
+
+def unparseable(request: Any, context: grpc.ServicerContext) -> Any:
+    """What a dedupd from before CheckpointBatch answers that method (its
+    interceptor took the UNIMPLEMENTED for an unparseable request)."""
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                  "request: cannot be parsed as the request of "
+                  "/dedup.v1.Dedup/CheckpointBatch (malformed protobuf, or a "
+                  "string field that is not valid UTF-8)")
 
 
 def aborted_items(*indexes: int) -> Callable[[Any, grpc.ServicerContext], Any]:
@@ -94,6 +108,17 @@ def _complete_batch(
     return response
 
 
+def _checkpoint_batch(
+    request: dedup_pb2.CheckpointBatchRequest,
+) -> dedup_pb2.CheckpointBatchResponse:
+    response = dedup_pb2.CheckpointBatchResponse()
+    for item in request.items:
+        answer = response.items.add().response
+        answer.status = dedup_pb2.CheckpointResponse.OK
+        answer.fence = item.fence
+    return response
+
+
 _DEFAULTS: dict[str, Callable[[Any], Any]] = {
     "BeginRequest": lambda r: dedup_pb2.BeginResponse(
         status=dedup_pb2.BeginResponse.STARTED, fence=7),
@@ -105,17 +130,23 @@ _DEFAULTS: dict[str, Callable[[Any], Any]] = {
         status=dedup_pb2.RenewResponse.OK, fence=r.fence),
     "GetRequest": lambda r: dedup_pb2.GetResponse(found=False),
     "ForgetRequest": lambda r: dedup_pb2.ForgetResponse(existed=True),
+    "CheckpointRequest": lambda r: dedup_pb2.CheckpointResponse(
+        status=dedup_pb2.CheckpointResponse.OK, fence=r.fence),
     "BeginBatchRequest": _begin_batch,
     "CompleteBatchRequest": _complete_batch,
+    "CheckpointBatchRequest": _checkpoint_batch,
 }
 
 
 class ScriptedNode(dedup_pb2_grpc.DedupServicer):
     """One node on 127.0.0.1:<free port> (`target`); records every call as
-    (method, request) in `calls`, and its metadata in `metadata`."""
+    (method, request) in `calls`, and its metadata in `metadata`. Methods
+    named in `without` answer UNIMPLEMENTED, as a dedupd older than them
+    would (recorded too), unless an action is scripted for the call."""
 
-    def __init__(self, leader: Optional[str] = None) -> None:
+    def __init__(self, leader: Optional[str] = None, *, without: Iterable[str] = ()) -> None:
         self.leader = leader
+        self.without = frozenset(without)
         self.script: dict[str, list[Action]] = {}
         self.calls: list[tuple[str, Any]] = []
         self.metadata: list[dict[str, str]] = []  # one per call, as `calls`
@@ -150,6 +181,8 @@ class ScriptedNode(dedup_pb2_grpc.DedupServicer):
             script = self.script.get(method)
             action = script.pop(0) if script else None
             leader = self.leader
+        if action is None and method in self.without:
+            action = unimplemented
         if action is None:
             if leader is not None:
                 action = redirect(leader) if leader else unavailable
@@ -180,3 +213,9 @@ class ScriptedNode(dedup_pb2_grpc.DedupServicer):
 
     def CompleteBatch(self, request, context):  # noqa: N802
         return self._answer("CompleteBatch", request, context)
+
+    def Checkpoint(self, request, context):  # noqa: N802
+        return self._answer("Checkpoint", request, context)
+
+    def CheckpointBatch(self, request, context):  # noqa: N802
+        return self._answer("CheckpointBatch", request, context)
