@@ -81,4 +81,57 @@ void ToProto(const CompleteBatchItem& item, v1::CompleteRequest* request) {
   request->set_ttl_s(item.ttl_s);
 }
 
+void ToProto(const CheckpointBatchItem& item, v1::CheckpointRequest* request) {
+  request->set_namespace_(item.ns);
+  request->set_key(item.key);
+  request->set_fence(item.fence);
+  request->set_step(item.step);
+  request->set_data(item.data);
+  request->set_lease_ms(item.lease_ms);
+}
+
+bool IsUnparsedRequestReply(const absl::Status& status) {
+  // server/unparseable_requests.cc's message.
+  return absl::IsInvalidArgument(status) &&
+         absl::StartsWith(status.message(),
+                          "request: cannot be parsed as the request of ");
+}
+
+bool IsValidUtf8(absl::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // The sequence's length and the range of its second byte (Unicode 15,
+    // table 3-7): the narrower ranges exclude overlong forms, surrogates and
+    // code points past U+10FFFF.
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (n - i < len || s[i + 1] < lo || s[i + 1] > hi) return false;
+    for (size_t k = 2; k < len; ++k) {
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
 }  // namespace dedup

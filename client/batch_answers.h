@@ -17,6 +17,7 @@
 namespace dedup {
 
 struct BeginBatchItem;
+struct CheckpointBatchItem;
 struct CompleteBatchItem;
 
 // Same code and message: grpc::StatusCode and absl::StatusCode share the
@@ -57,6 +58,20 @@ inline constexpr char kItemErrorReasonPayload[] = "dedup.v1.ItemError.reason";
 // The request item a batch sends for `item`.
 void ToProto(const BeginBatchItem& item, v1::BeginRequest* request);
 void ToProto(const CompleteBatchItem& item, v1::CompleteRequest* request);
+void ToProto(const CheckpointBatchItem& item, v1::CheckpointRequest* request);
+
+// True when a whole RPC was refused as "request: cannot be parsed as the
+// request of <method>" (INVALID_ARGUMENT). dedupd answers so for a request
+// it cannot parse (e.g. a string field that is not valid UTF-8); builds from
+// before CheckpointBatch also answered so for a dedup.v1 method they did not
+// have (their interceptor took every UNIMPLEMENTED for an unparsed request),
+// so from them a CheckpointBatch gets this answer, not UNIMPLEMENTED.
+[[nodiscard]] bool IsUnparsedRequestReply(const absl::Status& status);
+
+// True when `text` is structurally valid UTF-8 (no overlong forms, no
+// surrogates, nothing past U+10FFFF), as a protobuf string field must be for
+// the server to parse the request.
+[[nodiscard]] bool IsValidUtf8(absl::string_view text);
 
 // Maps a batch response to one StatusOr per request item. The pairing is by
 // position, so a response with a different item count cannot be trusted at

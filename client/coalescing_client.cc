@@ -43,6 +43,8 @@ struct CoalescingClient::BeginTraits {
                     std::function<void(grpc::Status)> on_done) {
     stub.async()->BeginBatch(context, request, response, std::move(on_done));
   }
+  // BeginBatch is as old as Begin.
+  static constexpr bool kUnaryFallback = false;
 };
 
 struct CoalescingClient::CompleteTraits {
@@ -60,6 +62,46 @@ struct CoalescingClient::CompleteTraits {
                     const Request* request, Response* response,
                     std::function<void(grpc::Status)> on_done) {
     stub.async()->CompleteBatch(context, request, response, std::move(on_done));
+  }
+  // CompleteBatch is as old as Complete.
+  static constexpr bool kUnaryFallback = false;
+};
+
+struct CoalescingClient::CheckpointTraits {
+  using Item = CheckpointBatchItem;
+  using ItemProto = v1::CheckpointRequest;
+  using Answer = v1::CheckpointResponse;
+  using Request = v1::CheckpointBatchRequest;
+  using Response = v1::CheckpointBatchResponse;
+  static constexpr const char* kMethod = "CheckpointBatch";
+  static constexpr const char* kUnary = "Checkpoint";
+  // The same fence, step and data again change nothing but the time.
+  static bool SafeToResend(const ItemProto&) { return true; }
+  static bool HoldsResult(const Answer&) { return false; }
+  static void Start(v1::Dedup::Stub& stub, grpc::ClientContext* context,
+                    const Request* request, Response* response,
+                    std::function<void(grpc::Status)> on_done) {
+    stub.async()->CheckpointBatch(context, request, response,
+                                  std::move(on_done));
+  }
+  // CheckpointBatch came after Checkpoint: a server that has only Checkpoint
+  // gets the items one by one (see Lane::OnDone).
+  static constexpr bool kUnaryFallback = true;
+  static void StartUnary(v1::Dedup::Stub& stub, grpc::ClientContext* context,
+                         const ItemProto* item, Answer* answer,
+                         std::function<void(grpc::Status)> on_done) {
+    stub.async()->Checkpoint(context, item, answer, std::move(on_done));
+  }
+  // Whether the server can parse `request` (its strings are valid UTF-8), so
+  // that refusing it as unparseable means the method is missing.
+  static bool Parseable(const Request& request) {
+    for (const ItemProto& item : request.items()) {
+      if (!IsValidUtf8(item.namespace_()) || !IsValidUtf8(item.key()) ||
+          !IsValidUtf8(item.step())) {
+        return false;
+      }
+    }
+    return true;
   }
 };
 
@@ -89,7 +131,7 @@ absl::StatusOr<Answer> AsUnaryAnswer(int index, absl::StatusOr<Answer> answer) {
 
 }  // namespace
 
-// Calls not yet answered, across both lanes: the destructor waits for zero.
+// Calls not yet answered, across the lanes: the destructor waits for zero.
 // A std::mutex, not absl::Mutex, because the waiter destroys it right after
 // the last Sub unlocks, which POSIX mutexes allow.
 class CoalescingClient::Outstanding {
@@ -117,6 +159,10 @@ class CoalescingClient::Outstanding {
 // The calls of one kind: a queue of batches being filled, and how many are
 // on the wire. Invariant: the queue is empty unless max_batches_in_flight
 // batches are out, so a call never waits while a batch could leave.
+//
+// A lane whose server lacks the batch method (Traits::kUnaryFallback only)
+// turns unary for good: each call then leaves at once as its own unary RPC,
+// outside the count of batches in flight, as Client's calls would.
 template <typename Traits>
 class CoalescingClient::Lane {
  public:
@@ -139,18 +185,20 @@ class CoalescingClient::Lane {
     std::unique_ptr<Batch> ready;
     {
       absl::MutexLock lock(&mu_);
-      if (queued_.empty() || queued_.back()->sealed ||
-          queued_.back()->request.items_size() >= max_items_ ||
-          (queued_.back()->bytes > 0 &&
-           queued_.back()->bytes + bytes > kMaxBatchBytes)) {
-        queued_.push_back(std::make_unique<Batch>());
+      if (unary_) {
+        ready = std::make_unique<Batch>();
+        ready->unary = true;
+        AddItem(*ready, std::move(proto), bytes, std::move(done));
+      } else {
+        if (queued_.empty() || queued_.back()->sealed ||
+            queued_.back()->request.items_size() >= max_items_ ||
+            (queued_.back()->bytes > 0 &&
+             queued_.back()->bytes + bytes > kMaxBatchBytes)) {
+          queued_.push_back(std::make_unique<Batch>());
+        }
+        AddItem(*queued_.back(), std::move(proto), bytes, std::move(done));
+        if (in_flight_ < max_in_flight_) ready = TakeLocked();
       }
-      Batch& batch = *queued_.back();
-      batch.request.mutable_items()->Add(std::move(proto));
-      batch.bytes += bytes;
-      batch.dones.push_back(std::move(done));
-      batch.was_unknown.push_back(false);
-      if (in_flight_ < max_in_flight_) ready = TakeLocked();
     }
     if (ready != nullptr) Send(ready.release());
   }
@@ -175,6 +223,11 @@ class CoalescingClient::Lane {
     // Holds such re-sent items only: calls joining it would make it larger
     // than the answer it is sized to fit.
     bool sealed = false;
+    // Sent as the unary RPC of its one item (the server lacks the batch
+    // method), outside the lane's count of batches in flight; its answer is
+    // put in `response` as a batch's would be.
+    bool unary = false;
+    Answer unary_answer;
     // Per item: an earlier round's outcome was unknown, so its final error
     // must say so.
     std::vector<bool> was_unknown;
@@ -182,6 +235,14 @@ class CoalescingClient::Lane {
     // still be returning when the RPC it started completes.
     std::vector<std::unique_ptr<grpc::Alarm>> backoffs;
   };
+
+  static void AddItem(Batch& batch, typename Traits::ItemProto proto,
+                      size_t bytes, Done<Answer> done) {
+    batch.request.mutable_items()->Add(std::move(proto));
+    batch.bytes += bytes;
+    batch.dones.push_back(std::move(done));
+    batch.was_unknown.push_back(false);
+  }
 
   std::unique_ptr<Batch> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::unique_ptr<Batch> batch = std::move(queued_.front());
@@ -205,6 +266,22 @@ class CoalescingClient::Lane {
       OnDone(batch, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "no server address configured"));
       return;
+    }
+    if constexpr (Traits::kUnaryFallback) {
+      if (batch->unary) {
+        batch->unary_answer.Clear();
+        Traits::StartUnary(
+            *batch->endpoint->stub, batch->context.get(),
+            &batch->request.items(0), &batch->unary_answer,
+            [this, batch](grpc::Status status) {
+              if (status.ok()) {
+                *batch->response.add_items()->mutable_response() =
+                    std::move(batch->unary_answer);
+              }
+              OnDone(batch, status);
+            });
+        return;
+      }
     }
     Traits::Start(*batch->endpoint->stub, batch->context.get(), &batch->request,
                   &batch->response, [this, batch](grpc::Status status) {
@@ -258,6 +335,22 @@ class CoalescingClient::Lane {
       // its unary call would have. Owners make a re-sent Begin re-enter.
       SendEachAlone(*batch);
       return;
+    }
+    if constexpr (Traits::kUnaryFallback) {
+      // A server older than the batch method answers UNIMPLEMENTED, or (every
+      // dedupd with the unary method, see IsUnparsedRequestReply) "cannot be
+      // parsed", which dedupd also answers a request it cannot parse (a
+      // string that is not UTF-8; dedupd builds older still said
+      // UNIMPLEMENTED for that). Either way each item goes again alone as a
+      // unary call, which answers it as Client would. Later calls go unary
+      // too only when the request was parseable, so the method must be
+      // missing: one caller's bad key must not end batching.
+      if (!batch->unary &&
+          (status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+           IsUnparsedRequestReply(ToAbslStatus(status)))) {
+        SendUnary(*batch, /*for_good=*/Traits::Parseable(batch->request));
+        return;
+      }
     }
     // One answer per item. A whole RPC whose outcome is unknown counts as
     // each item's, so that only the items safe to re-send go again.
@@ -321,6 +414,7 @@ class CoalescingClient::Lane {
       if (again == nullptr) {
         again = std::make_unique<Batch>();
         again->round = batch->round + 1;
+        again->unary = batch->unary;
       }
       MoveItem(*batch, i, *again);
       resent[i] = true;
@@ -341,14 +435,15 @@ class CoalescingClient::Lane {
       batch->dones[i](std::move(answer));
     }
     // The re-fitted batches go first in the queue (their callers waited
-    // longest); `again` keeps this batch's place, else it is given up.
+    // longest); `again` keeps this batch's place, else it is given up (a
+    // unary call has none).
     std::vector<std::unique_ptr<Batch>> ready;
     {
       absl::MutexLock lock(&mu_);
       for (auto it = refit.rbegin(); it != refit.rend(); ++it) {
         queued_.push_front(std::move(*it));
       }
-      if (again == nullptr) --in_flight_;
+      if (again == nullptr && !batch->unary) --in_flight_;
       while (in_flight_ < max_in_flight_ && !queued_.empty()) {
         ready.push_back(TakeLocked());
       }
@@ -375,24 +470,53 @@ class CoalescingClient::Lane {
     to.was_unknown.push_back(from.was_unknown[i]);
   }
 
+  // Moves each item of `batch` to a batch of its own, keeping its round,
+  // appended to `singles`.
+  static void Split(Batch& batch, bool unary,
+                    std::vector<std::unique_ptr<Batch>>& singles) {
+    for (int i = 0; i < batch.request.items_size(); ++i) {
+      auto single = std::make_unique<Batch>();
+      single->round = batch.round;
+      single->unary = unary;
+      MoveItem(batch, i, *single);
+      singles.push_back(std::move(single));
+    }
+  }
+
   // Sends every item of `batch` (whose place is taken over) as its own batch.
   void SendEachAlone(Batch& batch) {
     const int items = batch.request.items_size();
     std::vector<std::unique_ptr<Batch>> singles;
-    for (int i = 0; i < items; ++i) {
-      auto single = std::make_unique<Batch>();
-      single->request.mutable_items()->Add(
-          std::move(*batch.request.mutable_items(i)));
-      single->dones.push_back(std::move(batch.dones[i]));
-      single->was_unknown.push_back(batch.was_unknown[i]);
-      single->round = batch.round;
-      singles.push_back(std::move(single));
-    }
+    Split(batch, /*unary=*/false, singles);
     {
       absl::MutexLock lock(&mu_);
       in_flight_ += items - 1;
     }
     for (auto& single : singles) Send(single.release());
+  }
+
+  // Sends every item of `batch` (whose place in flight is given up) as its
+  // own unary call; `for_good`: the queued calls and every later one too.
+  void SendUnary(Batch& batch, bool for_good) {
+    std::vector<std::unique_ptr<Batch>> singles;
+    Split(batch, /*unary=*/true, singles);
+    std::vector<std::unique_ptr<Batch>> ready;
+    {
+      absl::MutexLock lock(&mu_);
+      if (for_good) {
+        unary_ = true;
+        for (std::unique_ptr<Batch>& queued : queued_) {
+          Split(*queued, /*unary=*/true, singles);
+        }
+        queued_.clear();
+      }
+      --in_flight_;
+      while (in_flight_ < max_in_flight_ && !queued_.empty()) {
+        ready.push_back(TakeLocked());
+      }
+    }
+    for (auto& single : singles) Send(single.release());
+    for (auto& next : ready) Send(next.release());
   }
 
   LeaderRouter& router_;
@@ -404,6 +528,8 @@ class CoalescingClient::Lane {
   absl::Mutex mu_;
   std::deque<std::unique_ptr<Batch>> queued_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // The server lacks the batch method: calls go as unary RPCs.
+  bool unary_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 CoalescingClient::CoalescingClient(std::shared_ptr<grpc::Channel> channel,
@@ -438,6 +564,8 @@ CoalescingClient::CoalescingClient(std::unique_ptr<LeaderRouter> router,
       begins_(std::make_unique<Lane<BeginTraits>>(
           *router_, Resolved(options, *router_), *outstanding_)),
       completes_(std::make_unique<Lane<CompleteTraits>>(
+          *router_, Resolved(options, *router_), *outstanding_)),
+      checkpoints_(std::make_unique<Lane<CheckpointTraits>>(
           *router_, Resolved(options, *router_), *outstanding_)) {}
 
 CoalescingClient::~CoalescingClient() { outstanding_->WaitZero(); }
@@ -450,6 +578,11 @@ void CoalescingClient::BeginAsync(const BeginBatchItem& item,
 void CoalescingClient::CompleteAsync(const CompleteBatchItem& item,
                                      Done<v1::CompleteResponse> done) {
   completes_->Submit(item, std::move(done));
+}
+
+void CoalescingClient::CheckpointAsync(const CheckpointBatchItem& item,
+                                       Done<v1::CheckpointResponse> done) {
+  checkpoints_->Submit(item, std::move(done));
 }
 
 namespace {
@@ -480,6 +613,14 @@ absl::StatusOr<v1::CompleteResponse> CoalescingClient::Complete(
   return AwaitAnswer<v1::CompleteResponse>(
       [&](Done<v1::CompleteResponse> done) {
         CompleteAsync(item, std::move(done));
+      });
+}
+
+absl::StatusOr<v1::CheckpointResponse> CoalescingClient::Checkpoint(
+    const CheckpointBatchItem& item) {
+  return AwaitAnswer<v1::CheckpointResponse>(
+      [&](Done<v1::CheckpointResponse> done) {
+        CheckpointAsync(item, std::move(done));
       });
 }
 

@@ -1,5 +1,6 @@
-// Sends the concurrent Begins and Completes of one process as BeginBatch and
-// CompleteBatch RPCs, so N callers cost the server a few calls instead of N.
+// Sends the concurrent Begins, Completes and Checkpoints of one process as
+// BeginBatch, CompleteBatch and CheckpointBatch RPCs, so N callers cost the
+// server a few calls instead of N.
 //
 // A call leaves at once while fewer than `max_batches_in_flight` batches of
 // its kind are outstanding; otherwise it joins the next batch, which leaves
@@ -7,10 +8,10 @@
 // grow with the load: the server's per-RPC cost is what bounds unary
 // throughput, and its durable writes already share fsyncs.
 //
-// Each call answers as Client::Begin / Client::Complete would: the server's
-// answer, the refusal of its item (same code and message as a unary call's:
-// "key: ...", without the batch's "items[i]." prefix), or the batch's RPC
-// error. A batch is retried on UNAVAILABLE
+// Each call answers as Client::Begin / Complete / Checkpoint would: the
+// server's answer, the refusal of its item (same code and message as a unary
+// call's: "key: ...", without the batch's "items[i]." prefix), or the
+// batch's RPC error. A batch is retried on UNAVAILABLE
 // with the same owners, like Client::BeginBatch. Begins that must wait
 // (wait_ms > 0) cannot be batched: use Client::Begin for those.
 //
@@ -20,23 +21,35 @@
 // Client::BeginBatch does: items refused with UNAVAILABLE or ABORTED
 // (outcome unknown; a whole batch answered so counts for each item) go again
 // in a batch of their own after backoff (an ABORTED Begin only if it has an
-// owner), up to rpc.max_attempts rounds; an item whose outcome was unknown
+// owner; Completes and Checkpoints are re-sent unchanged, which is safe),
+// up to rpc.max_attempts rounds; an item whose outcome was unknown
 // and is not settled answers ABORTED with IsOutcomeUnknown() true. Begins
 // refused only because the answer already held the server's
 // --max_batch_response_bytes of stored results (IsResultBudgetRefusal) go
 // again at once without spending a round, in batches of at most as many
 // items as that answer held results, for as long as each answer holds some.
 //
-// A batch closes at max_batch_items or 3 MiB of requests. A batch refused
-// with RESOURCE_EXHAUSTED (a message limit on either side, e.g. several
-// large DUPLICATE results in one answer) is sent again item by item. Both
-// retries re-send each Begin with its owner, so give every Begin one (an
-// anonymous Begin re-sent after the server applied it answers IN_USE).
+// A batch closes at max_batch_items or 3 MiB of requests (so about 47
+// Checkpoints of 64 KiB data each). A batch refused with RESOURCE_EXHAUSTED
+// (a message limit on either side, e.g. several large DUPLICATE results in
+// one answer) is sent again item by item. Both retries re-send each Begin
+// with its owner, so give every Begin one (an anonymous Begin re-sent after
+// the server applied it answers IN_USE).
+//
+// CheckpointBatch is newer than Checkpoint. A server without it answers
+// UNIMPLEMENTED, or, as every dedupd that has Checkpoint but not
+// CheckpointBatch does, INVALID_ARGUMENT "request: cannot be parsed as the
+// request of .../CheckpointBatch" (IsUnparsedRequestReply). The batch's
+// items then go again one by one as unary Checkpoint calls, with the same
+// leader following and retries, and the client remembers it: its later
+// Checkpoints are unary calls at once, for its life. A batch refused as
+// unparseable because a string in it is not valid UTF-8 has its items sent
+// unary too, so that each gets its own answer, but that is not remembered.
 //
 // Thread-safe. Callbacks run on gRPC's threads, one batch's in item order.
-// They may start further calls, but must not block (the blocking Begin and
-// Complete, or RunOnce, included) nor destroy the client. The destructor
-// waits until every call made before it was answered.
+// They may start further calls, but must not block (the blocking Begin,
+// Complete and Checkpoint, or RunOnce, included) nor destroy the client.
+// The destructor waits until every call made before it was answered.
 #ifndef DEDUP_CLIENT_COALESCING_CLIENT_H_
 #define DEDUP_CLIENT_COALESCING_CLIENT_H_
 
@@ -60,9 +73,9 @@ struct CoalescingOptions {
   // Items per batch; the server refuses more than its --max_batch_items
   // (1000 by default).
   int max_batch_items = 256;
-  // Batches of one kind (Begin or Complete) outstanding at once. 1 gives the
-  // largest batches; more lets a batch leave while the server still works on
-  // the previous one.
+  // Batches of one kind (Begin, Complete or Checkpoint) outstanding at once. 1
+  // gives the largest batches; more lets a batch leave while the server still
+  // works on the previous one.
   int max_batches_in_flight = 2;
 };
 
@@ -87,18 +100,26 @@ class CoalescingClient {
   void BeginAsync(const BeginBatchItem& item, Done<v1::BeginResponse> done);
   void CompleteAsync(const CompleteBatchItem& item,
                      Done<v1::CompleteResponse> done);
+  // An answer OK, STALE_FENCE, NOT_FOUND or ALREADY_COMPLETED is the
+  // server's, as for Client::Checkpoint; an invalid item (e.g. an empty step)
+  // is INVALID_ARGUMENT "step: ...".
+  void CheckpointAsync(const CheckpointBatchItem& item,
+                       Done<v1::CheckpointResponse> done);
 
   // Blocking forms, for threads that are not gRPC's.
   [[nodiscard]] absl::StatusOr<v1::BeginResponse> Begin(
       const BeginBatchItem& item);
   [[nodiscard]] absl::StatusOr<v1::CompleteResponse> Complete(
       const CompleteBatchItem& item);
+  [[nodiscard]] absl::StatusOr<v1::CheckpointResponse> Checkpoint(
+      const CheckpointBatchItem& item);
 
  private:
   template <typename Traits>
   class Lane;
   struct BeginTraits;
   struct CompleteTraits;
+  struct CheckpointTraits;
   class Outstanding;
 
   CoalescingClient(std::unique_ptr<LeaderRouter> router,
@@ -108,6 +129,7 @@ class CoalescingClient {
   const std::unique_ptr<Outstanding> outstanding_;
   const std::unique_ptr<Lane<BeginTraits>> begins_;
   const std::unique_ptr<Lane<CompleteTraits>> completes_;
+  const std::unique_ptr<Lane<CheckpointTraits>> checkpoints_;
 };
 
 }  // namespace dedup

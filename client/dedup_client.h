@@ -107,6 +107,18 @@ struct CompleteBatchItem {
   uint32_t ttl_s = 0;  // 0: keep the TTL given at Begin.
 };
 
+// One item of a CheckpointBatch (CoalescingClient::Checkpoint), as the
+// arguments of Client::Checkpoint. Re-sending it unchanged is safe: the same
+// checkpoint again changes nothing a reader can see but its time.
+struct CheckpointBatchItem {
+  std::string ns;
+  std::string key;
+  uint64_t fence = 0;
+  std::string step;
+  std::string data;       // At most 64 KiB.
+  uint32_t lease_ms = 0;  // > 0: also renews the lease.
+};
+
 // One answer per item, in the items' order: the server's answer, or the
 // error that refused that item alone (its code and "items[i].<field>: ..."
 // message); nothing was done for a refused item.

@@ -121,6 +121,7 @@ absl::StatusOr<RunResult> Execute(
   claim.lease_expires_at_ms = begin.lease_expires_at();
   if (begin.has_checkpoint()) claim.last_checkpoint = begin.checkpoint();
   claim.client = &client;
+  claim.coalescing = options.coalescing;
   claim.ns = std::string(ns);
   claim.key = std::string(key);
   std::optional<LeaseKeeper> keeper;
@@ -331,8 +332,18 @@ absl::Status Claim::Checkpoint(absl::string_view step,
   if (client == nullptr) {
     return absl::FailedPreconditionError("dedup: Claim not made by RunOnce");
   }
-  absl::StatusOr<v1::CheckpointResponse> recorded =
-      client->Checkpoint(ns, key, fence, step, data);
+  absl::StatusOr<v1::CheckpointResponse> recorded;
+  if (coalescing != nullptr) {
+    CheckpointBatchItem item;
+    item.ns = ns;
+    item.key = key;
+    item.fence = fence;
+    item.step = std::string(step);
+    item.data = std::string(data);
+    recorded = coalescing->Checkpoint(item);
+  } else {
+    recorded = client->Checkpoint(ns, key, fence, step, data);
+  }
   if (!recorded.ok()) return recorded.status();
   if (recorded->status() == v1::CheckpointResponse::OK) return absl::OkStatus();
   checkpoint_refused->store(true);

@@ -60,6 +60,9 @@ struct Claim {
   // Records progress (a step name, up to 64 KiB of data) that a takeover
   // would receive. ABORTED with IsClaimLost() when the server refuses it (a
   // takeover happened, the record is gone or completed): stop and return.
+  // With RunOptions::coalescing, it shares CheckpointBatch RPCs with the
+  // process's other checkpoints (so call it from `fn`'s thread or another
+  // that may block, never from a gRPC callback).
   [[nodiscard]] absl::Status Checkpoint(absl::string_view step,
                                         absl::string_view data) const;
   // The claim was lost while `fn` ran (a renewal or checkpoint was refused):
@@ -69,6 +72,7 @@ struct Claim {
 
   // Set by RunOnce.
   const Client* client = nullptr;
+  CoalescingClient* coalescing = nullptr;  // RunOptions::coalescing.
   std::string ns;
   std::string key;
   LeaseKeeper* keeper = nullptr;
@@ -117,12 +121,13 @@ struct RunOptions {
   absl::Duration wait_per_call = absl::Seconds(10);
   // Overall limit for waiting on another owner; `fn` itself is not bounded.
   absl::Duration deadline = absl::Minutes(2);
-  // When set (not owned; must outlive the call), the first Begin and the
-  // Complete go through it, sharing BeginBatch/CompleteBatch RPCs with the
-  // process's other concurrent RunOnce calls, with its deadline and retry
-  // settings; Begins that wait on another owner, and Release, still go
-  // through `client`. Answers are the same. RunOnce blocks, so never call it
-  // with `coalescing` from a gRPC callback thread.
+  // When set (not owned; must outlive the call), the first Begin, the
+  // Claim's Checkpoints and the Complete go through it, sharing BeginBatch/
+  // CheckpointBatch/CompleteBatch RPCs with the process's other concurrent
+  // RunOnce calls, with its deadline and retry settings; Begins that wait on
+  // another owner, lease renewals and Release still go through `client`.
+  // Answers are the same. RunOnce blocks, so never call it with `coalescing`
+  // from a gRPC callback thread.
   CoalescingClient* coalescing = nullptr;
   // Renew the lease in the background while `fn` runs (every third of the
   // lease). Off: a side effect that outlives its lease may be taken over.

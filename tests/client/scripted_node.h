@@ -98,6 +98,16 @@ class ScriptedNode final : public v1::Dedup::Service {
                              v1::CompleteBatchResponse* r) override {
     return Handle("CompleteBatch", c, *q, r);
   }
+  grpc::Status Checkpoint(grpc::ServerContext* c,
+                          const v1::CheckpointRequest* q,
+                          v1::CheckpointResponse* r) override {
+    return Handle("Checkpoint", c, *q, r);
+  }
+  grpc::Status CheckpointBatch(grpc::ServerContext* c,
+                               const v1::CheckpointBatchRequest* q,
+                               v1::CheckpointBatchResponse* r) override {
+    return Handle("CheckpointBatch", c, *q, r);
+  }
 
  private:
   template <typename Request>
