@@ -134,4 +134,18 @@ bool IsValidUtf8(absl::string_view text) {
   return true;
 }
 
+bool StringsAreValidUtf8(const v1::BeginRequest& request) {
+  return IsValidUtf8(request.namespace_()) && IsValidUtf8(request.key()) &&
+         IsValidUtf8(request.owner());
+}
+
+bool StringsAreValidUtf8(const v1::CompleteRequest& request) {
+  return IsValidUtf8(request.namespace_()) && IsValidUtf8(request.key());
+}
+
+bool StringsAreValidUtf8(const v1::CheckpointRequest& request) {
+  return IsValidUtf8(request.namespace_()) && IsValidUtf8(request.key()) &&
+         IsValidUtf8(request.step());
+}
+
 }  // namespace dedup

@@ -73,6 +73,14 @@ void ToProto(const CheckpointBatchItem& item, v1::CheckpointRequest* request);
 // the server to parse the request.
 [[nodiscard]] bool IsValidUtf8(absl::string_view text);
 
+// True when every string field of the request (namespace, key, and owner or
+// step) is valid UTF-8 (IsValidUtf8), so that the server can parse it: one
+// item that is not makes the server refuse its whole batch request as
+// unparseable (IsUnparsedRequestReply).
+[[nodiscard]] bool StringsAreValidUtf8(const v1::BeginRequest& request);
+[[nodiscard]] bool StringsAreValidUtf8(const v1::CompleteRequest& request);
+[[nodiscard]] bool StringsAreValidUtf8(const v1::CheckpointRequest& request);
+
 // Maps a batch response to one StatusOr per request item. The pairing is by
 // position, so a response with a different item count cannot be trusted at
 // all and fails the whole call.

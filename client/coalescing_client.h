@@ -11,9 +11,16 @@
 // Each call answers as Client::Begin / Complete / Checkpoint would: the
 // server's answer, the refusal of its item (same code and message as a unary
 // call's: "key: ...", without the batch's "items[i]." prefix), or the
-// batch's RPC error. A batch is retried on UNAVAILABLE
-// with the same owners, like Client::BeginBatch. Begins that must wait
-// (wait_ms > 0) cannot be batched: use Client::Begin for those.
+// batch's RPC error. A batch is retried on UNAVAILABLE with the same owners,
+// like Client::BeginBatch. Begins that must wait (wait_ms > 0) cannot be
+// batched: use Client::Begin for those.
+//
+// The server cannot parse a string field (namespace, key, owner, step) that
+// is not valid UTF-8, and refuses the whole request that holds one
+// (INVALID_ARGUMENT "request: cannot be parsed as the request of
+// .../BeginBatch"). So such a call never joins a batch: it goes as its own
+// unary call (with the retries and leader following of a batch), and it
+// alone is refused, exactly as Client's call is (".../Begin").
 //
 // Cluster mode is handled as by Client: batches follow the leader a follower
 // names ("dedup-leader") at once, move to the next address on other
@@ -42,9 +49,7 @@
 // request of .../CheckpointBatch" (IsUnparsedRequestReply). The batch's
 // items then go again one by one as unary Checkpoint calls, with the same
 // leader following and retries, and the client remembers it: its later
-// Checkpoints are unary calls at once, for its life. A batch refused as
-// unparseable because a string in it is not valid UTF-8 has its items sent
-// unary too, so that each gets its own answer, but that is not remembered.
+// Checkpoints are unary calls at once, for its life.
 //
 // Thread-safe. Callbacks run on gRPC's threads, one batch's in item order.
 // They may start further calls, but must not block (the blocking Begin,
@@ -78,6 +83,14 @@ struct CoalescingOptions {
   // works on the previous one.
   int max_batches_in_flight = 2;
 };
+
+// The machinery: client/coalescing_lane.h.
+class OutstandingCalls;
+template <typename Traits>
+class CoalescingLane;
+struct BeginLaneTraits;
+struct CompleteLaneTraits;
+struct CheckpointLaneTraits;
 
 class CoalescingClient {
  public:
@@ -115,21 +128,14 @@ class CoalescingClient {
       const CheckpointBatchItem& item);
 
  private:
-  template <typename Traits>
-  class Lane;
-  struct BeginTraits;
-  struct CompleteTraits;
-  struct CheckpointTraits;
-  class Outstanding;
-
   CoalescingClient(std::unique_ptr<LeaderRouter> router,
                    const CoalescingOptions& options);
 
   const std::unique_ptr<LeaderRouter> router_;
-  const std::unique_ptr<Outstanding> outstanding_;
-  const std::unique_ptr<Lane<BeginTraits>> begins_;
-  const std::unique_ptr<Lane<CompleteTraits>> completes_;
-  const std::unique_ptr<Lane<CheckpointTraits>> checkpoints_;
+  const std::unique_ptr<OutstandingCalls> outstanding_;
+  const std::unique_ptr<CoalescingLane<BeginLaneTraits>> begins_;
+  const std::unique_ptr<CoalescingLane<CompleteLaneTraits>> completes_;
+  const std::unique_ptr<CoalescingLane<CheckpointLaneTraits>> checkpoints_;
 };
 
 }  // namespace dedup

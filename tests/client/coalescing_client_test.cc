@@ -29,6 +29,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
   return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
@@ -413,6 +414,98 @@ TEST_F(CoalescingClientIntegrationTest, ConcurrentCallersGetUnaryAnswers) {
   const double begin_rpcs = Rpcs("BeginBatch") - begin_batches;
   EXPECT_GT(begin_rpcs, 0);
   EXPECT_LT(begin_rpcs, kThreads * kRounds * 3 / 2.0);
+}
+
+// dedupd refuses a whole request with a string that is not UTF-8 ("request:
+// cannot be parsed as the request of <method>"). 8 threads Begin and
+// Complete concurrently, one of them with a key (or owner) that is not
+// UTF-8: that caller alone is refused, exactly as its unary call is, and
+// every other call gets its own answer.
+TEST_F(CoalescingClientIntegrationTest,
+       AStringThatIsNotUtf8FailsOnlyItsCaller) {
+  const std::string bad = TestName() + "/bad\xff";
+  Client unary(server().address());
+  BeginOptions owned;
+  owned.owner = "owner";
+  const absl::Status begin_refused =
+      unary.Begin("coalesce", bad, "hash", owned).status();
+  ASSERT_EQ(begin_refused.code(), absl::StatusCode::kInvalidArgument)
+      << begin_refused;
+  ASSERT_THAT(std::string(begin_refused.message()),
+              StartsWith("request: cannot be parsed as the request of "
+                         "/dedup.v1.Dedup/Begin "));
+  owned.owner = "owner\xff";
+  ASSERT_EQ(unary.Begin("coalesce", TestName(), "hash", owned).status(),
+            begin_refused);
+  const absl::Status complete_refused =
+      unary.Complete("coalesce", bad, 1, v1::SUCCESS, "r").status();
+  ASSERT_EQ(complete_refused.code(), absl::StatusCode::kInvalidArgument)
+      << complete_refused;
+  ASSERT_THAT(std::string(complete_refused.message()),
+              StartsWith("request: cannot be parsed as the request of "
+                         "/dedup.v1.Dedup/Complete "));
+
+  CoalescingClient client(ChannelTo(server().address()), Options(1));
+  const double begin_batches = Rpcs("BeginBatch");
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 10;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto fail = [&](int r, const std::string& what,
+                      const absl::Status& status) {
+        if (failures++ < 5) {
+          ADD_FAILURE() << "thread " << t << " round " << r << ": " << what
+                        << ": " << status;
+        }
+      };
+      for (int r = 0; r < kRounds; ++r) {
+        BeginBatchItem item = Item(absl::StrCat(TestName(), "/", t, "/", r));
+        if (t == 3) {
+          // Odd rounds: a bad owner on a good key.
+          if (r % 2 == 0) {
+            item.key = bad;
+          } else {
+            item.owner = "owner\xff";
+          }
+          const absl::Status begun = client.Begin(item).status();
+          if (begun != begin_refused) fail(r, "Begin", begun);
+          CompleteBatchItem done;
+          done.ns = item.ns;
+          done.key = bad;
+          done.fence = 1;
+          done.outcome = v1::SUCCESS;
+          done.result = "r";
+          const absl::Status completed = client.Complete(done).status();
+          if (completed != complete_refused) fail(r, "Complete", completed);
+          continue;
+        }
+        absl::StatusOr<v1::BeginResponse> begun = client.Begin(item);
+        if (!begun.ok() || begun->status() != v1::BeginResponse::STARTED) {
+          fail(r, "Begin", begun.status());
+          continue;
+        }
+        CompleteBatchItem done;
+        done.ns = item.ns;
+        done.key = item.key;
+        done.fence = begun->fence();
+        done.outcome = v1::SUCCESS;
+        done.result = absl::StrCat("result-", t, "-", r);
+        absl::StatusOr<v1::CompleteResponse> completed = client.Complete(done);
+        if (!completed.ok() ||
+            completed->status() != v1::CompleteResponse::OK) {
+          fail(r, "Complete", completed.status());
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  // The good callers still shared batches.
+  const double begin_rpcs = Rpcs("BeginBatch") - begin_batches;
+  EXPECT_GT(begin_rpcs, 0);
+  EXPECT_LT(begin_rpcs, (kThreads - 1) * kRounds);
 }
 
 // RunOnce with RunOptions::coalescing: 24 threads on 6 keys. Each key's side

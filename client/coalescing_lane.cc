@@ -1,0 +1,375 @@
+#include "client/coalescing_lane.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "client/backoff.h"
+#include "client/batch_answers.h"
+#include "client/outcome_unknown.h"
+#include "client/retry_delay.h"
+
+namespace dedup {
+namespace {
+
+// A batch closes before its request passes this many bytes: under gRPC's
+// default 4 MiB message limit and dedupd's (at least 4 MiB), so several
+// large Complete results cannot make one request that no server accepts.
+constexpr size_t kMaxBatchBytes = size_t{3} << 20;
+
+// The server names a refused batch item's field "items[i].<field>"; the
+// caller of a coalesced call sent one request, so it gets the message a
+// unary call would have: "<field>: ...".
+template <typename Answer>
+absl::StatusOr<Answer> AsUnaryAnswer(int index, absl::StatusOr<Answer> answer) {
+  if (answer.ok()) return answer;
+  const std::string prefix = absl::StrCat("items[", index, "].");
+  absl::string_view message = answer.status().message();
+  if (!absl::ConsumePrefix(&message, prefix)) return answer;
+  absl::Status unary(answer.status().code(), message);
+  answer.status().ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) {
+        unary.SetPayload(url, payload);
+      });
+  return unary;
+}
+
+}  // namespace
+
+void OutstandingCalls::Add(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_ += n;
+}
+
+void OutstandingCalls::Sub(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_ -= n;
+  if (calls_ == 0) zero_.notify_all();
+}
+
+void OutstandingCalls::WaitZero() {
+  std::unique_lock<std::mutex> lock(mu_);
+  zero_.wait(lock, [this] { return calls_ == 0; });
+}
+
+template <typename Traits>
+CoalescingLane<Traits>::CoalescingLane(LeaderRouter& router,
+                                       const CoalescingOptions& options,
+                                       OutstandingCalls& outstanding)
+    : router_(router),
+      rpc_(options.rpc),
+      max_items_(std::clamp(options.max_batch_items, 1, 1000)),
+      max_in_flight_(std::max(options.max_batches_in_flight, 1)),
+      outstanding_(outstanding) {}
+
+template <typename Traits>
+void CoalescingLane<Traits>::Submit(const Item& item,
+                                    CoalescingClient::Done<Answer> done) {
+  typename Traits::ItemProto proto;
+  ToProto(item, &proto);
+  const size_t bytes = proto.ByteSizeLong();
+  const bool parseable = StringsAreValidUtf8(proto);
+  outstanding_.Add(1);
+  std::unique_ptr<Batch> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (unary_ || !parseable) {
+      ready = std::make_unique<Batch>();
+      ready->unary = true;
+      AddItem(*ready, std::move(proto), bytes, std::move(done));
+    } else {
+      if (queued_.empty() || queued_.back()->sealed ||
+          queued_.back()->request.items_size() >= max_items_ ||
+          (queued_.back()->bytes > 0 &&
+           queued_.back()->bytes + bytes > kMaxBatchBytes)) {
+        queued_.push_back(std::make_unique<Batch>());
+      }
+      AddItem(*queued_.back(), std::move(proto), bytes, std::move(done));
+      if (in_flight_ < max_in_flight_) ready = TakeLocked();
+    }
+  }
+  if (ready != nullptr) Send(ready.release());
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::AddItem(Batch& batch,
+                                     typename Traits::ItemProto proto,
+                                     size_t bytes,
+                                     CoalescingClient::Done<Answer> done) {
+  batch.request.mutable_items()->Add(std::move(proto));
+  batch.bytes += bytes;
+  batch.dones.push_back(std::move(done));
+  batch.was_unknown.push_back(false);
+}
+
+template <typename Traits>
+auto CoalescingLane<Traits>::TakeLocked() -> std::unique_ptr<Batch> {
+  std::unique_ptr<Batch> batch = std::move(queued_.front());
+  queued_.pop_front();
+  ++in_flight_;
+  return batch;
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::Send(Batch* batch, bool new_attempt) {
+  if (new_attempt) {
+    batch->deadline = absl::Now() + rpc_.deadline;
+    batch->hops = 0;
+  }
+  batch->context = std::make_unique<grpc::ClientContext>();
+  batch->context->set_deadline(absl::ToChronoTime(batch->deadline));
+  batch->response.Clear();
+  batch->endpoint = router_.Current();
+  if (batch->endpoint == nullptr) {
+    OnDone(batch, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "no server address configured"));
+    return;
+  }
+  if (batch->unary) {
+    batch->unary_answer.Clear();
+    Traits::StartUnary(*batch->endpoint->stub, batch->context.get(),
+                       &batch->request.items(0), &batch->unary_answer,
+                       [this, batch](grpc::Status status) {
+                         if (status.ok()) {
+                           *batch->response.add_items()->mutable_response() =
+                               std::move(batch->unary_answer);
+                         }
+                         OnDone(batch, status);
+                       });
+    return;
+  }
+  Traits::Start(*batch->endpoint->stub, batch->context.get(), &batch->request,
+                &batch->response,
+                [this, batch](grpc::Status status) { OnDone(batch, status); });
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::SendLater(Batch* batch, absl::Duration delay,
+                                       bool new_attempt) {
+  batch->backoffs.push_back(std::make_unique<grpc::Alarm>());
+  batch->backoffs.back()->Set(
+      absl::ToChronoTime(absl::Now() + delay),
+      [this, batch, new_attempt](bool) { Send(batch, new_attempt); });
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
+  const int max_attempts = std::max(rpc_.max_attempts, 1);
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    const std::string leader = LeaderHint(*batch->context);
+    if (!leader.empty() && leader != batch->endpoint->address &&
+        batch->hops < rpc_.max_leader_hops) {
+      ++batch->hops;
+      router_.FollowLeader(*batch->endpoint, leader);
+      SendLater(batch, absl::ZeroDuration(), /*new_attempt=*/false);
+      return;
+    }
+    router_.Advance(*batch->endpoint);
+  }
+  // Over a limit (a tenant's): the server says when to come back.
+  if (std::optional<absl::Duration> delay = ServerRetryDelay(status);
+      delay.has_value() && batch->attempt + 1 < max_attempts) {
+    ++batch->attempt;
+    SendLater(batch, *delay, /*new_attempt=*/true);
+    return;
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      ++batch->attempt < max_attempts) {
+    SendLater(batch,
+              FullJitterBackoff(rpc_.backoff, batch->attempt - 1,
+                                ThreadLocalUniform01),
+              /*new_attempt=*/true);
+    return;
+  }
+  std::unique_ptr<Batch> owned(batch);
+  const int items = batch->request.items_size();
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+      !ServerRetryDelay(status).has_value() && items > 1) {
+    // Too large for a message limit on one side (say, several DUPLICATEs
+    // with large results in one answer): each item goes again alone, as
+    // its unary call would have. Owners make a re-sent Begin re-enter.
+    SendEachAlone(*batch);
+    return;
+  }
+  if constexpr (Traits::kBatchMayBeMissing) {
+    // A server older than the batch method answers UNIMPLEMENTED, or (every
+    // dedupd with the unary method, see IsUnparsedRequestReply) "cannot be
+    // parsed". Items that joined a batch are parseable (see Submit), so
+    // either way the method is missing: each item goes again alone as a
+    // unary call, which answers it as Client would, and so do later calls.
+    if (!batch->unary &&
+        (status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+         IsUnparsedRequestReply(ToAbslStatus(status)))) {
+      SendUnary(*batch);
+      return;
+    }
+  }
+  // One answer per item. A whole RPC whose outcome is unknown counts as
+  // each item's, so that only the items safe to re-send go again.
+  absl::StatusOr<std::vector<absl::StatusOr<Answer>>> answers;
+  if (IsUnknownOutcomeReply(status, *batch->context)) {
+    answers = std::vector<absl::StatusOr<Answer>>(
+        items, absl::AbortedError(status.error_message()));
+  } else {
+    absl::StatusOr<typename Traits::Response> response =
+        status.ok() ? absl::StatusOr<typename Traits::Response>(
+                          std::move(batch->response))
+                    : ToAbslStatus(status);
+    answers =
+        FromBatchResponse<Answer>(Traits::kMethod, items, std::move(response));
+  }
+  // Items refused with UNAVAILABLE (nothing happened) or ABORTED (outcome
+  // unknown, where re-sending is safe) go again in a batch of their own,
+  // which takes over this batch's place in flight.
+  //
+  // Except the Begins refused because the answer already held the
+  // server's --max_batch_response_bytes of stored results: many callers of
+  // one key with a large result would otherwise go again all together
+  // round after round, a few answered each time, until their attempts ran
+  // out. They are not failures. They go again at once (no backoff, no
+  // round spent) in sealed batches of at most as many items as this answer
+  // held results, which is about what fits one answer (results of one key
+  // have one size); items a batch still cannot fit split again the same
+  // way. That always ends: such a re-send is free only when this answer
+  // held a result, so each sealed batch is smaller than the batch it came
+  // from. One that held none (a single result larger than the whole
+  // budget, e.g. stored under a larger --max_result_bytes) spends rounds
+  // like any UNAVAILABLE.
+  int fitted = 0;
+  for (int i = 0; answers.ok() && i < items; ++i) {
+    if ((*answers)[i].ok() && Traits::HoldsResult(*(*answers)[i])) ++fitted;
+  }
+  const bool may_resend = batch->round + 1 < max_attempts;
+  std::unique_ptr<Batch> again;
+  std::vector<std::unique_ptr<Batch>> refit;
+  std::vector<bool> resent(items, false);
+  for (int i = 0; answers.ok() && i < items; ++i) {
+    if ((*answers)[i].ok()) continue;
+    const absl::Status& error = (*answers)[i].status();
+    if (fitted > 0 && IsResultBudgetRefusal(error)) {
+      if (refit.empty() || refit.back()->request.items_size() >= fitted) {
+        refit.push_back(std::make_unique<Batch>());
+        refit.back()->round = batch->round;
+        refit.back()->sealed = true;
+      }
+      MoveItem(*batch, i, *refit.back());
+      resent[i] = true;
+      continue;
+    }
+    const bool aborted = absl::IsAborted(error);
+    if (aborted) batch->was_unknown[i] = true;
+    if (!may_resend ||
+        !(absl::IsUnavailable(error) ||
+          (aborted && Traits::SafeToResend(batch->request.items(i))))) {
+      continue;
+    }
+    if (again == nullptr) {
+      again = std::make_unique<Batch>();
+      again->round = batch->round + 1;
+      again->unary = batch->unary;
+    }
+    MoveItem(*batch, i, *again);
+    resent[i] = true;
+  }
+  // Answers go out before this batch's place is given up, so calls their
+  // callbacks start gather into the next batch instead of leaving alone.
+  int answered = 0;
+  for (int i = 0; i < items; ++i) {
+    if (resent[i]) continue;
+    ++answered;
+    absl::StatusOr<Answer> answer =
+        answers.ok() ? AsUnaryAnswer(i, std::move((*answers)[i]))
+                     : absl::StatusOr<Answer>(answers.status());
+    if (!answer.ok()) {
+      answer = SettledItemError(Traits::kUnary, batch->was_unknown[i],
+                                answer.status());
+    }
+    batch->dones[i](std::move(answer));
+  }
+  // The re-fitted batches go first in the queue (their callers waited
+  // longest); `again` keeps this batch's place, else it is given up (a
+  // unary call has none).
+  std::vector<std::unique_ptr<Batch>> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = refit.rbegin(); it != refit.rend(); ++it) {
+      queued_.push_front(std::move(*it));
+    }
+    if (again == nullptr && !batch->unary) --in_flight_;
+    while (in_flight_ < max_in_flight_ && !queued_.empty()) {
+      ready.push_back(TakeLocked());
+    }
+  }
+  if (again != nullptr) {
+    Batch* retry = again.release();
+    SendLater(
+        retry,
+        FullJitterBackoff(rpc_.backoff, retry->round - 1, ThreadLocalUniform01),
+        /*new_attempt=*/true);
+  }
+  for (std::unique_ptr<Batch>& next : ready) Send(next.release());
+  owned.reset();
+  // Last: the client may be destroyed after it.
+  if (answered > 0) outstanding_.Sub(answered);
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::MoveItem(Batch& from, int i, Batch& to) {
+  to.bytes += from.request.items(i).ByteSizeLong();
+  to.request.mutable_items()->Add(std::move(*from.request.mutable_items(i)));
+  to.dones.push_back(std::move(from.dones[i]));
+  to.was_unknown.push_back(from.was_unknown[i]);
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::Split(
+    Batch& batch, bool unary, std::vector<std::unique_ptr<Batch>>& singles) {
+  for (int i = 0; i < batch.request.items_size(); ++i) {
+    auto single = std::make_unique<Batch>();
+    single->round = batch.round;
+    single->unary = unary;
+    MoveItem(batch, i, *single);
+    singles.push_back(std::move(single));
+  }
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::SendEachAlone(Batch& batch) {
+  const int items = batch.request.items_size();
+  std::vector<std::unique_ptr<Batch>> singles;
+  Split(batch, /*unary=*/false, singles);
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_ += items - 1;
+  }
+  for (auto& single : singles) Send(single.release());
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::SendUnary(Batch& batch) {
+  std::vector<std::unique_ptr<Batch>> singles;
+  Split(batch, /*unary=*/true, singles);
+  {
+    absl::MutexLock lock(&mu_);
+    unary_ = true;
+    for (std::unique_ptr<Batch>& queued : queued_) {
+      Split(*queued, /*unary=*/true, singles);
+    }
+    queued_.clear();
+    --in_flight_;
+  }
+  for (auto& single : singles) Send(single.release());
+}
+
+template class CoalescingLane<BeginLaneTraits>;
+template class CoalescingLane<CompleteLaneTraits>;
+template class CoalescingLane<CheckpointLaneTraits>;
+
+}  // namespace dedup

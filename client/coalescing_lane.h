@@ -1,0 +1,240 @@
+// The machinery behind CoalescingClient (client/coalescing_client.h says
+// what its callers get): one CoalescingLane per kind of call gathers the
+// calls into batch RPCs, sends them with Client's leader following and
+// retries, and settles each item into its caller's answer. The traits below
+// name each kind's messages and RPCs; they are the only instantiations
+// (coalescing_lane.cc).
+#ifndef DEDUP_CLIENT_COALESCING_LANE_H_
+#define DEDUP_CLIENT_COALESCING_LANE_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/coalescing_client.h"
+#include "client/dedup_client.h"
+#include "client/leader_router.h"
+#include "dedup/v1/dedup.grpc.pb.h"
+#include "grpcpp/alarm.h"
+#include "grpcpp/client_context.h"
+
+namespace dedup {
+
+// Calls not yet answered, across the lanes of one client: its destructor
+// waits for zero. A std::mutex, not absl::Mutex, because the waiter destroys
+// it right after the last Sub unlocks, which POSIX mutexes allow.
+class OutstandingCalls {
+ public:
+  void Add(int n);
+  // Touches nothing after unlocking, so the waiter may destroy the object
+  // as soon as the Sub that reaches zero unlocks.
+  void Sub(int n);
+  void WaitZero();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable zero_;
+  int calls_ = 0;  // guarded by mu_
+};
+
+// What a lane of Begins sends.
+struct BeginLaneTraits {
+  using Item = BeginBatchItem;
+  using ItemProto = v1::BeginRequest;
+  using Answer = v1::BeginResponse;
+  using Request = v1::BeginBatchRequest;
+  using Response = v1::BeginBatchResponse;
+  static constexpr const char* kMethod = "BeginBatch";
+  static constexpr const char* kUnary = "Begin";
+  // Only an owner makes a re-sent Begin re-enter its own claim.
+  static bool SafeToResend(const ItemProto& item) {
+    return !item.owner().empty();
+  }
+  // The answer spent some of the batch answer's result budget.
+  static bool HoldsResult(const Answer& answer) {
+    return !answer.result().empty();
+  }
+  static void Start(v1::Dedup::Stub& stub, grpc::ClientContext* context,
+                    const Request* request, Response* response,
+                    std::function<void(grpc::Status)> on_done) {
+    stub.async()->BeginBatch(context, request, response, std::move(on_done));
+  }
+  static void StartUnary(v1::Dedup::Stub& stub, grpc::ClientContext* context,
+                         const ItemProto* item, Answer* answer,
+                         std::function<void(grpc::Status)> on_done) {
+    stub.async()->Begin(context, item, answer, std::move(on_done));
+  }
+  // BeginBatch is as old as Begin.
+  static constexpr bool kBatchMayBeMissing = false;
+};
+
+// What a lane of Completes sends.
+struct CompleteLaneTraits {
+  using Item = CompleteBatchItem;
+  using ItemProto = v1::CompleteRequest;
+  using Answer = v1::CompleteResponse;
+  using Request = v1::CompleteBatchRequest;
+  using Response = v1::CompleteBatchResponse;
+  static constexpr const char* kMethod = "CompleteBatch";
+  static constexpr const char* kUnary = "Complete";
+  // Complete is idempotent for the same fence, outcome and result.
+  static bool SafeToResend(const ItemProto&) { return true; }
+  static bool HoldsResult(const Answer&) { return false; }
+  static void Start(v1::Dedup::Stub& stub, grpc::ClientContext* context,
+                    const Request* request, Response* response,
+                    std::function<void(grpc::Status)> on_done) {
+    stub.async()->CompleteBatch(context, request, response, std::move(on_done));
+  }
+  static void StartUnary(v1::Dedup::Stub& stub, grpc::ClientContext* context,
+                         const ItemProto* item, Answer* answer,
+                         std::function<void(grpc::Status)> on_done) {
+    stub.async()->Complete(context, item, answer, std::move(on_done));
+  }
+  // CompleteBatch is as old as Complete.
+  static constexpr bool kBatchMayBeMissing = false;
+};
+
+// What a lane of Checkpoints sends.
+struct CheckpointLaneTraits {
+  using Item = CheckpointBatchItem;
+  using ItemProto = v1::CheckpointRequest;
+  using Answer = v1::CheckpointResponse;
+  using Request = v1::CheckpointBatchRequest;
+  using Response = v1::CheckpointBatchResponse;
+  static constexpr const char* kMethod = "CheckpointBatch";
+  static constexpr const char* kUnary = "Checkpoint";
+  // The same fence, step and data again change nothing but the time.
+  static bool SafeToResend(const ItemProto&) { return true; }
+  static bool HoldsResult(const Answer&) { return false; }
+  static void Start(v1::Dedup::Stub& stub, grpc::ClientContext* context,
+                    const Request* request, Response* response,
+                    std::function<void(grpc::Status)> on_done) {
+    stub.async()->CheckpointBatch(context, request, response,
+                                  std::move(on_done));
+  }
+  static void StartUnary(v1::Dedup::Stub& stub, grpc::ClientContext* context,
+                         const ItemProto* item, Answer* answer,
+                         std::function<void(grpc::Status)> on_done) {
+    stub.async()->Checkpoint(context, item, answer, std::move(on_done));
+  }
+  // CheckpointBatch came after Checkpoint: a server that has only Checkpoint
+  // gets the items one by one (see CoalescingLane::OnDone).
+  static constexpr bool kBatchMayBeMissing = true;
+};
+
+// The calls of one kind: a queue of batches being filled, and how many are
+// on the wire. Invariant: the queue is empty unless max_batches_in_flight
+// batches are out, so a call never waits while a batch could leave. Batches
+// close at max_batch_items (at most 1000) or 3 MiB of requests.
+//
+// A call the server could not parse (a string field that is not UTF-8)
+// never joins a batch, whose whole request the server would refuse: it
+// leaves at once as its own unary RPC, outside the count of batches in
+// flight, and gets the answer Client's call would. A lane whose server lacks
+// the batch method (Traits::kBatchMayBeMissing only) turns unary for good:
+// every call then leaves so.
+//
+// Thread-safe. Answers go to each call's `done` on gRPC's threads (or on
+// the caller's, when the router has no address), one batch's in item order.
+template <typename Traits>
+class CoalescingLane {
+ public:
+  using Item = typename Traits::Item;
+  using Answer = typename Traits::Answer;
+
+  // `router` and `outstanding` outlive the lane. options.rpc as resolved
+  // for the router's addresses (ResolveClientOptions).
+  CoalescingLane(LeaderRouter& router, const CoalescingOptions& options,
+                 OutstandingCalls& outstanding);
+
+  // Sends `item` now or queues it; `done` gets its answer, once. The call
+  // counts in `outstanding` until then.
+  void Submit(const Item& item, CoalescingClient::Done<Answer> done);
+
+ private:
+  struct Batch {
+    typename Traits::Request request;  // re-sent as is by retries
+    typename Traits::Response response;
+    std::vector<CoalescingClient::Done<Answer>> dones;  // one per item
+    size_t bytes = 0;  // of the items, serialized
+    std::unique_ptr<grpc::ClientContext> context;
+    // The node the current attempt went to, and that attempt's deadline,
+    // which redirects to the leader keep.
+    std::shared_ptr<const Endpoint> endpoint;
+    absl::Time deadline;
+    int attempt = 0;  // RPC attempts of this round.
+    int hops = 0;     // Leader redirects in this attempt.
+    // Rounds: a batch re-sending items an earlier batch could not settle is
+    // round 1, and so on, up to max_attempts. Items re-sent because the
+    // answer's result budget was spent keep their batch's round.
+    int round = 0;
+    // Holds such re-sent items only: calls joining it would make it larger
+    // than the answer it is sized to fit.
+    bool sealed = false;
+    // Sent as the unary RPC of its one item (the server could not parse it
+    // in a batch, or lacks the batch method), outside the lane's count of
+    // batches in flight; its answer is put in `response` as a batch's would
+    // be.
+    bool unary = false;
+    Answer unary_answer;
+    // Per item: an earlier round's outcome was unknown, so its final error
+    // must say so.
+    std::vector<bool> was_unknown;
+    // One per retry, kept until the batch ends: an alarm's callback may
+    // still be returning when the RPC it started completes.
+    std::vector<std::unique_ptr<grpc::Alarm>> backoffs;
+  };
+
+  static void AddItem(Batch& batch, typename Traits::ItemProto proto,
+                      size_t bytes, CoalescingClient::Done<Answer> done);
+  std::unique_ptr<Batch> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Owns `batch` until its answers are delivered. A new attempt gets a
+  // fresh deadline; a redirect to the leader keeps the attempt's.
+  void Send(Batch* batch, bool new_attempt = true);
+  // Sends `batch` again after `delay`, from an alarm: never from inside the
+  // callback of the RPC whose context Send replaces.
+  void SendLater(Batch* batch, absl::Duration delay, bool new_attempt);
+  // Settles the items of `batch`, whose attempt ended with `status`: answers
+  // them, or sends them again.
+  void OnDone(Batch* batch, const grpc::Status& status);
+  // Moves item `i` of `from` (whose slot is then left empty) to the end of
+  // `to`.
+  static void MoveItem(Batch& from, int i, Batch& to);
+  // Moves each item of `batch` to a batch of its own, keeping its round,
+  // appended to `singles`.
+  static void Split(Batch& batch, bool unary,
+                    std::vector<std::unique_ptr<Batch>>& singles);
+  // Sends every item of `batch` (whose place is taken over) as its own batch.
+  void SendEachAlone(Batch& batch);
+  // Sends every item of `batch` (whose place in flight is given up), of the
+  // queued batches and of every later call as its own unary call.
+  void SendUnary(Batch& batch);
+
+  LeaderRouter& router_;
+  const ClientOptions rpc_;
+  const int max_items_;
+  const int max_in_flight_;
+  OutstandingCalls& outstanding_;
+
+  absl::Mutex mu_;
+  std::deque<std::unique_ptr<Batch>> queued_ ABSL_GUARDED_BY(mu_);
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // The server lacks the batch method: calls go as unary RPCs.
+  bool unary_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+extern template class CoalescingLane<BeginLaneTraits>;
+extern template class CoalescingLane<CompleteLaneTraits>;
+extern template class CoalescingLane<CheckpointLaneTraits>;
+
+}  // namespace dedup
+
+#endif  // DEDUP_CLIENT_COALESCING_LANE_H_
