@@ -87,11 +87,16 @@ TEST_F(PolicyTest, LongestPrefixAppliesAndRefusalsNameThePolicy) {
 
   // The longer prefix wins: billing:eu: has its own lease limit and
   // otherwise the server's flags (not billing's).
+  // (Each ClientContext in a scope of its own: a live one keeps its
+  // connection open after Disconnect, and the server's drain at Stop then
+  // waits out --shutdown_grace_ms for it.)
   v1::BeginRequest long_lease = eu.BeginReq("k3", "o");
   long_lease.set_lease_ms(6000);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, 10'000);
-  s = eu.stub()->Begin(&ctx, long_lease, &r);
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 10'000);
+    s = eu.stub()->Begin(&ctx, long_lease, &r);
+  }
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("(policy \"billing-eu\")"),
             std::string::npos)
@@ -106,9 +111,11 @@ TEST_F(PolicyTest, LongestPrefixAppliesAndRefusalsNameThePolicy) {
   big.set_outcome(v1::SUCCESS);
   big.set_result("eleven char");
   v1::CompleteResponse done;
-  grpc::ClientContext cctx;
-  SetDeadline(&cctx, 10'000);
-  s = billing.stub()->Complete(&cctx, big, &done);
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 10'000);
+    s = billing.stub()->Complete(&ctx, big, &done);
+  }
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(s.error_message(),
             "result: at most 10 bytes, got 11 (policy \"billing\")");
