@@ -83,6 +83,7 @@ TEST(TombstoneTest, ALateRetryIsExpiredNotRunAgain) {
   EXPECT_EQ(dup.status(), BeginResponse::DUPLICATE);
   EXPECT_EQ(dup.result(), "sent again");
 
+  c.Disconnect();
   EXPECT_TRUE(server->Stop().ok());
 }
 
@@ -98,6 +99,7 @@ TEST(TombstoneTest, ForgetRemovesTheTombstoneToo) {
   EXPECT_FALSE(fresh.rerun());
   EXPECT_GT(fresh.fence(), done.fence);
   EXPECT_EQ(fresh.attempts(), 1u);
+  c.Disconnect();
   EXPECT_TRUE(server->Stop().ok());
 }
 
