@@ -8,7 +8,7 @@ namespace dedup {
 namespace {
 
 constexpr std::array<const char*, kMethodCount> kMethodNames = {
-    "Begin",  "Complete",   "Release",       "Renew",     "Get",
+    "Begin",  "Complete",   "Release",       "Renew",      "Get",
     "Forget", "BeginBatch", "CompleteBatch", "Checkpoint", "CheckpointBatch"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
     "started",  "takeover",  "reentry", "in_use",
