@@ -6,7 +6,9 @@
 #define DEDUP_SERVER_DEDUP_SERVICE_H_
 
 #include <atomic>
+#include <optional>
 
+#include "absl/functional/function_ref.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "server/auth.h"
 #include "server/event_log.h"
@@ -92,6 +94,20 @@ class DedupService final : public v1::Dedup::CallbackService {
                          TenantRole role, absl::string_view what,
                          absl::string_view ns, RpcCall* call,
                          bool may_store_more = false) const;
+  // The checks a batch call passes before its items: the caller, the item
+  // count, for `may_store_more` the tenant's stored_bytes limit, its rate
+  // (each item counts; `call` holds the slot) and that this node serves.
+  // The caller, or nullopt once `call` was finished with the refusal.
+  std::optional<Caller> AdmitBatch(const grpc::CallbackServerContext& context,
+                                   absl::string_view what, int items,
+                                   bool may_store_more, RpcCall* call) const;
+  // Judges one batch item: `caller` may use `ns`, then `validate` (the
+  // item's own checks against its namespace's limits) passes, a refusal
+  // naming the policy and counted as invalid for `method`. Sets *policy.
+  absl::Status CheckBatchItem(
+      const Caller& caller, Method method, absl::string_view ns,
+      absl::FunctionRef<absl::Status(const Limits&)> validate,
+      EffectivePolicy* policy) const;
   std::atomic<bool> lame_duck_{false};
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).

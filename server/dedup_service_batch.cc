@@ -49,26 +49,57 @@ void SetItemError(v1::ItemError* error, int index, const absl::Status& status,
                          : std::string(status.message()));
 }
 
+// Answers item `i` with `refusal` (its field prefixed "items[i].").
+void RefuseItem(v1::ItemError* error, int i, const absl::Status& refusal,
+                BatchCompletion* completion) {
+  SetItemError(error, i, refusal, /*prefix_field=*/true);
+  completion->ItemDone();
+}
+
 }  // namespace
+
+std::optional<Caller> DedupService::AdmitBatch(
+    const grpc::CallbackServerContext& context, absl::string_view what,
+    int items, bool may_store_more, RpcCall* call) const {
+  absl::StatusOr<Caller> caller =
+      auth_->Authorize(context, TenantRole::kClient, what);
+  if (call->Refused(caller.status())) return std::nullopt;
+  if (call->Rejected(ValidateBatchSize(items, limits_))) return std::nullopt;
+  // A tenant at its stored_bytes limit: every item would be refused alike
+  // (the limit is the tenant's, not a namespace's), so the whole call is,
+  // with the RetryInfo clients already wait on.
+  if (may_store_more &&
+      call->Refused(auth_->AdmitStoredBytes(*caller, items))) {
+    return std::nullopt;
+  }
+  // Each item counts against the tenant's requests per second.
+  absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, items);
+  if (call->Refused(admitted.status())) return std::nullopt;
+  call->Hold(*std::move(admitted));
+  if (NotServing(*call)) return std::nullopt;
+  return *std::move(caller);
+}
+
+absl::Status DedupService::CheckBatchItem(
+    const Caller& caller, Method method, absl::string_view ns,
+    absl::FunctionRef<absl::Status(const Limits&)> validate,
+    EffectivePolicy* policy) const {
+  // Judged item by item: one foreign namespace refuses only its item.
+  if (absl::Status a = auth_->AllowNamespace(caller, ns); !a.ok()) return a;
+  *policy = PolicyFor(ns);
+  absl::Status v = NamePolicy(validate(policy->limits), *policy);
+  if (!v.ok()) metrics_->RecordInvalid(method, FieldOf(v));
+  return v;
+}
 
 grpc::ServerUnaryReactor* DedupService::BeginBatch(
     grpc::CallbackServerContext* context, const v1::BeginBatchRequest* request,
     v1::BeginBatchResponse* response) {
   RpcCall call(context, Method::kBeginBatch, metrics_);
-  absl::StatusOr<Caller> caller =
-      auth_->Authorize(*context, TenantRole::kClient, "BeginBatch");
-  if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
-  if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
-  // A tenant at its stored_bytes limit: every item would be refused alike
-  // (the limit is the tenant's, not a namespace's), so the whole call is,
-  // with the RetryInfo clients already wait on.
-  if (call.Refused(auth_->AdmitStoredBytes(*caller, n))) return call.reactor();
-  // Each item counts against the tenant's requests per second.
-  absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, n);
-  if (call.Refused(admitted.status())) return call.reactor();
-  call.Hold(*std::move(admitted));
-  if (NotServing(call)) return call.reactor();
+  const std::optional<Caller> caller =
+      AdmitBatch(*context, "BeginBatch", n, /*may_store_more=*/true, &call);
+  if (!caller.has_value()) return call.reactor();
   // Every answer slot exists before any callback runs: callbacks on
   // different shard threads then only ever touch their own item.
   for (int i = 0; i < n; ++i) response->add_items();
@@ -79,20 +110,13 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
   for (int i = 0; i < n; ++i) {
     const v1::BeginRequest* item = &request->items(i);
     v1::BeginBatchResponse::Item* out = response->mutable_items(i);
-    // Judged item by item: one foreign namespace refuses only its item.
-    if (absl::Status a = auth_->AllowNamespace(*caller, item->namespace_());
-        !a.ok()) {
-      SetItemError(out->mutable_error(), i, a, /*prefix_field=*/true);
-      completion->ItemDone();
-      continue;
-    }
-    const EffectivePolicy policy = PolicyFor(item->namespace_());
-    if (absl::Status v =
-            NamePolicy(ValidateBatchBegin(*item, policy.limits), policy);
-        !v.ok()) {
-      metrics_->RecordInvalid(Method::kBeginBatch, FieldOf(v));
-      SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
-      completion->ItemDone();
+    EffectivePolicy policy;
+    if (absl::Status s = CheckBatchItem(
+            *caller, Method::kBeginBatch, item->namespace_(),
+            [item](const Limits& l) { return ValidateBatchBegin(*item, l); },
+            &policy);
+        !s.ok()) {
+      RefuseItem(out->mutable_error(), i, s, completion);
       continue;
     }
     auto done = [this, completion, item, out,
@@ -129,19 +153,13 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
     const v1::CompleteBatchRequest* request,
     v1::CompleteBatchResponse* response) {
   RpcCall call(context, Method::kCompleteBatch, metrics_);
-  absl::StatusOr<Caller> caller =
-      auth_->Authorize(*context, TenantRole::kClient, "CompleteBatch");
-  if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
-  if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
   // No stored_bytes check: a Complete records a side effect that already
   // happened, and refusing it would leave the claim to a takeover that runs
   // the side effect again. Usage may overshoot by the results in flight.
-  // Each item counts against the tenant's requests per second.
-  absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, n);
-  if (call.Refused(admitted.status())) return call.reactor();
-  call.Hold(*std::move(admitted));
-  if (NotServing(call)) return call.reactor();
+  const std::optional<Caller> caller =
+      AdmitBatch(*context, "CompleteBatch", n, /*may_store_more=*/false, &call);
+  if (!caller.has_value()) return call.reactor();
   for (int i = 0; i < n; ++i) response->add_items();
   // Complete answers carry no stored result: no budget to keep.
   auto* completion = new BatchCompletion(call, n, /*result_budget=*/0);
@@ -150,20 +168,13 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
   for (int i = 0; i < n; ++i) {
     const v1::CompleteRequest* item = &request->items(i);
     v1::CompleteBatchResponse::Item* out = response->mutable_items(i);
-    // Judged item by item: one foreign namespace refuses only its item.
-    if (absl::Status a = auth_->AllowNamespace(*caller, item->namespace_());
-        !a.ok()) {
-      SetItemError(out->mutable_error(), i, a, /*prefix_field=*/true);
-      completion->ItemDone();
-      continue;
-    }
-    const EffectivePolicy policy = PolicyFor(item->namespace_());
-    if (absl::Status v =
-            NamePolicy(ValidateComplete(*item, policy.limits), policy);
-        !v.ok()) {
-      metrics_->RecordInvalid(Method::kCompleteBatch, FieldOf(v));
-      SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
-      completion->ItemDone();
+    EffectivePolicy policy;
+    if (absl::Status s = CheckBatchItem(
+            *caller, Method::kCompleteBatch, item->namespace_(),
+            [item](const Limits& l) { return ValidateComplete(*item, l); },
+            &policy);
+        !s.ok()) {
+      RefuseItem(out->mutable_error(), i, s, completion);
       continue;
     }
     auto done = [this, completion, item, out,
@@ -191,36 +202,24 @@ grpc::ServerUnaryReactor* DedupService::CheckpointBatch(
     const v1::CheckpointBatchRequest* request,
     v1::CheckpointBatchResponse* response) {
   RpcCall call(context, Method::kCheckpointBatch, metrics_);
-  absl::StatusOr<Caller> caller =
-      auth_->Authorize(*context, TenantRole::kClient, "CheckpointBatch");
-  if (call.Refused(caller.status())) return call.reactor();
   const int n = request->items_size();
-  if (call.Rejected(ValidateBatchSize(n, limits_))) return call.reactor();
   // No stored_bytes check, as for CompleteBatch: a checkpoint records
   // progress already made, and refusing it would make a takeover redo it.
-  // Each item counts against the tenant's requests per second.
-  absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, n);
-  if (call.Refused(admitted.status())) return call.reactor();
-  call.Hold(*std::move(admitted));
-  if (NotServing(call)) return call.reactor();
+  const std::optional<Caller> caller = AdmitBatch(
+      *context, "CheckpointBatch", n, /*may_store_more=*/false, &call);
+  if (!caller.has_value()) return call.reactor();
   for (int i = 0; i < n; ++i) response->add_items();
   auto* completion = new BatchCompletion(call, n, /*result_budget=*/0);
   for (int i = 0; i < n; ++i) {
     const v1::CheckpointRequest* item = &request->items(i);
     v1::CheckpointBatchResponse::Item* out = response->mutable_items(i);
-    if (absl::Status a = auth_->AllowNamespace(*caller, item->namespace_());
-        !a.ok()) {
-      SetItemError(out->mutable_error(), i, a, /*prefix_field=*/true);
-      completion->ItemDone();
-      continue;
-    }
-    const EffectivePolicy policy = PolicyFor(item->namespace_());
-    if (absl::Status v =
-            NamePolicy(ValidateCheckpoint(*item, policy.limits), policy);
-        !v.ok()) {
-      metrics_->RecordInvalid(Method::kCheckpointBatch, FieldOf(v));
-      SetItemError(out->mutable_error(), i, v, /*prefix_field=*/true);
-      completion->ItemDone();
+    EffectivePolicy policy;
+    if (absl::Status s = CheckBatchItem(
+            *caller, Method::kCheckpointBatch, item->namespace_(),
+            [item](const Limits& l) { return ValidateCheckpoint(*item, l); },
+            &policy);
+        !s.ok()) {
+      RefuseItem(out->mutable_error(), i, s, completion);
       continue;
     }
     // Each item goes to its key's shard as a unary Checkpoint would: the

@@ -54,7 +54,9 @@ class UnparseableRequest final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
-      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      // (The descriptor lookup only on this rare path, not per call.)
+      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+          KnownMethod(method_name_)) {
         Method method;
         if (DedupMethodOf(method_name_, &method)) {
           metrics_->RecordInvalid(method, "request");
@@ -81,10 +83,7 @@ class UnparseableRequestFactory final
   explicit UnparseableRequestFactory(Metrics* metrics) : metrics_(metrics) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    if (!absl::StartsWith(info->method(), "/dedup.v1.") ||
-        !KnownMethod(info->method())) {
-      return nullptr;
-    }
+    if (!absl::StartsWith(info->method(), "/dedup.v1.")) return nullptr;
     return new UnparseableRequest(info->method(), metrics_);
   }
 

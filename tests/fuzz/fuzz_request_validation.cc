@@ -130,6 +130,15 @@ void CheckVerdict(const absl::Status& status,
   FUZZ_CHECK(listed);
 }
 
+// A batch's item count against the reference rule (1..max_batch_items).
+void CheckBatchSize(int items, const Limits& l, int method) {
+  const bool size_ok =
+      items >= 1 && static_cast<uint32_t>(items) <= l.max_batch_items;
+  CheckVerdict(ValidateBatchSize(items, l),
+               size_ok ? std::nullopt : std::optional<std::string>("items"),
+               method);
+}
+
 template <typename Message>
 void CheckReparse(const Message& m) {
   const std::string wire = m.SerializeAsString();
@@ -406,13 +415,7 @@ void Run(int method, const Limits& l, absl::string_view bytes) {
     case kBeginBatch: {
       v1::BeginBatchRequest r;
       if (!Parse(bytes, &r)) return;
-      const absl::Status size = ValidateBatchSize(r.items_size(), l);
-      const bool size_ok =
-          r.items_size() >= 1 &&
-          static_cast<uint32_t>(r.items_size()) <= l.max_batch_items;
-      CheckVerdict(size,
-                   size_ok ? std::nullopt : std::optional<std::string>("items"),
-                   method);
+      CheckBatchSize(r.items_size(), l, method);
       for (const v1::BeginRequest& item : r.items()) {
         std::optional<std::string> bad = BadBegin(item, l);
         if (!bad.has_value() && item.wait_ms() != 0) bad = "wait_ms";
@@ -433,13 +436,7 @@ void Run(int method, const Limits& l, absl::string_view bytes) {
     case kCheckpointBatch: {
       v1::CheckpointBatchRequest r;
       if (!Parse(bytes, &r)) return;
-      const absl::Status size = ValidateBatchSize(r.items_size(), l);
-      const bool size_ok =
-          r.items_size() >= 1 &&
-          static_cast<uint32_t>(r.items_size()) <= l.max_batch_items;
-      CheckVerdict(size,
-                   size_ok ? std::nullopt : std::optional<std::string>("items"),
-                   method);
+      CheckBatchSize(r.items_size(), l, method);
       for (const v1::CheckpointRequest& item : r.items()) {
         const absl::Status s = ValidateCheckpoint(item, l);
         CheckVerdict(s, BadCheckpoint(item, l), method);
@@ -449,13 +446,7 @@ void Run(int method, const Limits& l, absl::string_view bytes) {
     case kCompleteBatch: {
       v1::CompleteBatchRequest r;
       if (!Parse(bytes, &r)) return;
-      const absl::Status size = ValidateBatchSize(r.items_size(), l);
-      const bool size_ok =
-          r.items_size() >= 1 &&
-          static_cast<uint32_t>(r.items_size()) <= l.max_batch_items;
-      CheckVerdict(size,
-                   size_ok ? std::nullopt : std::optional<std::string>("items"),
-                   method);
+      CheckBatchSize(r.items_size(), l, method);
       for (const v1::CompleteRequest& item : r.items()) {
         const absl::Status s = ValidateComplete(item, l);
         CheckVerdict(s, BadComplete(item, l), method);

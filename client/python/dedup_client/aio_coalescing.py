@@ -55,7 +55,7 @@ import grpc
 from dedup_client._proto import dedup_pb2
 from dedup_client.aio_client import AsyncClient
 from dedup_client.batch import MAX_BATCH_BYTES, as_unary_error
-from dedup_client.coalescing import _own_copy
+from dedup_client._lane import _own_copy
 from dedup_client.errors import DedupRpcError, is_missing_method, rpc_code
 from dedup_client.messages import begin_request, checkpoint_request, complete_request
 from dedup_client.retry_info import server_retry_delay_s
