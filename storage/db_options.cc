@@ -15,23 +15,31 @@
 #include "rocksdb/table.h"
 #include "rocksdb/write_buffer_manager.h"
 #include "storage/resource_error_fs.h"
+#include "storage/slot_memtable.h"
 
 namespace dedup {
 namespace {
 
-// Every storage key starts with its 2-byte slot (metadata with 0xFFFF), the
-// unit the memtable hashes on.
+// Every storage key starts with its 2-byte slot (metadata with 0xFFFF).
 constexpr size_t kSlotPrefixBytes = 2;
-constexpr size_t kMemtableBuckets = 1 << 16;  // >= the 16,384 slots
-// Levels of each bucket's skiplist (branching 4). RocksDB's default of 4
-// suits buckets of a few dozen records, but in a group every log entry
-// writes new versions of the same few metadata keys (applied index, the
-// replicated clock, the fence counter), which share the 0xFFFF bucket: it
-// grows by thousands of versions between flushes, and with 4 levels each
-// insert's search there walked hundreds of them (a quarter of a follower's
-// CPU under coalesced pairs). 12 levels keep it logarithmic; a small
-// bucket's search starts at its own height, so they cost nothing.
-constexpr int32_t kMemtableSkiplistHeight = 12;
+
+// The slot memtable (slot_memtable.h), made once per process; says once on
+// stderr if this RocksDB build made it fall back to RocksDB's hash memtable.
+std::shared_ptr<rocksdb::MemTableRepFactory> SlotMemtableFactory() {
+  static const auto* const kFactory = [] {
+    const char* fallback = nullptr;
+    auto* factory = new std::shared_ptr<rocksdb::MemTableRepFactory>(
+        NewSlotMemTableRepFactory(&fallback));
+    if (fallback != nullptr) {
+      std::fprintf(stderr,
+                   "dedupd: slot memtable unavailable (%s); using RocksDB's "
+                   "hash skiplist memtable\n",
+                   fallback);
+    }
+    return factory;
+  }();
+  return *kFactory;
+}
 
 // RocksDB's warnings and errors go to stderr, beside dedupd's own lines, not
 // to a LOG file in the data dir: on a full disk the LOG file is the first
@@ -73,14 +81,13 @@ rocksdb::Options RecordDbOptions(const RecordDbTuning& tuning) {
   db.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(
       memtable_budget, table.block_cache);
   db.write_buffer_size = std::min<size_t>(memtable_budget / 2, 64 << 20);
-  // Point lookups and inserts are the whole workload, so the memtable is a
-  // hash of small per-slot skiplists instead of one big skiplist, whose
-  // cache-missing search was the top of a Begin's CPU profile (-20% server
-  // CPU per key under BeginBatch). The price: flushes and full scans sort the
-  // memtable once, and writes to it are not concurrent.
+  // Point lookups and inserts are the whole workload, so the memtable is one
+  // small skiplist per slot instead of one big skiplist, whose cache-missing
+  // search was the top of a Begin's CPU profile (-20% server CPU per key
+  // under BeginBatch); kept in slot order, so flushes need no sort
+  // (slot_memtable.h). The price: writes to it are not concurrent.
   db.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kSlotPrefixBytes));
-  db.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(
-      kMemtableBuckets, kMemtableSkiplistHeight));
+  db.memtable_factory = SlotMemtableFactory();
   db.allow_concurrent_memtable_write = false;
   // Most Begins are for new keys: a memtable bloom filter answers "absent"
   // without searching the memtable at all.
