@@ -16,6 +16,7 @@
 #include "replication/member_directory.h"
 #include "replication/parked_begins.h"
 #include "replication/pending_op.h"
+#include "replication/replication_tally.h"
 #include "replication/snapshot_transfer.h"
 #include "storage/write_health.h"
 
@@ -156,7 +157,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     // The consensus thread is gone: what it left unanswered is answered
     // here. A proposed entry may still commit elsewhere.
     for (auto& [sequence, ops] : proposed_) {
-      CountUnknown(ops.size());
+      tally_.UnknownOutcomes(ops.size());
       for (PendingOp& p : ops) {
         std::move(p).Fail(UnknownOutcome("the node stopped"));
       }
@@ -193,8 +194,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     status.state_applied_index = state_->applied_index();
     status.replicated_now_ms = state_->now_ms();
     status.last_fence = state_->last_fence();
-    absl::MutexLock lock(&counters_mu_);
-    status.counters = counters_;
+    status.counters = tally_.Read();
     return status;
   }
 
@@ -211,10 +211,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     absl::StatusOr<OutgoingCheckpoint> out =
         MakeOutgoingCheckpoint(state_.get(), OutgoingRoot(),
                                absl::StrCat(outgoing_sequence_.fetch_add(1)));
-    if (out.ok()) {
-      absl::MutexLock lock(&counters_mu_);
-      ++counters_.snapshots_sent;
-    }
+    if (out.ok()) tally_.SnapshotSent();
     return out;
   }
 
@@ -387,11 +384,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       absl::MutexLock lock(&mu_);
       ++inflight_entries_;
     }
-    {
-      absl::MutexLock lock(&counters_mu_);
-      ++counters_.entries_proposed;
-      counters_.operations_proposed += ops.size();
-    }
+    tally_.EntryProposed(ops.size());
     proposed_.emplace(sequence, std::move(ops));
   }
 
@@ -406,7 +399,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       const absl::Status error =
           status.ok() ? absl::InternalError("entry applied without answers")
                       : UnknownOutcome(status.message());
-      if (!status.ok()) CountUnknown(it->second.size());
+      if (!status.ok()) tally_.UnknownOutcomes(it->second.size());
       for (PendingOp& p : it->second) std::move(p).Fail(error);
       proposed_.erase(it);
     }
@@ -486,10 +479,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   absl::StatusOr<std::string> Snapshot() override {
     absl::StatusOr<uint64_t> durable = state_->SyncWal();
     if (!durable.ok()) return durable.status();
-    {
-      absl::MutexLock lock(&counters_mu_);
-      ++counters_.snapshots_taken;
-    }
+    tally_.SnapshotTaken();
     return EncodeSnapshotDescriptor({*durable, options_.raft.id});
   }
 
@@ -506,8 +496,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         options_.fetch_checkpoint);
     if (s.ok() && state_->applied_index() != before) {
       ReloadMembers();
-      absl::MutexLock lock(&counters_mu_);
-      ++counters_.snapshots_installed;
+      tally_.SnapshotInstalled();
     }
     return s;
   }
@@ -521,29 +510,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
                                   : std::map<uint64_t, std::string>());
   }
 
-  // Times each spell without a known leader.
-  void ObserveLeaderless(uint64_t leader_id) {
-    const int64_t now = options_.clock->NowMillis();
-    if (leader_id == 0) {
-      if (leaderless_since_ms_ == 0) leaderless_since_ms_ = now;
-      return;
-    }
-    if (leaderless_since_ms_ == 0) return;
-    const double seconds = (now - leaderless_since_ms_) / 1000.0;
-    leaderless_since_ms_ = 0;
-    absl::MutexLock lock(&counters_mu_);
-    counters_.ObserveLeaderless(seconds);
-  }
-
-  void CountUnknown(size_t n) {
-    absl::MutexLock lock(&counters_mu_);
-    counters_.unknown_outcomes += n;
-  }
-
   std::string OutgoingRoot() const { return options_.state.path + ".outgoing"; }
 
   void Tick(const ConsensusStatus& status) override {
-    ObserveLeaderless(status.leader_id);
+    tally_.ObserveLeader(status.leader_id);
     const bool leader = status.role == Role::kLeader;
     leader_id_.store(status.leader_id);
     const bool was_leader = is_leader_.exchange(leader);
@@ -581,11 +551,9 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   // Consensus thread only (and Close, once that thread is gone).
   uint64_t sequence_ = 0;
   std::map<uint64_t, std::vector<PendingOp>> proposed_;
-  int64_t leaderless_since_ms_ = 0;
 
   std::atomic<uint64_t> outgoing_sequence_{0};
-  mutable absl::Mutex counters_mu_;
-  ReplicationCounters counters_ ABSL_GUARDED_BY(counters_mu_);
+  ReplicationTally tally_{options_.clock};
   ParkedBegins parked_;
 };
 
