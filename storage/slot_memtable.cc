@@ -36,7 +36,6 @@ constexpr uint32_t kBitmapWords = kBuckets / 64;
 // hold a few dozen records per memtable, but the metadata bucket (0xFFFF)
 // gets new versions of a few keys with every log entry: up to millions.
 constexpr int kMaxHeight = 12;
-constexpr size_t kAlign = alignof(std::max_align_t);
 
 // Decodes the varint32 length in front of a memtable entry's internal key.
 const char* DecodeLength(const char* p, uint32_t* length) {
@@ -95,6 +94,10 @@ struct Node {
   }
 };
 
+// Nodes and buckets hold pointers and atomics: pointer alignment is enough
+// (the arena hands out unaligned memory, see AllocateAligned).
+constexpr size_t kAlign = alignof(Node);
+
 constexpr size_t NodeBytes(int height) {
   return offsetof(Node, next_) + sizeof(std::atomic<Node*>) * height;
 }
@@ -106,6 +109,8 @@ struct Bucket {
   std::atomic<int> height;
   Node head;
 };
+
+static_assert(alignof(Bucket) <= kAlign);
 
 constexpr size_t BucketBytes() {
   return offsetof(Bucket, head) + NodeBytes(kMaxHeight);
