@@ -37,8 +37,10 @@ ABSL_FLAG(uint32_t, election_timeout_ms, 500,
           "cluster mode: Raft election timeout (randomized up to 2x)");
 ABSL_FLAG(uint32_t, heartbeat_timeout_ms, 100,
           "cluster mode: Raft heartbeat interval");
-ABSL_FLAG(uint32_t, snapshot_threshold, 4096,
-          "cluster mode: log entries between snapshots");
+ABSL_FLAG(uint32_t, snapshot_threshold, 65536,
+          "cluster mode: log entries between snapshots (each pauses the "
+          "group's applies for tens of ms; --raft_log_budget_mb lowers it "
+          "when entries are large)");
 ABSL_FLAG(uint32_t, snapshot_trailing, 4096,
           "cluster mode: log entries kept behind a snapshot for lagging "
           "followers");

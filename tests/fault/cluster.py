@@ -90,6 +90,9 @@ class Node:
                  # Each node is alone in a network namespace on a 10.77/16
                  # address: not loopback, so plaintext needs --insecure.
                  "--insecure",
+                 # Snapshots as often as before the default went to 65536, so
+                 # faults keep meeting snapshots taken and installed.
+                 "--snapshot_threshold=4096",
                  *self.extra_flags],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.cwd)
         self.starts += 1
