@@ -11,7 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/channel_security.h"
+#include "replication/raft_consensus.h"
 #include "server/checkpoint_fetch.h"
+
+// The Raft flags default to RaftOptions' own defaults (explained there), so
+// the two cannot drift apart. A temporary, not a static object: a flag's
+// default may be made before other files' statics are.
+#define DEDUP_RAFT_DEFAULT(field) (dedup::RaftOptions().field)
 
 ABSL_FLAG(uint64_t, node_id, 0,
           "cluster mode: this node's id (> 0) in its replicated group; 0 (the "
@@ -33,21 +39,25 @@ ABSL_FLAG(std::string, peer_token_file, "",
 ABSL_FLAG(std::string, peer_tls_ca_file, "",
           "cluster mode with TLS: PEM CA that signed the other nodes' "
           "certificates (default: --tls_client_ca_file)");
-ABSL_FLAG(uint32_t, election_timeout_ms, 500,
+ABSL_FLAG(uint32_t, election_timeout_ms,
+          DEDUP_RAFT_DEFAULT(election_timeout_ms),
           "cluster mode: Raft election timeout (randomized up to 2x)");
-ABSL_FLAG(uint32_t, heartbeat_timeout_ms, 100,
+ABSL_FLAG(uint32_t, heartbeat_timeout_ms,
+          DEDUP_RAFT_DEFAULT(heartbeat_timeout_ms),
           "cluster mode: Raft heartbeat interval");
-ABSL_FLAG(uint32_t, snapshot_threshold, 65536,
+ABSL_FLAG(uint32_t, snapshot_threshold, DEDUP_RAFT_DEFAULT(snapshot_threshold),
           "cluster mode: log entries between snapshots (each pauses the "
           "group's applies for tens of ms; --raft_log_budget_mb lowers it "
           "when entries are large)");
-ABSL_FLAG(uint32_t, snapshot_trailing, 4096,
+ABSL_FLAG(uint32_t, snapshot_trailing, DEDUP_RAFT_DEFAULT(snapshot_trailing),
           "cluster mode: log entries kept behind a snapshot for lagging "
           "followers");
-ABSL_FLAG(uint32_t, raft_log_budget_mb, 256,
+ABSL_FLAG(uint32_t, raft_log_budget_mb,
+          static_cast<uint32_t>(DEDUP_RAFT_DEFAULT(log_budget_bytes) >> 20),
           "cluster mode: MiB of entries the Raft log may hold (in memory as "
           "well as on disk); large entries lower --snapshot_threshold and "
           "--snapshot_trailing to fit, down to 16 entries each");
+#undef DEDUP_RAFT_DEFAULT
 
 namespace dedup {
 namespace {

@@ -393,7 +393,7 @@ TEST(SlotMemTableTest, FlushesAndReopensKeepEveryKeyInOrder) {
   // (Counting flush jobs alone made this test fail under load: 7-9 of 10.)
   const int sealed = counter->sealed.load();
   EXPECT_GE(sealed, 10);
-  EXPECT_EQ(options().max_write_buffer_number, 2);
+  EXPECT_EQ(db->GetOptions().max_write_buffer_number, 2);
   EXPECT_GE(counter->flushes.load(), (sealed - 2) / 2);
   uint64_t background_errors = 1;
   EXPECT_TRUE(
