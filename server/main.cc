@@ -1,6 +1,7 @@
 // dedupd: the idempotency authority on one node.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -39,6 +40,7 @@
 #include "server/event_log.h"
 #include "server/health_watch.h"
 #include "server/metrics.h"
+#include "server/ready_file.h"
 #include "server/security_config.h"
 #include "server/server_config.h"
 #include "server/tls.h"
@@ -121,9 +123,6 @@ absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetrics(
   for (const auto& collector : *collectors) {
     exposer->RegisterCollectable(collector);
   }
-  const std::vector<int> ports = exposer->GetListeningPorts();
-  std::fprintf(stderr, "dedupd metrics on %s:%d\n", HostOf(address).c_str(),
-               ports.empty() ? 0 : ports.front());
   return exposer;
 }
 
@@ -252,6 +251,7 @@ int main(int argc, char** argv) {
       cluster->enabled ? "raft" : absl::GetFlag(FLAGS_durability);
 
   std::unique_ptr<prometheus::Exposer> exposer;
+  std::string metrics_address;  // as bound
   if (!config->metrics_address.empty()) {
     absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started = StartMetrics(
         config->metrics_address, metrics, store->get(), replicated);
@@ -260,6 +260,10 @@ int main(int argc, char** argv) {
       return kExitListen;
     }
     exposer = *std::move(started);
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    metrics_address = absl::StrCat(HostOf(config->metrics_address), ":",
+                                   ports.empty() ? 0 : ports.front());
+    std::fprintf(stderr, "dedupd metrics on %s\n", metrics_address.c_str());
   }
 
   dedup::PolicyFile policies(config->policy_file, config->limits);
@@ -311,6 +315,7 @@ int main(int argc, char** argv) {
   std::vector<grpc::HealthCheckServiceInterface*> health = {
       server->GetHealthCheckService()};
   std::unique_ptr<grpc::Server> health_server;
+  std::string health_address;  // as bound
   if (!config->health_address.empty()) {
     grpc::ServerBuilder health_builder;
     int health_port = 0;
@@ -334,11 +339,13 @@ int main(int argc, char** argv) {
           dedup::v1::Cluster::service_full_name(), true);
     }
     health.push_back(health_server->GetHealthCheckService());
+    health_address =
+        absl::StrCat(HostOf(config->health_address), ":", health_port);
     Log(absl::StrCat("health (plaintext, grpc.health.v1 only) on ",
-                     HostOf(config->health_address), ":", health_port));
+                     health_address));
   }
 
-  // Tests and scripts wait for this exact line to learn the port.
+  // For people; programs read --ready_file.
   std::fprintf(stderr,
                "dedupd listening on %s:%d (data_dir=%s durability=%s tls=%s "
                "auth=%s%s)\n",
@@ -354,6 +361,29 @@ int main(int argc, char** argv) {
                          .c_str()
                    : "");
   std::fflush(stderr);
+  dedup::ReadyInfo ready;
+  ready.pid = getpid();
+  ready.mode = cluster->enabled ? "cluster" : "single";
+  ready.node_id = cluster->enabled ? cluster->store.raft.id : 0;
+  ready.address = absl::StrCat(HostOf(config->address), ":", port);
+  ready.metrics_address = metrics_address;
+  ready.health_address = health_address;
+  ready.raft_address = cluster->enabled ? cluster->store.raft.raft_address : "";
+  ready.data_dir = config->store.path;
+  ready.durability = durability;
+  ready.tls = !security->tls()                       ? "off"
+              : security->tls_client_ca_file.empty() ? "on"
+                                                     : "mtls";
+  ready.auth = auth->enabled() ? "tenants" : "off";
+  ready.version = DEDUP_VERSION;
+  if (!config->ready_file.empty()) {
+    if (absl::Status s = dedup::WriteReadyFile(config->ready_file, ready);
+        !s.ok()) {
+      Log(std::string(s.message()));
+      server->Shutdown();
+      return kExitListen;
+    }
+  }
 
   // A node that cannot write says so to health checks (in a group, only for
   // want of disk space: a follower's refusals are normal).
@@ -428,6 +458,9 @@ int main(int argc, char** argv) {
   if (absl::Status s = (*store)->Close(); !s.ok()) {
     Log(absl::StrCat("error closing the store: ", s.message()));
     return kExitShutdownError;
+  }
+  if (!config->ready_file.empty()) {
+    dedup::RemoveReadyFile(config->ready_file, ready.pid);
   }
   Log("stopped cleanly");
   return 0;

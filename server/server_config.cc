@@ -16,6 +16,10 @@ ABSL_FLAG(std::string, health_address, "",
           "standard gRPC health service (grpc.health.v1), for probes that "
           "cannot speak TLS (kubelet's); empty: none; port 0 picks a free "
           "port (printed at start)");
+ABSL_FLAG(std::string, ready_file, "",
+          "once serving, write a JSON file here (atomically) with the pid, "
+          "mode, node id and every bound address (server/ready_file.h); "
+          "removed at a clean stop. Empty: none");
 ABSL_FLAG(std::vector<std::string>, metrics_namespaces, {},
           "comma-separated namespaces that get their own label value in "
           "dedup_namespace_begin_total; others count as 'other' (keeps "
@@ -128,6 +132,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   config.health_address = absl::GetFlag(FLAGS_health_address);
+  config.ready_file = absl::GetFlag(FLAGS_ready_file);
   config.metrics_namespaces = absl::GetFlag(FLAGS_metrics_namespaces);
   for (const std::string& ns : config.metrics_namespaces) {
     if (ns.empty() || ns == "other") {

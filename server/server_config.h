@@ -20,6 +20,9 @@ struct ServerConfig {
   std::string metrics_address;
   // host:port of the plaintext health-only listener; empty: none.
   std::string health_address;
+  // --ready_file: where the ready file goes (server/ready_file.h); empty:
+  // none.
+  std::string ready_file;
   // Namespaces counted under their own label value (the rest as "other").
   std::vector<std::string> metrics_namespaces;
   EventLogOptions event_log;
