@@ -14,6 +14,7 @@
 #include "client/backoff.h"
 #include "client/batch_answers.h"
 #include "client/outcome_unknown.h"
+#include "client/retry_decision.h"
 #include "client/retry_delay.h"
 
 namespace dedup {
@@ -162,30 +163,23 @@ void CoalescingLane<Traits>::SendLater(Batch* batch, absl::Duration delay,
 template <typename Traits>
 void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
   const int max_attempts = std::max(rpc_.max_attempts, 1);
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    const std::string leader = LeaderHint(*batch->context);
-    if (!leader.empty() && leader != batch->endpoint->address &&
-        batch->hops < rpc_.max_leader_hops) {
-      ++batch->hops;
-      router_.FollowLeader(*batch->endpoint, leader);
-      SendLater(batch, absl::ZeroDuration(), /*new_attempt=*/false);
-      return;
-    }
-    router_.Advance(*batch->endpoint);
-  }
-  // Over a limit (a tenant's): the server says when to come back.
-  if (std::optional<absl::Duration> delay = ServerRetryDelay(status);
-      delay.has_value() && batch->attempt + 1 < max_attempts) {
-    ++batch->attempt;
-    SendLater(batch, *delay, /*new_attempt=*/true);
+  // A whole batch's unknown outcome is not retried as a batch: it is
+  // settled item by item below, re-sending only the items safe to re-send.
+  const RetryDecision decision = DecideRetry(
+      ReadAttemptReply(status, *batch->context),
+      AttemptState{batch->endpoint == nullptr ? "" : batch->endpoint->address,
+                   batch->attempt + 1, batch->hops},
+      rpc_, /*retry_unknown=*/false, ThreadLocalUniform01);
+  if (decision.action == RetryAction::kFollowLeader) {
+    ++batch->hops;
+    router_.FollowLeader(*batch->endpoint, decision.leader);
+    SendLater(batch, absl::ZeroDuration(), /*new_attempt=*/false);
     return;
   }
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      ++batch->attempt < max_attempts) {
-    SendLater(batch,
-              FullJitterBackoff(rpc_.backoff, batch->attempt - 1,
-                                ThreadLocalUniform01),
-              /*new_attempt=*/true);
+  if (decision.advance) router_.Advance(*batch->endpoint);
+  if (decision.action == RetryAction::kRetry) {
+    ++batch->attempt;
+    SendLater(batch, decision.delay, /*new_attempt=*/true);
     return;
   }
   std::unique_ptr<Batch> owned(batch);
@@ -214,7 +208,7 @@ void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
   // One answer per item. A whole RPC whose outcome is unknown counts as
   // each item's, so that only the items safe to re-send go again.
   absl::StatusOr<std::vector<absl::StatusOr<Answer>>> answers;
-  if (IsUnknownOutcomeReply(status, *batch->context)) {
+  if (decision.outcome_unknown) {
     answers = std::vector<absl::StatusOr<Answer>>(
         items, absl::AbortedError(status.error_message()));
   } else {
@@ -263,11 +257,9 @@ void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
       resent[i] = true;
       continue;
     }
-    const bool aborted = absl::IsAborted(error);
-    if (aborted) batch->was_unknown[i] = true;
+    if (absl::IsAborted(error)) batch->was_unknown[i] = true;
     if (!may_resend ||
-        !(absl::IsUnavailable(error) ||
-          (aborted && Traits::SafeToResend(batch->request.items(i))))) {
+        !ItemResendable(error, Traits::SafeToResend(batch->request.items(i)))) {
       continue;
     }
     if (again == nullptr) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/batch_answers.h"
+#include "client/retry_decision.h"
 #include "client/retrying_call.h"
 #include "grpcpp/client_context.h"
 
@@ -148,11 +149,11 @@ absl::StatusOr<std::vector<absl::StatusOr<Answer>>> BatchCall(
         results[i] = error;
         if (fitted > 0 && IsResultBudgetRefusal(error)) {
           refused.push_back(i);
-        } else if (absl::IsAborted(error)) {
-          was_unknown[i] = true;
-          if (resendable(request.items(i))) again.push_back(i);
-        } else if (absl::IsUnavailable(error)) {
-          again.push_back(i);
+        } else {
+          if (absl::IsAborted(error)) was_unknown[i] = true;
+          if (ItemResendable(error, resendable(request.items(i)))) {
+            again.push_back(i);
+          }
         }
       }
       // Before the other groups: their items waited longer.

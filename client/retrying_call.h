@@ -28,17 +28,11 @@ struct CallOutcome {
 using AttemptFn =
     absl::FunctionRef<grpc::Status(const Endpoint&, grpc::ClientContext*)>;
 
-// Runs `attempt` against router.Current() until it gets an answer:
-// - UNAVAILABLE with "dedup-leader: ADDR" (a follower naming the leader):
-//   follows to ADDR and sends again at once, within the same attempt and
-//   deadline, up to options.max_leader_hops times;
-// - UNAVAILABLE otherwise (connection failure, election, hops used up):
-//   moves to the next configured address and retries after full-jitter
-//   backoff;
-// - ABORTED with "dedup-outcome: unknown": retried after backoff (at the same
-//   endpoint, which will name the new leader) when `retry_unknown`, since the
-//   caller's request is one that is safe to repeat; otherwise returned;
-// - anything else (OK included) is the answer.
+// Runs `attempt` against router.Current() until it gets an answer, doing
+// after each attempt what DecideRetry (client/retry_decision.h) says:
+// follow the leader within the attempt, move the router on, wait and try
+// again, or return. An unknown outcome is retried only when `retry_unknown`
+// (the caller's request is one that is safe to repeat).
 // At most options.max_attempts attempts; each attempt's deadline is
 // options.deadline + `extra_deadline` from its start.
 [[nodiscard]] CallOutcome RetryingCall(LeaderRouter& router,

@@ -22,14 +22,10 @@ from dedup_client.batch import (
     item_results,
     refit,
 )
-from dedup_client.client import Client, is_retryable_rpc_error
+from dedup_client.client import Client
 from dedup_client.errors import DedupRpcError, is_missing_method, rpc_code, rpc_details
-from dedup_client.outcome import (
-    is_outcome_unknown,
-    may_retry_unknown,
-    outcome_unknown_error,
-)
-from dedup_client.retry_info import server_retry_delay_s
+from dedup_client.outcome import outcome_unknown_error
+from dedup_client.retry_decision import Action, decide_retry, item_resendable
 
 _Answer = TypeVar("_Answer")
 
@@ -206,9 +202,32 @@ class _Lane(Generic[_Answer]):
             if error is None:
                 self._router.follow(address)
                 keeps_slot = self._deliver(batch, attempt, call.result())
-            elif is_retryable_rpc_error(error):
-                keeps_slot = self._unavailable(batch, attempt, address, error)
-            elif is_outcome_unknown(error):  # every item's, then
+                return
+            # A whole batch's unknown outcome is settled item by item, so
+            # that only the items safe to resend go again.
+            decision = decide_retry(
+                error, address=address, attempt=attempt,
+                max_attempts=self._client.max_attempts, hops=batch.hops,
+                max_leader_hops=self._client.max_leader_hops,
+                can_follow=self._router.can_follow,
+                time_left_s=batch.deadline - time.monotonic(),
+                resend_unknown=False, backoff_s=self._client.retry_delay_s)
+            if decision.leader is not None:
+                self._router.follow(decision.leader)
+            if decision.advance:
+                self._router.failed(address)
+            if decision.action is Action.HOP:
+                # Started here: a gRPC call does not block.
+                batch.address = decision.leader
+                batch.hops += 1
+                self._send_all([(batch, attempt, True)])
+                keeps_slot = True
+            elif decision.action is Action.RETRY:
+                self._retry_later(batch, attempt, decision.delay_s)
+                keeps_slot = True
+            elif decision.action is Action.GIVE_UP:
+                self._fail(batch, error)
+            elif decision.outcome_unknown:  # every item's, then
                 aborted = DedupRpcError(grpc.StatusCode.ABORTED, rpc_details(error))
                 keeps_slot = self._settle_items(
                     batch, attempt, [aborted] * len(batch.requests)
@@ -217,16 +236,10 @@ class _Lane(Generic[_Answer]):
                 # An older server: nothing happened; remembered.
                 self.batch_unimplemented = True
                 self._divert(batch)
-            elif (delay_s := server_retry_delay_s(error)) is not None:
-                # Over a limit (a tenant's): nothing happened; the whole
-                # batch goes again after the server's delay, as an attempt.
-                if attempt + 1 < self._client.max_attempts:
-                    self._retry_later(batch, attempt, delay_s)
-                    keeps_slot = True
-                else:
-                    self._fail(batch, error)
             elif (rpc_code(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
                   and len(batch.requests) > 1):
+                # Without a RetryInfo (decide_retry retries those): too large
+                # for a message limit; each item goes alone, as unary.
                 self._send_alone(batch)
             else:
                 self._fail(batch, error)
@@ -235,27 +248,6 @@ class _Lane(Generic[_Answer]):
         finally:
             if not keeps_slot:
                 self._release_slot()
-
-    def _unavailable(
-        self, batch: _Batch, attempt: int, address: str, error: BaseException
-    ) -> bool:
-        """A follower's redirect is followed at once (a gRPC call is started
-        here, which does not block); otherwise the batch is retried after the
-        backoff delay on a timer thread. True when the batch keeps its slot."""
-        leader = (self._router.redirect(address, error)
-                  if batch.hops < self._client.max_leader_hops else None)
-        if leader is None:
-            self._router.failed(address)
-        elif batch.deadline > time.monotonic():
-            batch.address = leader
-            batch.hops += 1
-            self._send_all([(batch, attempt, True)])
-            return True
-        if attempt + 1 < self._client.max_attempts:
-            self._retry_later(batch, attempt)
-            return True
-        self._fail(batch, error)
-        return False
 
     def _retry_later(
         self, batch: _Batch, attempt: int, delay_s: Optional[float] = None
@@ -307,14 +299,9 @@ class _Lane(Generic[_Answer]):
                 _settle(future, result=result)
             elif fitted and is_result_budget_refusal(result):
                 refused.append((request, future, unknown))
-            elif code == grpc.StatusCode.ABORTED:
-                if may_retry_unknown(request) and not last_try:
-                    retry.add(request, future, unknown=True)
-                else:
-                    _settle(future, error=outcome_unknown_error(self._unary, result))
-            elif code == grpc.StatusCode.UNAVAILABLE and not last_try:
-                retry.add(request, future, unknown)
-            elif unknown:
+            elif item_resendable(result, request) and not last_try:
+                retry.add(request, future, unknown or code == grpc.StatusCode.ABORTED)
+            elif unknown or code == grpc.StatusCode.ABORTED:
                 _settle(future, error=outcome_unknown_error(self._unary, result))
             else:
                 _settle(future, error=as_unary_error(result, index))

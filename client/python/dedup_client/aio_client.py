@@ -239,20 +239,21 @@ class AsyncClient(ClientBase):
         *,
         retry_unknown: bool = True,
     ) -> Any:
-        retry = CallRetry(method, request, self.retry_delay_s, retry_unknown)
+        retry = CallRetry(method, request, self.retry_delay_s, retry_unknown,
+                          self.max_attempts)
         for attempt in range(self.max_attempts):
             if attempt > 0:
                 await self._sleep(retry.pause_s(attempt))
+            route = retry.route(self._router, timeout_s, self.max_leader_hops, attempt)
             try:
-                response = await self._attempt(method, request, timeout_s)
+                response = await self._attempt(method, request, route)
             except grpc.RpcError as e:
-                retry.failed(e)
+                retry.failed(e, route.decision)
                 continue
             return retry.answer(response)
         retry.give_up()
 
-    async def _attempt(self, method: str, request: Any, timeout_s: float) -> Any:
-        route = AttemptRoute(self._router, timeout_s, self.max_leader_hops)
+    async def _attempt(self, method: str, request: Any, route: AttemptRoute) -> Any:
         metadata = (self._token.metadata(),) if self._token is not None else None
         while True:
             try:

@@ -281,23 +281,24 @@ class Client(ClientBase):
         """Sends `request` to the leader, following redirects and retrying
         UNAVAILABLE (and, with retry_unknown, an unknown outcome where
         that is safe) up to max_attempts (dedup_client.policy.CallRetry)."""
-        retry = CallRetry(method, request, self.retry_delay_s, retry_unknown)
+        retry = CallRetry(method, request, self.retry_delay_s, retry_unknown,
+                          self.max_attempts)
         for attempt in range(self.max_attempts):
             if attempt > 0:
                 self._sleep(retry.pause_s(attempt))
+            route = retry.route(self._router, timeout_s, self.max_leader_hops, attempt)
             try:
-                response = self._attempt(method, request, timeout_s)
+                response = self._attempt(method, request, route)
             except grpc.RpcError as e:
-                retry.failed(e)
+                retry.failed(e, route.decision)
                 continue
             return retry.answer(response)
         retry.give_up()
 
-    def _attempt(self, method: str, request: Any, timeout_s: float) -> Any:
+    def _attempt(self, method: str, request: Any, route: AttemptRoute) -> Any:
         """One attempt: the leader guess, then up to max_leader_hops
         redirects at once, all within the attempt's deadline. Raises the last
         UNAVAILABLE (having moved the guess on) or any other error."""
-        route = AttemptRoute(self._router, timeout_s, self.max_leader_hops)
         while True:
             try:
                 response = getattr(self._router.stub(route.address), method)(

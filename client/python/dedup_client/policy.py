@@ -1,6 +1,7 @@
-"""What a failed attempt means and what to do next: the retry decisions of
-Client (blocking) and AsyncClient (asyncio), kept here once so both behave
-alike. The callers only send, sleep (or await a sleep) and loop.
+"""How Client (blocking) and AsyncClient (asyncio) apply the retry rule
+(retry_decision.decide_retry, which the coalescing lanes obey too), kept
+here once so both behave alike. The callers only send, sleep (or await a
+sleep) and loop.
 
 - CallRetry: one unary call's attempts (UNAVAILABLE, a tenant's RetryInfo,
   an unknown outcome retried only where safe).
@@ -14,6 +15,7 @@ Not thread-safe: one object per call.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable, Optional
 
@@ -33,7 +35,12 @@ from dedup_client.outcome import (
     may_retry_unknown,
     outcome_unknown_error,
 )
-from dedup_client.retry_info import server_retry_delay_s
+from dedup_client.retry_decision import (
+    Action,
+    RetryDecision,
+    decide_retry,
+    item_resendable,
+)
 from dedup_client.routing import Router
 
 
@@ -47,13 +54,14 @@ def is_retryable_rpc_error(error: BaseException) -> bool:
 
 
 class CallRetry:
-    """The attempts of one unary call:
+    """The attempts of one unary call, as retry_decision.decide_retry says:
 
-        retry = CallRetry(method, request, max_attempts, delay_s)
+        retry = CallRetry(method, request, delay_s, retry_unknown, max_attempts)
         for attempt in range(max_attempts):
             if attempt: sleep(retry.pause_s(attempt))
-            try: response = <one attempt>
-            except grpc.RpcError as e: retry.failed(e); continue  # may raise
+            route = retry.route(router, timeout_s, max_hops, attempt)
+            try: response = <one attempt along route>
+            except grpc.RpcError as e: retry.failed(e, route.decision); continue  # may raise
             return retry.answer(response)
         retry.give_up()  # raises
 
@@ -63,46 +71,51 @@ class CallRetry:
 
     def __init__(
         self, method: str, request: Any, delay_s: Callable[[int], float],
-        retry_unknown: bool = True,
+        retry_unknown: bool = True, max_attempts: int = 1,
     ) -> None:
         self._method = method
         self._request = request
         self._delay_s = delay_s
         self._retry_unknown = retry_unknown
+        self._max_attempts = max_attempts
         self._last: Optional[BaseException] = None
         self._unknown = False  # an earlier attempt's outcome is unknown
-        self._server_delay_s: Optional[float] = None  # the last refusal's RetryInfo
+        self._pause_s = 0.0  # before the next attempt, as decided
+
+    def route(self, router: Router, timeout_s: float, max_hops: int,
+              attempt: int) -> "AttemptRoute":
+        """The route of attempt number `attempt` (0-based)."""
+        decide = functools.partial(
+            decide_retry, attempt=attempt, max_attempts=self._max_attempts,
+            resend_unknown=self._retry_unknown and may_retry_unknown(self._request),
+            backoff_s=self._delay_s)
+        return AttemptRoute(router, timeout_s, max_hops, decide)
 
     def pause_s(self, attempt: int) -> float:
         """Seconds to wait before `attempt` (>= 1): the server's delay exactly
         (no jitter on top: it already spreads its tenants' callers), else the
         backoff."""
-        delay = self._server_delay_s
-        self._server_delay_s = None
-        return delay if delay is not None else self._delay_s(attempt - 1)
+        return self._pause_s
 
-    def failed(self, error: grpc.RpcError) -> None:
+    def failed(self, error: grpc.RpcError, decision: Optional[RetryDecision]) -> None:
         """Notes a failed attempt (the caller tries again), or raises what
-        the call raises."""
-        if is_retryable_rpc_error(error):
+        the call raises. `decision`: the route's for `error`."""
+        assert decision is not None
+        if decision.action in (Action.RETRY, Action.GIVE_UP):
+            # UNAVAILABLE, or over a limit (a tenant's: refused before
+            # anything happened), or an unknown outcome safe to resend. (On
+            # the last attempt it is raised as it came, or as an unknown
+            # outcome after an earlier one.)
+            self._unknown = self._unknown or decision.outcome_unknown
             self._last = error
+            self._pause_s = decision.delay_s
             return
-        self._server_delay_s = server_retry_delay_s(error)
-        if self._server_delay_s is not None:
-            # Over a limit (a tenant's): refused before anything happened,
-            # so a retry is safe; the server says when. (On the last attempt
-            # it is raised as it came, or as an unknown outcome after an
-            # earlier one.)
-            self._last = error
-            return
-        if not (self._retry_unknown and is_outcome_unknown(error)):
-            if self._unknown and rpc_code(error) == grpc.StatusCode.ABORTED:
-                raise outcome_unknown_error(self._method, error) from error
-            raise error
-        if not may_retry_unknown(self._request):
+        if decision.outcome_unknown and self._retry_unknown:
+            # Not safe to resend (an anonymous Begin).
             raise outcome_unknown_error(self._method, error) from error
-        self._unknown = True
-        self._last = error
+        if self._unknown and rpc_code(error) == grpc.StatusCode.ABORTED:
+            raise outcome_unknown_error(self._method, error) from error
+        raise error
 
     def answer(self, response: Any) -> Any:
         """What the call returns for an attempt's `response`."""
@@ -120,40 +133,44 @@ class AttemptRoute:
     """One attempt's sends: to the leader guess, then up to max_hops
     redirects at once, all within the attempt's deadline.
 
-        route = AttemptRoute(router, timeout_s, max_hops)
+        route = retry.route(router, timeout_s, max_hops, attempt)
         while True:
             try: response = stub(route.address).Method(request, timeout=route.timeout)
             except grpc.RpcError as e:
                 if route.redirected(e): continue
-                raise
+                raise   # route.decision says what comes next
             route.answered(); return response
     """
 
-    def __init__(self, router: Router, timeout_s: float, max_hops: int) -> None:
+    def __init__(self, router: Router, timeout_s: float, max_hops: int,
+                 decide: Callable[..., RetryDecision]) -> None:
+        """decide: decide_retry with the attempt's numbers bound."""
         self._router = router
         self._deadline = time.monotonic() + timeout_s
         self._max_hops = max_hops
+        self._decide = decide
         self._hops = 0
         self.address = router.leader()
         self.timeout = timeout_s
+        self.decision: Optional[RetryDecision] = None  # for the last error
 
     def redirected(self, error: BaseException) -> bool:
         """True when the attempt goes on to the leader `error` named (now
         self.address, with the time left as self.timeout); False when the
-        attempt ends with `error` (having moved the guess on if the node
-        named no leader)."""
-        if not is_retryable_rpc_error(error):
-            return False
-        leader = (self._router.redirect(self.address, error)
-                  if self._hops < self._max_hops else None)
-        if leader is None:
+        attempt ends with `error` (having moved the guess on as decided)."""
+        time_left_s = self._deadline - time.monotonic()
+        decision = self.decision = self._decide(
+            error, address=self.address, hops=self._hops,
+            max_leader_hops=self._max_hops, can_follow=self._router.can_follow,
+            time_left_s=time_left_s)
+        if decision.leader is not None:
+            self._router.follow(decision.leader)
+        if decision.advance:
             self._router.failed(self.address)
+        if decision.action is not Action.HOP:
             return False
-        timeout = self._deadline - time.monotonic()
-        if timeout <= 0:  # the next attempt goes to the leader
-            return False
-        self.address = leader
-        self.timeout = timeout
+        self.address = decision.leader
+        self.timeout = time_left_s
         self._hops += 1
         return True
 
@@ -244,20 +261,18 @@ class BatchRun:
         refused = []
         for position, (i, answer) in enumerate(zip(group, answers)):
             code = answer.code() if isinstance(answer, DedupRpcError) else None
-            if code == grpc.StatusCode.ABORTED:
-                self._unknown[i] = True
-                if not may_retry_unknown(self._items[i]):
-                    self._results[i] = outcome_unknown_error(
-                        f"{self._method} items[{i}]", answer)
-                    self._final(i)
-                    continue
-            elif code is None:
+            if code is None:
                 self._results[i] = (after_unknown(self._items[i], answer)
                                     if self._unknown[i] else answer)
                 self._final(i)
                 continue
-            elif code != grpc.StatusCode.UNAVAILABLE:
-                self._results[i] = renumber(answer, position, i)
+            if code == grpc.StatusCode.ABORTED:
+                self._unknown[i] = True
+            if not item_resendable(answer, self._items[i]):
+                self._results[i] = (
+                    outcome_unknown_error(f"{self._method} items[{i}]", answer)
+                    if code == grpc.StatusCode.ABORTED
+                    else renumber(answer, position, i))
                 self._final(i)
                 continue
             self._results[i] = renumber(answer, position, i)

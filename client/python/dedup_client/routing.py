@@ -143,17 +143,11 @@ class Router:
             return grpc.intercept_channel(channel, self._interceptor)
         return channel
 
-    def redirect(self, address: str, error: BaseException) -> Optional[str]:
-        """The leader named by `address`'s UNAVAILABLE, now the guess; None
-        when there is none to follow (no hint, the node named itself, or a
-        given channel and no channel_factory)."""
-        hint = leader_hint(error)
-        if hint is None or hint == address:
-            return None
-        if _GIVEN_CHANNEL in self.addresses and self._factory is None:
-            return None
-        self.follow(hint)
-        return hint
+    @property
+    def can_follow(self) -> bool:
+        """Whether a leader named in a redirect can be reached: not with a
+        given channel and no channel_factory to open others."""
+        return not (_GIVEN_CHANNEL in self.addresses and self._factory is None)
 
     def follow(self, address: str) -> None:
         """`address` answered as the leader (or was named as it)."""

@@ -13,6 +13,7 @@ import { status as GrpcStatus } from '@grpc/grpc-js';
 import { fullJitterDelayMs } from './backoff.js';
 import { DedupRpcError, grpcCodeName, isOutcomeUnknown } from './errors.js';
 import type { RetryPolicy } from './retry.js';
+import { itemResendable } from './retry-decision.js';
 import type { BatchItemResult } from './types.js';
 
 interface Slot<Answer> {
@@ -95,14 +96,11 @@ export async function sendWithItemRetries<Item, Answer>(
           results[slot.index] = result;
         } else if (fitted > 0 && isResultBudgetRefusal(result)) {
           refused.push(slot);
-        } else if (result.code === GrpcStatus.ABORTED) {
-          slot.unknown = true;
-          if (canResend(itemAt(slot))) again.push(slot);
-          else results[slot.index] = finalResult(slot, result);
-        } else if (result.code === GrpcStatus.UNAVAILABLE) {
-          again.push(slot);
         } else {
-          results[slot.index] = finalResult(slot, result);
+          const aborted = result.code === GrpcStatus.ABORTED;
+          if (aborted) slot.unknown = true;
+          if (itemResendable(result.code, aborted && canResend(itemAt(slot)))) again.push(slot);
+          else results[slot.index] = finalResult(slot, result);
         }
       });
       const refits: Slot<Answer>[][] = [];

@@ -5,24 +5,17 @@
 import type { Client as GrpcClient } from '@grpc/grpc-js';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
-import { fullJitterDelayMs } from './backoff.js';
 import type { Endpoints } from './endpoints.js';
-import { DedupRpcError, isOutcomeUnknown } from './errors.js';
-import { isUnavailable, type RetryPolicy } from './retry.js';
+import { DedupRpcError } from './errors.js';
+import type { RetryPolicy } from './retry.js';
+import { decideRetry, type OnUnknownOutcome, type RetryDecision } from './retry-decision.js';
 
 export interface FailoverPolicy extends RetryPolicy {
   /** Leader redirects followed within one attempt, at once and under its deadline. */
   readonly maxRedirects: number;
 }
 
-/**
- * What to do when an attempt's outcome is unknown (ABORTED with
- * `dedup-outcome: unknown`): 'retry' sends the same request again, which
- * must then be safe (a Begin with an owner, Complete, Renew, Get, Release);
- * 'fail' rejects at once (an anonymous Begin could not re-enter its claim;
- * a batch retries its items itself).
- */
-export type OnUnknownOutcome = 'retry' | 'fail';
+export type { OnUnknownOutcome } from './retry-decision.js';
 
 export interface Invoked<T> {
   readonly value: T;
@@ -32,15 +25,10 @@ export interface Invoked<T> {
 
 /**
  * Runs `attempt` until it resolves. Each attempt has its own deadline
- * (`perAttemptMs` from its start); a follower's UNAVAILABLE naming the leader
- * sends the attempt on to that leader at once, under the same deadline, up to
- * `maxRedirects` times. Any other UNAVAILABLE (unreachable, no leader yet)
- * moves on to the next address and, like an unknown outcome under 'retry',
- * is retried after full-jitter backoff while attempts remain; a
- * RESOURCE_EXHAUSTED carrying a RetryInfo (a tenant over its limits) after
- * exactly the server's delay (capped at 30 s). Other errors
- * reject at once; DEADLINE_EXCEEDED also moves later calls to the next
- * address (a stopped node accepts connections but never answers).
+ * (`perAttemptMs` from its start); after each failure it does what
+ * decideRetry (retry-decision.ts) says: send on to the leader a follower
+ * named (same attempt, same deadline), move later calls past the node, wait
+ * (backoff, or the server's RetryInfo delay) and try again, or reject.
  *
  * Rejects with `attempt`'s error, or, once an attempt's outcome was unknown,
  * with a DedupRpcError ABORTED whose `outcomeUnknown` is true.
@@ -53,13 +41,12 @@ export async function invoke<T>(
   onUnknown: OnUnknownOutcome,
   attempt: (channel: GrpcClient, deadline: number) => Promise<T>,
 ): Promise<Invoked<T>> {
-  const attempts = Math.max(1, Math.floor(policy.maxAttempts));
-  const maxRedirects = Math.max(0, Math.floor(policy.maxRedirects));
   let unknown: DedupRpcError | undefined;
   for (let n = 0; ; n++) {
     const deadline = Date.now() + perAttemptMs;
     let target = endpoints.current;
     let error: unknown;
+    let decision: RetryDecision;
     for (let hops = 0; ; hops++) {
       try {
         const value = await attempt(endpoints.channel(target), deadline);
@@ -67,27 +54,15 @@ export async function invoke<T>(
       } catch (e) {
         error = e;
       }
-      const leader = error instanceof DedupRpcError && isUnavailable(error) ? error.leader : undefined;
-      if (leader === undefined || leader === target || hops >= maxRedirects) break;
-      endpoints.follow(leader);
-      target = leader;
+      decision = decideRetry(error, { target, attempt: n, hops }, policy, onUnknown);
+      if (decision.action !== 'hop') break;
+      endpoints.follow(decision.leader);
+      target = decision.leader;
     }
-
-    // Over a limit (a tenant's): refused before anything happened, and the
-    // server says when to come back.
-    const serverDelayMs = error instanceof DedupRpcError ? error.retryDelayMs : undefined;
-    if (isOutcomeUnknown(error)) {
-      unknown = error as DedupRpcError;
-      if (onUnknown === 'fail') throw error;
-    } else if (isUnavailable(error)) {
-      endpoints.failed(target);
-    } else if (serverDelayMs === undefined) {
-      if (isCode(error, GrpcStatus.DEADLINE_EXCEEDED)) endpoints.failed(target);
-      throw unknownOr(unknown, error, method);
-    }
-    if (n + 1 >= attempts) throw unknownOr(unknown, error, method);
-    // The server's delay exactly (no jitter on top), else the backoff.
-    await policy.sleep(serverDelayMs ?? fullJitterDelayMs(policy.backoff, n, policy.random));
+    if (decision.outcomeUnknown) unknown = error as DedupRpcError;
+    if (decision.advance) endpoints.failed(target);
+    if (decision.action === 'answer') throw unknownOr(unknown, error, method);
+    await policy.sleep(decision.delayMs);
   }
 }
 
@@ -102,8 +77,4 @@ function unknownOr(unknown: DedupRpcError | undefined, last: unknown, method: st
     `${unknown.details} (retried; last attempt: ${lastText})`,
     { cause: last, outcomeUnknown: true },
   );
-}
-
-function isCode(error: unknown, code: number): boolean {
-  return error instanceof DedupRpcError && error.code === code;
 }
