@@ -9,7 +9,7 @@
 // help. ChannelWatch keeps one thread waiting on the state of each channel
 // it watches, as grpcio's channel.subscribe(try_to_connect=True) does (see
 // client/python/dedup_client/routing.py): that thread polls, so attempts
-// run on the reconnect backoff (client/reconnect_backoff.h), and an IDLE
+// run on the reconnect backoff (common/reconnect_backoff.h), and an IDLE
 // channel is asked to connect. Measured with tests/client/reconnect_test.cc.
 //
 // Thread-safe. The destructor returns once no watch is pending: at once for

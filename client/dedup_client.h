@@ -61,9 +61,9 @@ struct ClientOptions {
   // Opens the channel to a leader the client learns of (and, for the address
   // constructors, to every address). Empty: insecure channels. Set it when
   // the channel constructor is used with credentials. For TLS, mTLS and a
-  // bearer token: SecureChannelFactory (client/channel_security.h). The
+  // bearer token: SecureChannelFactory (common/channel_security.h). The
   // channels of both reconnect on a short backoff (up to 1 s apart, see
-  // client/reconnect_backoff.h); a factory of your own may call
+  // common/reconnect_backoff.h); a factory of your own may call
   // SetReconnectBackoff for the same.
   ChannelFactory channel_factory;
 };

@@ -10,11 +10,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
-#include "client/channel_security.h"
 #include "client/dedup_client.h"
 #include "client/dedupctl_cli.h"
 #include "client/dedupctl_commands.h"
 #include "client/leader_router.h"
+#include "common/channel_security.h"
 #include "common/flag_syntax.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051",

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "client/reconnect_backoff.h"
+#include "common/reconnect_backoff.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"

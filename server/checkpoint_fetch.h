@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/channel_security.h"
+#include "common/channel_security.h"
 
 namespace dedup {
 

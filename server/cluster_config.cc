@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/channel_security.h"
+#include "common/channel_security.h"
 #include "replication/raft_consensus.h"
 #include "server/checkpoint_fetch.h"
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/lined_json.h"
+#include "server/lined_json.h"
 
 namespace dedup {
 namespace {

@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/lined_json.h"
+#include "server/lined_json.h"
 
 namespace dedup {
 namespace {

@@ -1,32 +1,19 @@
 #include "storage/record.h"
 
-#include <cstring>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "storage/coding.h"
 
 namespace dedup {
 namespace {
 
-// Explicit byte order so the format does not depend on the host.
-template <typename T>
-void PutLittleEndian(char* dst, T value) {
-  using U = std::make_unsigned_t<T>;
-  U v = static_cast<U>(value);
-  for (size_t i = 0; i < sizeof(T); ++i) {
-    dst[i] = static_cast<char>(v & 0xff);
-    v = static_cast<U>(v >> 8);
-  }
+// Signed times in the header: two's complement, as Fixed64 (coding.h).
+void EncodeInt64(char* dst, int64_t value) {
+  EncodeFixed64(dst, static_cast<uint64_t>(value));
 }
 
-template <typename T>
-T GetLittleEndian(const char* src) {
-  using U = std::make_unsigned_t<T>;
-  U v = 0;
-  for (size_t i = sizeof(T); i-- > 0;) {
-    v = static_cast<U>((v << 8) | static_cast<unsigned char>(src[i]));
-  }
-  return static_cast<T>(v);
+int64_t DecodeInt64(const char* src) {
+  return static_cast<int64_t>(DecodeFixed64(src));
 }
 
 }  // namespace
@@ -88,23 +75,21 @@ std::string EncodeRecord(const Record& r) {
   h[0] = static_cast<char>(v2 ? kRecordFormatVersion2 : kRecordFormatVersion);
   h[1] = static_cast<char>(r.state);
   h[2] = static_cast<char>(r.outcome);
-  PutLittleEndian<uint32_t>(h + 4, r.attempts);
-  PutLittleEndian<int64_t>(h + kExpireAtOffset, r.expire_at_ms);
-  PutLittleEndian<int64_t>(h + 16, r.lease_until_ms);
-  PutLittleEndian<uint64_t>(h + 24, r.fence);
-  PutLittleEndian<int64_t>(h + 32, r.created_at_ms);
-  PutLittleEndian<int64_t>(h + 40, r.completed_at_ms);
-  PutLittleEndian<uint32_t>(h + 48, r.ttl_s);
-  PutLittleEndian<uint16_t>(h + 52, static_cast<uint16_t>(r.args_hash.size()));
-  PutLittleEndian<uint16_t>(h + 54, static_cast<uint16_t>(r.owner.size()));
+  EncodeFixed32(h + 4, r.attempts);
+  EncodeInt64(h + kExpireAtOffset, r.expire_at_ms);
+  EncodeInt64(h + 16, r.lease_until_ms);
+  EncodeFixed64(h + 24, r.fence);
+  EncodeInt64(h + 32, r.created_at_ms);
+  EncodeInt64(h + 40, r.completed_at_ms);
+  EncodeFixed32(h + 48, r.ttl_s);
+  EncodeFixed16(h + 52, static_cast<uint16_t>(r.args_hash.size()));
+  EncodeFixed16(h + 54, static_cast<uint16_t>(r.owner.size()));
   if (v2) {
-    PutLittleEndian<int64_t>(h + kRetainUntilOffset, r.retain_until_ms);
-    PutLittleEndian<int64_t>(h + 64, r.checkpoint_at_ms);
-    PutLittleEndian<uint64_t>(h + 72, r.checkpoint_fence);
-    PutLittleEndian<uint16_t>(h + 80,
-                              static_cast<uint16_t>(r.checkpoint_step.size()));
-    PutLittleEndian<uint32_t>(h + 84,
-                              static_cast<uint32_t>(r.checkpoint_data.size()));
+    EncodeInt64(h + kRetainUntilOffset, r.retain_until_ms);
+    EncodeInt64(h + 64, r.checkpoint_at_ms);
+    EncodeFixed64(h + 72, r.checkpoint_fence);
+    EncodeFixed16(h + 80, static_cast<uint16_t>(r.checkpoint_step.size()));
+    EncodeFixed32(h + 84, static_cast<uint32_t>(r.checkpoint_data.size()));
   }
   out.reserve(header + r.args_hash.size() + r.owner.size() +
               r.checkpoint_step.size() + r.checkpoint_data.size() +
@@ -149,23 +134,23 @@ absl::StatusOr<Record> DecodeRecord(absl::string_view value) {
   Record r;
   r.state = static_cast<RecordState>(state);
   r.outcome = static_cast<Outcome>(outcome);
-  r.attempts = GetLittleEndian<uint32_t>(h + 4);
-  r.expire_at_ms = GetLittleEndian<int64_t>(h + kExpireAtOffset);
-  r.lease_until_ms = GetLittleEndian<int64_t>(h + 16);
-  r.fence = GetLittleEndian<uint64_t>(h + 24);
-  r.created_at_ms = GetLittleEndian<int64_t>(h + 32);
-  r.completed_at_ms = GetLittleEndian<int64_t>(h + 40);
-  r.ttl_s = GetLittleEndian<uint32_t>(h + 48);
-  const size_t hash_len = GetLittleEndian<uint16_t>(h + 52);
-  const size_t owner_len = GetLittleEndian<uint16_t>(h + 54);
+  r.attempts = DecodeFixed32(h + 4);
+  r.expire_at_ms = DecodeInt64(h + kExpireAtOffset);
+  r.lease_until_ms = DecodeInt64(h + 16);
+  r.fence = DecodeFixed64(h + 24);
+  r.created_at_ms = DecodeInt64(h + 32);
+  r.completed_at_ms = DecodeInt64(h + 40);
+  r.ttl_s = DecodeFixed32(h + 48);
+  const size_t hash_len = DecodeFixed16(h + 52);
+  const size_t owner_len = DecodeFixed16(h + 54);
   size_t step_len = 0;
   size_t data_len = 0;
   if (v2) {
-    r.retain_until_ms = GetLittleEndian<int64_t>(h + kRetainUntilOffset);
-    r.checkpoint_at_ms = GetLittleEndian<int64_t>(h + 64);
-    r.checkpoint_fence = GetLittleEndian<uint64_t>(h + 72);
-    step_len = GetLittleEndian<uint16_t>(h + 80);
-    data_len = GetLittleEndian<uint32_t>(h + 84);
+    r.retain_until_ms = DecodeInt64(h + kRetainUntilOffset);
+    r.checkpoint_at_ms = DecodeInt64(h + 64);
+    r.checkpoint_fence = DecodeFixed64(h + 72);
+    step_len = DecodeFixed16(h + 80);
+    data_len = DecodeFixed32(h + 84);
   }
   // Lengths are at most 16 + 32 bits: the sum cannot overflow size_t.
   if (value.size() - header < hash_len + owner_len + step_len + data_len) {
@@ -186,16 +171,14 @@ absl::StatusOr<Record> DecodeRecord(absl::string_view value) {
 
 std::optional<int64_t> PeekExpireAt(absl::string_view value) {
   if (!IsKnownVersion(value)) return std::nullopt;
-  return GetLittleEndian<int64_t>(value.data() + kExpireAtOffset);
+  return DecodeInt64(value.data() + kExpireAtOffset);
 }
 
 std::optional<int64_t> PeekDropAt(absl::string_view value) {
   if (!IsKnownVersion(value)) return std::nullopt;
-  const int64_t expire_at =
-      GetLittleEndian<int64_t>(value.data() + kExpireAtOffset);
+  const int64_t expire_at = DecodeInt64(value.data() + kExpireAtOffset);
   if (static_cast<uint8_t>(value[0]) != kRecordFormatVersion2) return expire_at;
-  const int64_t retain_until =
-      GetLittleEndian<int64_t>(value.data() + kRetainUntilOffset);
+  const int64_t retain_until = DecodeInt64(value.data() + kRetainUntilOffset);
   return retain_until != 0 && retain_until > expire_at ? retain_until
                                                        : expire_at;
 }
@@ -209,9 +192,8 @@ std::optional<LeaseHeader> PeekLeaseHeader(absl::string_view value) {
   }
   LeaseHeader header;
   header.state = static_cast<RecordState>(state);
-  header.expire_at_ms =
-      GetLittleEndian<int64_t>(value.data() + kExpireAtOffset);
-  header.lease_until_ms = GetLittleEndian<int64_t>(value.data() + 16);
+  header.expire_at_ms = DecodeInt64(value.data() + kExpireAtOffset);
+  header.lease_until_ms = DecodeInt64(value.data() + 16);
   return header;
 }
 

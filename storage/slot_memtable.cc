@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "rocksdb/slice.h"
+#include "storage/coding.h"
 
 // RocksDB passes a point lookup to a memtable as a LookupKey, whose class is
 // not in the installed headers. Only its exported constructor and destructor
@@ -54,9 +55,8 @@ const char* DecodeLength(const char* p, uint32_t* length) {
 // every "x?..." key, so it goes first in bucket "x\0"; the empty key first in
 // bucket 0.
 uint32_t BucketOfUserKey(const char* data, size_t size) {
-  const auto* u = reinterpret_cast<const unsigned char*>(data);
-  if (size >= 2) return (uint32_t{u[0]} << 8) | u[1];
-  if (size == 1) return uint32_t{u[0]} << 8;
+  if (size >= 2) return DecodeBigEndian16(data);
+  if (size == 1) return uint32_t{static_cast<unsigned char>(data[0])} << 8;
   return 0;
 }
 
@@ -496,8 +496,8 @@ const char* SelfCheck() {
     uint64_t tag = 0;
     if (length == user_key.size() + 8 &&
         std::memcmp(key, user_key.data(), user_key.size()) == 0) {
-      // RocksDB writes the tag little-endian; so do the hosts we build for.
-      std::memcpy(&tag, key + user_key.size(), 8);
+      // RocksDB writes the tag little-endian (its EncodeFixed64).
+      tag = DecodeFixed64(key + user_key.size());
       if ((tag >> 8) == kSequence) why = nullptr;
     }
   }

@@ -1,5 +1,7 @@
 #include "storage/storage_key.h"
 
+#include "storage/coding.h"
+
 namespace dedup {
 namespace {
 
@@ -27,8 +29,7 @@ std::string EncodeStorageKey(absl::string_view ns, absl::string_view key) {
   const uint32_t slot = SlotOf(ns, key);
   std::string out;
   out.reserve(3 + ns.size() + key.size());
-  out.push_back(static_cast<char>(slot >> 8));
-  out.push_back(static_cast<char>(slot & 0xff));
+  PutBigEndian16(&out, static_cast<uint16_t>(slot));
   out.push_back(static_cast<char>(ns.size()));
   out.append(ns.data(), ns.size());
   out.append(key.data(), key.size());
@@ -36,9 +37,7 @@ std::string EncodeStorageKey(absl::string_view ns, absl::string_view key) {
 }
 
 uint32_t SlotOfStorageKey(absl::string_view storage_key) {
-  return (static_cast<uint32_t>(static_cast<unsigned char>(storage_key[0]))
-          << 8) |
-         static_cast<unsigned char>(storage_key[1]);
+  return DecodeBigEndian16(storage_key.data());
 }
 
 bool IsRecordKey(absl::string_view storage_key) {

@@ -7,7 +7,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
@@ -16,6 +15,7 @@
 #include "storage/durable_marker.h"
 #include "storage/fence_allocator.h"
 #include "storage/lease_tracker.h"
+#include "storage/rocks_util.h"
 #include "storage/shard.h"
 #include "storage/storage_key.h"
 #include "storage/ttl_compaction_filter.h"
@@ -24,11 +24,6 @@
 
 namespace dedup {
 namespace {
-
-absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
-}
 
 // How shards write. Never synced: in kSync the WalSyncer fsyncs for them.
 rocksdb::WriteOptions ShardWriteOptions(Durability durability) {
@@ -287,16 +282,7 @@ class RocksStore : public Store {
 
   absl::StatusOr<uint64_t> CountStoredRecords() override {
     if (closed_.load()) return absl::UnavailableError("store is closed");
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
-    uint64_t count = 0;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (!IsRecordKey(absl::string_view(it->key().data(), it->key().size()))) {
-        break;  // metadata sorts after every record
-      }
-      ++count;
-    }
-    if (absl::Status s = FromRocks(it->status(), "scan"); !s.ok()) return s;
-    return count;
+    return CountRecordsInDb(*db_);
   }
 
  private:

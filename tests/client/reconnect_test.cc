@@ -1,6 +1,6 @@
 // A Client whose dedupd crashed and came back on the same port and data dir
 // is answered again promptly, though its calls failed fast meanwhile: its
-// channels reconnect on a short backoff (client/reconnect_backoff.h), not
+// channels reconnect on a short backoff (common/reconnect_backoff.h), not
 // gRPC's default one (1 s, growing 1.6x to 120 s). The Python client's
 // equivalent is tests/python/integration/test_reconnect.py.
 #include <iostream>

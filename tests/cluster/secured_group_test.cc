@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "client/channel_security.h"
+#include "common/channel_security.h"
 #include "gtest/gtest.h"
 #include "tests/cluster/cluster_fixture.h"
 #include "tests/testing/test_pki.h"

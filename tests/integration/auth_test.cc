@@ -209,14 +209,32 @@ TEST_F(AuthTest, ReloadRevokesATokenAndABadFileKeepsTheOldTenants) {
                          [&] { return Begin(a, kBilling, "billing:x", "k"); }));
 }
 
-// status details; another tenant is not slowed.
+// Returns once `server` reports `count` Begins parked on a key
+// (dedup_waiting_begins); false after 10 s.
+bool AwaitWaitingBegins(const ServerProcess& server, double count) {
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (ScrapeSample(server.metrics_port(), "dedup_waiting_begins")
+            .value_or(-1) >= count) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// A tenant over its rate limit is refused RESOURCE_EXHAUSTED with a RetryInfo
+// in the status details; another tenant is not slowed. Parked Begins count
+// against the in-flight limit.
 TEST_F(AuthTest, TenantLimitsRefuseWithRetryInfo) {
   const std::string json =
       WithLimitedTenant(WithLimitedTenant(StandardTenantsJson(), "burst",
                                           "burst-token", R"({"rps": 20})"),
                         "parked", "parked-token", R"({"inflight": 2})");
   WriteFileAtomically(tenants_file_, json);
-  DEDUP_START_SERVER(server, {"--tenants_file=" + tenants_file_});
+  DEDUP_START_SERVER(server, {"--tenants_file=" + tenants_file_,
+                              "--metrics_address=127.0.0.1:0"});
   const std::string a = server->address();
 
   int ok = 0, refused = 0;
@@ -272,7 +290,12 @@ TEST_F(AuthTest, TenantLimitsRefuseWithRetryInfo) {
                       .ok());
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Both parked (their channels connect in their own time), so both hold a
+  // slot; the third call comes well within their wait_ms.
+  if (!AwaitWaitingBegins(*server, 2)) {
+    for (auto& waiter : waiters) waiter.join();
+    FAIL() << "the two waiters never parked";
+  }
   const grpc::Status third = Begin(a, Token("parked-token"), "parked:x", "k");
   EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_TRUE(absl::StrContains(third.error_message(), "2 calls in flight"))

@@ -7,9 +7,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "common/lined_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/lined_json.h"
 #include "server/security_config.h"
 
 namespace dedup {

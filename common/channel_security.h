@@ -6,8 +6,8 @@
 // gRPC refuses call credentials on plaintext channels, and a token over
 // plaintext on loopback is what local development with a tenants file needs.
 // Over a network, use TLS: a token sent in plaintext can be read on the way.
-#ifndef DEDUP_CLIENT_CHANNEL_SECURITY_H_
-#define DEDUP_CLIENT_CHANNEL_SECURITY_H_
+#ifndef DEDUP_COMMON_CHANNEL_SECURITY_H_
+#define DEDUP_COMMON_CHANNEL_SECURITY_H_
 
 #include <functional>
 #include <memory>
@@ -46,9 +46,9 @@ struct ChannelSecurity {
     const std::string& key_file, const std::string& token_file);
 
 // Opens channels with `security` and the short reconnect backoff of
-// client/reconnect_backoff.h. Thread-safe; the factory may be copied.
+// common/reconnect_backoff.h. Thread-safe; the factory may be copied.
 [[nodiscard]] ChannelFactory SecureChannelFactory(ChannelSecurity security);
 
 }  // namespace dedup
 
-#endif  // DEDUP_CLIENT_CHANNEL_SECURITY_H_
+#endif  // DEDUP_COMMON_CHANNEL_SECURITY_H_

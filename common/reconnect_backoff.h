@@ -19,8 +19,8 @@
 // most, any connect plus TLS handshake slower than that, e.g. a server busy
 // with the handshakes of all its clients at once after a restart, which
 // would then never connect.
-#ifndef DEDUP_CLIENT_RECONNECT_BACKOFF_H_
-#define DEDUP_CLIENT_RECONNECT_BACKOFF_H_
+#ifndef DEDUP_COMMON_RECONNECT_BACKOFF_H_
+#define DEDUP_COMMON_RECONNECT_BACKOFF_H_
 
 #include "grpcpp/support/channel_arguments.h"
 
@@ -38,4 +38,4 @@ void SetReconnectBackoff(grpc::ChannelArguments& args);
 
 }  // namespace dedup
 
-#endif  // DEDUP_CLIENT_RECONNECT_BACKOFF_H_
+#endif  // DEDUP_COMMON_RECONNECT_BACKOFF_H_

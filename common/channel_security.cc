@@ -1,4 +1,4 @@
-#include "client/channel_security.h"
+#include "common/channel_security.h"
 
 #include <fstream>
 #include <sstream>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "client/reconnect_backoff.h"
+#include "common/reconnect_backoff.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"

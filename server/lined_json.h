@@ -9,8 +9,8 @@
 //
 // Duplicate object keys are an error (the file would mean two things), and
 // so is nesting deeper than 64 levels. Thread-safe (pure functions).
-#ifndef DEDUP_COMMON_LINED_JSON_H_
-#define DEDUP_COMMON_LINED_JSON_H_
+#ifndef DEDUP_SERVER_LINED_JSON_H_
+#define DEDUP_SERVER_LINED_JSON_H_
 
 #include <cstdint>
 #include <memory>
@@ -66,4 +66,4 @@ struct LinedJson {
 
 }  // namespace dedup
 
-#endif  // DEDUP_COMMON_LINED_JSON_H_
+#endif  // DEDUP_SERVER_LINED_JSON_H_

@@ -1,4 +1,4 @@
-#include "common/lined_json.h"
+#include "server/lined_json.h"
 
 #include <cstddef>
 #include <iterator>

@@ -1,4 +1,4 @@
-#include "client/reconnect_backoff.h"
+#include "common/reconnect_backoff.h"
 
 #include <cstring>
 
