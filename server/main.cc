@@ -15,12 +15,11 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/exit_codes.h"
 #include "common/flag_syntax.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -46,17 +45,17 @@
 #include "server/tls.h"
 #include "server/transport_limits.h"
 #include "server/unparseable_requests.h"
+#include "server/usage.h"
 #include "storage/store.h"
 
 ABSL_DECLARE_FLAG(std::string, durability);
 
 namespace {
 
-// Exit codes, documented in --help.
-constexpr int kExitBadFlags = 2;
-constexpr int kExitDataDir = 3;
-constexpr int kExitListen = 4;
-constexpr int kExitShutdownError = 1;
+using dedup::exit_code::kBadFlags;
+using dedup::exit_code::kDataDir;
+using dedup::exit_code::kListen;
+using dedup::exit_code::kStopError;
 
 // How often the tenants file is checked for a change (SIGHUP reloads at
 // once).
@@ -129,23 +128,11 @@ absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetrics(
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --help lists the flags of server/ (absl's default lists only flags
-  // defined in a file named after the binary).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view path) {
-    return absl::StrContains(path, "server/");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
-      "dedupd: the dedup idempotency authority (gRPC dedup.v1.Dedup).\n"
-      "Exit codes: 0 clean stop, 1 error while stopping, 2 bad flags, 3 data "
-      "dir unusable or locked by another dedupd, 4 cannot listen, 5 (cluster "
-      "mode) a damaged log entry in memory: restart the node.");
+  dedup::ConfigureUsage();
   // ParseCommandLine would exit 1 on a bad flag; we promise 2.
   if (absl::Status s = dedup::CheckFlagSyntax(argc, argv); !s.ok()) {
     Log(absl::StrCat(s.message(), " (see --help)"));
-    return kExitBadFlags;
+    return kBadFlags;
   }
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil checks every mutex acquisition for lock-order cycles;
@@ -154,17 +141,17 @@ int main(int argc, char** argv) {
   absl::StatusOr<dedup::ServerConfig> config = dedup::ServerConfigFromFlags();
   if (!config.ok()) {
     Log(std::string(config.status().message()));
-    return kExitBadFlags;
+    return kBadFlags;
   }
   absl::StatusOr<dedup::SecurityConfig> security =
       dedup::SecurityConfigFromFlags(config->address);
   if (!security.ok()) {
     Log(std::string(security.status().message()));
-    return kExitBadFlags;
+    return kBadFlags;
   }
   if (absl::Status s = dedup::CheckTlsFiles(*security); !s.ok()) {
     Log(std::string(s.message()));
-    return kExitBadFlags;
+    return kBadFlags;
   }
 
   // Signals are taken synchronously by main (sigwait), so every thread
@@ -188,7 +175,7 @@ int main(int argc, char** argv) {
                                     metrics.registry().get());
     if (!loaded.ok()) {
       Log(absl::StrCat("--tenants_file: ", loaded.status().message()));
-      return kExitBadFlags;
+      return kBadFlags;
     }
     auth = *std::move(loaded);
     auth->WatchFile(absl::Seconds(kTenantsFileCheckSeconds));
@@ -198,10 +185,10 @@ int main(int argc, char** argv) {
       dedup::ClusterConfigFromFlags(config->store, *security);
   if (!cluster.ok()) {
     Log(std::string(cluster.status().message()));
-    return kExitBadFlags;
+    return kBadFlags;
   }
 
-  if (!PrepareDataDir(config->store.path)) return kExitDataDir;
+  if (!PrepareDataDir(config->store.path)) return kDataDir;
 
   config->store.observer = &metrics;
   // Cluster mode: the same services over a replicated store.
@@ -220,7 +207,7 @@ int main(int argc, char** argv) {
   }
   if (!store.ok()) {
     Log(std::string(store.status().message()));
-    return kExitDataDir;
+    return kDataDir;
   }
   // The tenants' stored_bytes limits, measured every second; the watch stops
   // before the store goes (this is declared after it).
@@ -237,7 +224,7 @@ int main(int argc, char** argv) {
             : config->event_log.key_file);
     if (!secret.ok()) {
       Log(std::string(secret.status().message()));
-      return kExitBadFlags;
+      return kBadFlags;
     }
     config->event_log.key_hash_secret = *std::move(secret);
   }
@@ -245,7 +232,7 @@ int main(int argc, char** argv) {
       dedup::EventLog::Open(config->event_log, &metrics);
   if (!events.ok()) {
     Log(absl::StrCat("--event_log: ", events.status().message()));
-    return kExitBadFlags;
+    return kBadFlags;
   }
   const std::string durability =
       cluster->enabled ? "raft" : absl::GetFlag(FLAGS_durability);
@@ -257,7 +244,7 @@ int main(int argc, char** argv) {
         config->metrics_address, metrics, store->get(), replicated);
     if (!started.ok()) {
       Log(std::string(started.status().message()));
-      return kExitListen;
+      return kListen;
     }
     exposer = *std::move(started);
     const std::vector<int> ports = exposer->GetListeningPorts();
@@ -269,7 +256,7 @@ int main(int argc, char** argv) {
   dedup::PolicyFile policies(config->policy_file, config->limits);
   if (absl::Status loaded = policies.Reload(); !loaded.ok()) {
     Log(absl::StrCat("--policy_file: ", loaded.message()));
-    return kExitBadFlags;
+    return kBadFlags;
   }
   dedup::DedupService service(store->get(), config->limits, &metrics,
                               auth.get(), events->get(), &policies);
@@ -308,7 +295,7 @@ int main(int argc, char** argv) {
   if (server == nullptr || port == 0) {
     Log(absl::StrCat("cannot listen on ", config->address,
                      " (address in use or invalid?)"));
-    return kExitListen;
+    return kListen;
   }
   // Probes that cannot speak TLS get the same health status in plaintext,
   // on a listener that serves nothing else.
@@ -327,7 +314,7 @@ int main(int argc, char** argv) {
       Log(absl::StrCat("cannot listen on ", config->health_address,
                        " (--health_address: in use or invalid?)"));
       server->Shutdown();
-      return kExitListen;
+      return kListen;
     }
     // It serves none of them, so it must be told their names.
     for (const char* name : {dedup::v1::Dedup::service_full_name(),
@@ -381,7 +368,7 @@ int main(int argc, char** argv) {
         !s.ok()) {
       Log(std::string(s.message()));
       server->Shutdown();
-      return kExitListen;
+      return kListen;
     }
   }
 
@@ -457,11 +444,11 @@ int main(int argc, char** argv) {
   stop_metrics.join();
   if (absl::Status s = (*store)->Close(); !s.ok()) {
     Log(absl::StrCat("error closing the store: ", s.message()));
-    return kExitShutdownError;
+    return kStopError;
   }
   if (!config->ready_file.empty()) {
     dedup::RemoveReadyFile(config->ready_file, ready.pid);
   }
   Log("stopped cleanly");
-  return 0;
+  return dedup::exit_code::kCleanStop;
 }
