@@ -79,6 +79,9 @@ ABSL_FLAG(int64_t, lame_duck_ms, 250,
           "on SIGTERM/SIGINT, how long at least new calls are answered "
           "UNAVAILABLE (retryable) before connections close, so a client "
           "sending right then retries instead of seeing CANCELLED");
+ABSL_FLAG(std::string, log_level, "info",
+          "lowest level of the log lines written to stderr: debug, info, "
+          "warning or error");
 ABSL_FLAG(uint32_t, default_ttl_s, 24 * 3600, "TTL when a request gives 0");
 ABSL_FLAG(uint32_t, min_ttl_s, 1, "smallest ttl_s accepted");
 ABSL_FLAG(uint32_t, max_ttl_s, 30 * 24 * 3600, "largest ttl_s accepted");
@@ -212,6 +215,14 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     return absl::InvalidArgumentError(
         "--lame_duck_ms: must be between 0 and --shutdown_grace_ms");
   }
+
+  absl::StatusOr<LogLevel> log_level =
+      ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!log_level.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_level: ", log_level.status().message()));
+  }
+  config.log_level = *log_level;
 
   Limits& limits = config.limits;
   limits.default_ttl_s = absl::GetFlag(FLAGS_default_ttl_s);

@@ -1,8 +1,12 @@
 // The Admin service and the metrics that follow storage: a forced compaction
 // drops expired records (seen through Stats, never by reading values), and
 // the compaction filter's counter and the lease gauges move on /metrics.
+#include <signal.h>
+
+#include <chrono>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dedup/v1/admin.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -76,6 +80,67 @@ TEST(AdminTest, CompactionDropsExpiredRecordsAndCountsThem) {
   admin.reset();
   channel.reset();
   EXPECT_TRUE(server->Stop().ok());
+}
+
+// Admin calls go through the same plumbing as Dedup's: each is timed and
+// its errors are counted under its own method label.
+TEST(AdminTest, AdminCallsAreCountedInMetrics) {
+  DEDUP_START_SERVER(server, {"--metrics_address=127.0.0.1:0"});
+  ASSERT_GT(server->metrics_port(), 0);
+  auto channel = grpc::CreateChannel(server->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto admin = v1::Admin::NewStub(channel);
+  const std::string stats_count =
+      "dedup_request_duration_seconds_count{method=\"Admin.Stats\"}";
+  const std::string reload_count =
+      "dedup_request_duration_seconds_count{method=\"Admin.ReloadPolicy\"}";
+  const std::string reload_errors =
+      "dedup_grpc_errors_total{code=\"FAILED_PRECONDITION\",method=\"Admin."
+      "ReloadPolicy\"}";
+  EXPECT_EQ(Metric(*server, stats_count), 0);
+  EXPECT_EQ(Metric(*server, reload_count), 0);
+  Stats(*admin);
+  Stats(*admin);
+  {
+    // No --policy_file: FAILED_PRECONDITION.
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 10'000);
+    v1::ReloadPolicyResponse response;
+    EXPECT_EQ(admin->ReloadPolicy(&ctx, v1::ReloadPolicyRequest(), &response)
+                  .error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  EXPECT_EQ(Metric(*server, stats_count), 2);
+  EXPECT_EQ(Metric(*server, reload_count), 1);
+  EXPECT_EQ(Metric(*server, reload_errors), 1);
+  admin.reset();
+  channel.reset();
+  EXPECT_TRUE(server->Stop().ok());
+}
+
+// Draining, the Admin service refuses new calls like Dedup's: UNAVAILABLE
+// saying the server is shutting down (retryable), before the port closes.
+TEST(AdminTest, AdminCallDuringLameDuckIsUnavailable) {
+  DEDUP_START_SERVER(server, {"--lame_duck_ms=3000"});
+  auto channel = grpc::CreateChannel(server->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto admin = v1::Admin::NewStub(channel);
+  Stats(*admin);  // connected
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  grpc::Status refused;
+  for (int i = 0; i < 100 && refused.ok(); ++i) {
+    SleepMs(20);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 2'000);
+    v1::StatsResponse response;
+    refused = admin->Stats(&ctx, v1::StatsRequest(), &response);
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "shutting down"))
+      << refused.error_message();
+  EXPECT_TRUE(server->WaitForExit(std::chrono::seconds(20)));
+  EXPECT_EQ(server->exit_code(), 0);
 }
 
 }  // namespace
