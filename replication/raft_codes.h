@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/exit_codes.h"
 #include "replication/consensus.h"
 
 struct raft;
@@ -17,7 +18,7 @@ namespace dedup {
 
 // Exit code of a node whose disk failed a Raft log append or a state
 // machine write (see StopOnStorageFailure).
-inline constexpr int kExitStorageFailure = 6;
+inline constexpr int kExitStorageFailure = exit_code::kStorageFailure;
 
 // RAFT_VOTER, RAFT_STANDBY or RAFT_SPARE.
 [[nodiscard]] int ToRaftRole(MemberRole role);

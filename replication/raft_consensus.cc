@@ -21,6 +21,7 @@ extern "C" {
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/exit_codes.h"
 #include "replication/log_budget.h"
 #include "replication/no_delay_transport.h"
 #include "replication/raft_codes.h"
@@ -31,7 +32,7 @@ namespace {
 
 constexpr uint64_t kTickMs = 10;
 // Exit code of a node that met a damaged log entry (see FsmApply).
-constexpr int kExitDamagedEntry = 5;
+constexpr int kExitDamagedEntry = exit_code::kDamagedLogEntry;
 
 using Done = absl::AnyInvocable<void(absl::Status) &&>;
 

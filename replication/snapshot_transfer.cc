@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/exit_codes.h"
 
 namespace dedup {
 namespace {
@@ -17,7 +18,7 @@ constexpr char kDescriptorTag[] = "dedup-snapshot/1";
 
 // Exit code of a node whose state could not be replaced by a snapshot it
 // fetched (the data dir's own error code: a restart recovers it).
-constexpr int kExitSnapshotInstall = 3;
+constexpr int kExitSnapshotInstall = exit_code::kDataDir;
 
 void RemoveAll(const std::string& dir) {
   std::error_code ignored;

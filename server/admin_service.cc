@@ -1,9 +1,9 @@
 #include "server/admin_service.h"
 
-#include <thread>
 #include <utility>
 
 #include "server/proto_convert.h"
+#include "server/rpc_call.h"
 
 namespace dedup {
 
@@ -21,11 +21,10 @@ grpc::ServerUnaryReactor* AdminService::ReloadPolicy(
     grpc::CallbackServerContext* context,
     const v1::ReloadPolicyRequest* /*request*/,
     v1::ReloadPolicyResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status s =
-      auth_->Authorize(*context, TenantRole::kOperator, "Admin.ReloadPolicy")
-          .status();
-  if (s.ok() && (policies_ == nullptr || policies_->path().empty())) {
+  RpcCall call(context, Method::kAdminReloadPolicy, metrics_);
+  if (Refused(call, *context, "Admin.ReloadPolicy")) return call.reactor();
+  absl::Status s;
+  if (policies_ == nullptr || policies_->path().empty()) {
     s = absl::FailedPreconditionError(
         "no --policy_file: the flags apply to every namespace");
   }
@@ -34,21 +33,15 @@ grpc::ServerUnaryReactor* AdminService::ReloadPolicy(
   if (s.ok()) {
     response->set_policies(static_cast<uint32_t>(policies_->Current()->size()));
   }
-  reactor->Finish(ToGrpcStatus(s));
-  return reactor;
+  call.Fail(s);
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* AdminService::GetPolicy(
     grpc::CallbackServerContext* context, const v1::GetPolicyRequest* request,
     v1::GetPolicyResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status s =
-      auth_->Authorize(*context, TenantRole::kOperator, "Admin.GetPolicy")
-          .status();
-  if (!s.ok()) {
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-  }
+  RpcCall call(context, Method::kAdminGetPolicy, metrics_);
+  if (Refused(call, *context, "Admin.GetPolicy")) return call.reactor();
   EffectivePolicy p;
   if (policies_ != nullptr) {
     p = policies_->Current()->For(request->namespace_());
@@ -64,21 +57,15 @@ grpc::ServerUnaryReactor* AdminService::GetPolicy(
   response->set_max_result_bytes(p.limits.max_result_bytes);
   response->set_tombstone_retention_s(p.limits.tombstone_retention_s);
   response->set_on_error(p.retry_errors ? "retry" : "replay");
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  call.Finish(grpc::Status::OK);
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* AdminService::Stats(
     grpc::CallbackServerContext* context, const v1::StatsRequest* /*request*/,
     v1::StatsResponse* response) {
-  if (absl::Status a =
-          auth_->Authorize(*context, TenantRole::kOperator, "Admin.Stats")
-              .status();
-      !a.ok()) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(a));
-    return reactor;
-  }
+  RpcCall call(context, Method::kAdminStats, metrics_);
+  if (Refused(call, *context, "Admin.Stats")) return call.reactor();
   const StoreStats s = store_->Stats();
   response->set_version(build_.version);
   response->set_git_sha(build_.git_sha);
@@ -103,28 +90,21 @@ grpc::ServerUnaryReactor* AdminService::Stats(
     (*response->mutable_begin_outcomes())[BeginOutcomeName(outcome)] =
         static_cast<uint64_t>(metrics_->BeginCount(outcome));
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  call.Finish(grpc::Status::OK);
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* AdminService::Compact(
     grpc::CallbackServerContext* context, const v1::CompactRequest* /*request*/,
     v1::CompactResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status a =
-          auth_->Authorize(*context, TenantRole::kOperator, "Admin.Compact")
-              .status();
-      !a.ok()) {
-    reactor->Finish(ToGrpcStatus(a));
-    return reactor;
-  }
+  RpcCall call(context, Method::kAdminCompact, metrics_);
+  if (Refused(call, *context, "Admin.Compact")) return call.reactor();
   if (compacting_.exchange(true)) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 "a compaction is already running"));
-    return reactor;
+    call.Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             "a compaction is already running"));
+    return call.reactor();
   }
-  std::thread([this, reactor, response] {
+  tasks_.Start([this, call, response] {
     const auto start = std::chrono::steady_clock::now();
     const uint64_t dropped_before = store_->Stats().expired_dropped;
     const absl::Status status = store_->CompactAll();
@@ -135,9 +115,27 @@ grpc::ServerUnaryReactor* AdminService::Compact(
             std::chrono::steady_clock::now() - start)
             .count());
     compacting_.store(false);
-    reactor->Finish(ToGrpcStatus(status));
-  }).detach();
-  return reactor;
+    call.Fail(status);
+  });
+  return call.reactor();
+}
+
+void AdminService::EnterLameDuck() { lame_duck_.Enter(); }
+
+void AdminService::JoinTasks() { tasks_.JoinAll(); }
+
+bool AdminService::Refused(const RpcCall& call,
+                           const grpc::CallbackServerContext& context,
+                           absl::string_view what) const {
+  if (call.Refused(
+          auth_->Authorize(context, TenantRole::kOperator, what).status())) {
+    return true;
+  }
+  if (absl::Status serving = lame_duck_.Check(); !serving.ok()) {
+    call.Fail(serving);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace dedup

@@ -8,8 +8,11 @@
 
 #include "dedup/v1/admin.grpc.pb.h"
 #include "server/auth.h"
+#include "server/lame_duck.h"
 #include "server/metrics.h"
 #include "server/namespace_policy.h"
+#include "server/rpc_call.h"
+#include "server/task_threads.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -43,7 +46,18 @@ class AdminService final : public v1::Admin::CallbackService {
                                       const v1::GetPolicyRequest* request,
                                       v1::GetPolicyResponse* response) override;
 
+  // From now on new calls are answered UNAVAILABLE (see lame_duck.h).
+  void EnterLameDuck();
+  // Waits for the compactions still running. Call it after the gRPC server
+  // has shut down.
+  void JoinTasks();
+
  private:
+  // True (and the call finished) unless the caller is an operator and the
+  // server is not in its lame duck.
+  bool Refused(const RpcCall& call, const grpc::CallbackServerContext& context,
+               absl::string_view what) const;
+
   Store* const store_;
   Metrics* const metrics_;
   const Authorizer* const auth_;
@@ -51,6 +65,9 @@ class AdminService final : public v1::Admin::CallbackService {
   PolicyFile* const policies_;
   const std::chrono::steady_clock::time_point started_;
   std::atomic<bool> compacting_{false};
+  LameDuck lame_duck_;
+  // Last: its destructor joins threads that use the members above.
+  TaskThreads tasks_;
 };
 
 }  // namespace dedup

@@ -1,6 +1,5 @@
 #include "server/auth.h"
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "grpc/grpc_security_constants.h"
 #include "prometheus/family.h"
 
@@ -338,10 +338,8 @@ absl::Status Authorizer::Reload() {
       contents.ok() ? ParseFile(path_, *contents) : contents.status();
   if (!table.ok()) {
     reloads_failed_->Increment();
-    std::fprintf(stderr,
-                 "dedupd: tenants file not reloaded, the previous tenants "
-                 "stay in use: %s\n",
-                 std::string(table.status().message()).c_str());
+    LogWarning("tenants file not reloaded, the previous tenants stay in use: ",
+               table.status().message());
     return table.status();
   }
   size_t count = (*table)->tenants().size();
@@ -352,8 +350,7 @@ absl::Status Authorizer::Reload() {
   }
   reloads_ok_->Increment();
   tenants_->Set(count);
-  std::fprintf(stderr, "dedupd: tenants file %s loaded: %zu tenants\n",
-               path_.c_str(), count);
+  LogInfo("tenants file ", path_, " loaded: ", count, " tenants");
   return absl::OkStatus();
 }
 

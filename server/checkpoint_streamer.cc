@@ -1,11 +1,11 @@
 #include "server/checkpoint_streamer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -24,9 +24,14 @@ constexpr size_t kChunkBytes = 1 << 20;
 class CheckpointStreamer final
     : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
  public:
-  CheckpointStreamer(ReplicatedStore* store, uint64_t min_applied_index)
-      : store_(store), min_applied_index_(min_applied_index) {
-    std::thread([this] { Run(); }).detach();
+  CheckpointStreamer(ReplicatedStore* store, uint64_t min_applied_index,
+                     Metrics* metrics, TaskThreads* tasks)
+      : store_(store),
+        min_applied_index_(min_applied_index),
+        metrics_(metrics),
+        start_(std::chrono::steady_clock::now()) {
+    metrics_->CallStarted();
+    tasks->Start([this] { Run(); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -46,6 +51,15 @@ class CheckpointStreamer final
   // The call's own thread. Finish is the last thing it does with `this`.
   void Run() {
     grpc::Status status = Stream();
+    if (!status.ok()) {
+      metrics_->RecordError(Method::kClusterFetchCheckpoint,
+                            status.error_code());
+    }
+    metrics_->ObserveDuration(
+        Method::kClusterFetchCheckpoint,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count());
+    metrics_->CallFinished();
     Finish(status);
   }
 
@@ -132,6 +146,8 @@ class CheckpointStreamer final
 
   ReplicatedStore* const store_;
   const uint64_t min_applied_index_;
+  Metrics* const metrics_;
+  const std::chrono::steady_clock::time_point start_;
   v1::CheckpointChunk chunk_;
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -141,8 +157,9 @@ class CheckpointStreamer final
 }  // namespace
 
 grpc::ServerWriteReactor<v1::CheckpointChunk>* StartCheckpointStream(
-    ReplicatedStore* store, uint64_t min_applied_index) {
-  return new CheckpointStreamer(store, min_applied_index);
+    ReplicatedStore* store, uint64_t min_applied_index, Metrics* metrics,
+    TaskThreads* tasks) {
+  return new CheckpointStreamer(store, min_applied_index, metrics, tasks);
 }
 
 }  // namespace dedup

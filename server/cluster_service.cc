@@ -1,49 +1,42 @@
 #include "server/cluster_service.h"
 
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "server/checkpoint_streamer.h"
 #include "server/cluster_config.h"
 #include "server/proto_convert.h"
+#include "server/rpc_call.h"
 
 namespace dedup {
 namespace {
 
-// Finishes `reactor` with `status`, naming the leader on a follower.
-void FinishWith(grpc::CallbackServerContext* context,
-                grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
-  if (auto leader = status.GetPayload(kLeaderAddressPayload)) {
-    context->AddTrailingMetadata("dedup-leader", std::string(*leader));
-  }
-  reactor->Finish(ToGrpcStatus(status));
+absl::Status ValidNodeId(uint64_t node_id) {
+  if (node_id == 0) return absl::InvalidArgumentError("node_id: must be > 0");
+  return absl::OkStatus();
 }
 
 // Membership calls change the group only through its leader.
-bool RefusedOffLeader(ReplicatedStore* store,
-                      grpc::CallbackServerContext* context,
-                      grpc::ServerUnaryReactor* reactor) {
+bool RefusedOffLeader(ReplicatedStore* store, const RpcCall& call) {
   absl::Status serving = store->CheckServing();
   if (serving.ok()) return false;
-  FinishWith(context, reactor, serving);
+  call.Fail(serving);
   return true;
 }
 
-// A stream refused before its first message.
+// A stream refused before its first message, counted like a unary call.
 class RefusedCheckpointStream final
     : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
  public:
-  explicit RefusedCheckpointStream(const grpc::Status& status) {
+  RefusedCheckpointStream(const grpc::Status& status, Metrics* metrics) {
+    metrics->CallStarted();
+    metrics->RecordError(Method::kClusterFetchCheckpoint, status.error_code());
+    metrics->ObserveDuration(Method::kClusterFetchCheckpoint, 0);
+    metrics->CallFinished();
     Finish(status);
   }
   void OnDone() override { delete this; }
 };
-
-grpc::ServerWriteReactor<v1::CheckpointChunk>* RefusedStream(
-    const grpc::Status& status) {
-  return new RefusedCheckpointStream(status);
-}
 
 }  // namespace
 
@@ -51,8 +44,8 @@ grpc::ServerUnaryReactor* ClusterService::Status(
     grpc::CallbackServerContext* context,
     const v1::ClusterStatusRequest* /*request*/,
     v1::ClusterStatusResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (Refused(context, reactor, "Cluster.Status")) return reactor;
+  RpcCall call(context, Method::kClusterStatus, metrics_);
+  if (Refused(call, *context, "Cluster.Status")) return call.reactor();
   const ClusterStatus status = store_->GetClusterStatus();
   const ConsensusStatus& c = status.consensus;
   response->set_node_id(c.id);
@@ -84,96 +77,94 @@ grpc::ServerUnaryReactor* ClusterService::Status(
       out->set_lag(c.last_index > match ? c.last_index - match : 0);
     }
   }
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  call.Finish(grpc::Status::OK);
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* ClusterService::Digest(
     grpc::CallbackServerContext* context, const v1::DigestRequest* /*request*/,
     v1::DigestResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (Refused(context, reactor, "Cluster.Digest")) return reactor;
+  RpcCall call(context, Method::kClusterDigest, metrics_);
+  if (Refused(call, *context, "Cluster.Digest")) return call.reactor();
   // A full scan: never on a gRPC callback thread.
-  std::thread([this, reactor, response] {
+  tasks_.Start([this, call, response] {
     absl::StatusOr<StateDigest> digest = store_->Digest();
     if (!digest.ok()) {
-      reactor->Finish(ToGrpcStatus(digest.status()));
+      call.Fail(digest.status());
       return;
     }
     response->set_applied_index(digest->applied_index);
     response->set_replicated_now_ms(digest->now_ms);
     response->set_live_records(digest->live_records);
     response->set_digest(absl::StrFormat("%016x", digest->hash));
-    reactor->Finish(grpc::Status::OK);
-  }).detach();
-  return reactor;
+    call.Finish(grpc::Status::OK);
+  });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* ClusterService::AddNode(
     grpc::CallbackServerContext* context, const v1::AddNodeRequest* request,
     v1::AddNodeResponse* /*response*/) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (Refused(context, reactor, "Cluster.AddNode")) return reactor;
-  if (request->node_id() == 0) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 "node_id: must be > 0"));
-    return reactor;
-  }
+  RpcCall call(context, Method::kClusterAddNode, metrics_);
+  if (Refused(call, *context, "Cluster.AddNode")) return call.reactor();
+  if (call.Rejected(ValidNodeId(request->node_id()))) return call.reactor();
   absl::StatusOr<std::string> raft = ResolveIpv4(request->raft_address());
   if (!raft.ok()) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     absl::StrCat("raft_address: ", raft.status().message())));
-    return reactor;
+    call.Rejected(absl::InvalidArgumentError(
+        absl::StrCat("raft_address: ", raft.status().message())));
+    return call.reactor();
   }
-  if (RefusedOffLeader(store_, context, reactor)) return reactor;
+  if (RefusedOffLeader(store_, call)) return call.reactor();
   ClusterNode node{request->node_id(), *raft, request->client_address()};
-  store_->AddMember(std::move(node), [context, reactor](absl::Status s) {
-    FinishWith(context, reactor, s);
-  });
-  return reactor;
+  store_->AddMember(std::move(node), [call](absl::Status s) { call.Fail(s); });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* ClusterService::RemoveNode(
     grpc::CallbackServerContext* context, const v1::RemoveNodeRequest* request,
     v1::RemoveNodeResponse* /*response*/) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (Refused(context, reactor, "Cluster.RemoveNode")) return reactor;
-  if (request->node_id() == 0) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 "node_id: must be > 0"));
-    return reactor;
-  }
-  if (RefusedOffLeader(store_, context, reactor)) return reactor;
-  store_->RemoveMember(request->node_id(), [context, reactor](absl::Status s) {
-    FinishWith(context, reactor, s);
-  });
-  return reactor;
+  RpcCall call(context, Method::kClusterRemoveNode, metrics_);
+  if (Refused(call, *context, "Cluster.RemoveNode")) return call.reactor();
+  if (call.Rejected(ValidNodeId(request->node_id()))) return call.reactor();
+  if (RefusedOffLeader(store_, call)) return call.reactor();
+  store_->RemoveMember(request->node_id(),
+                       [call](absl::Status s) { call.Fail(s); });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* ClusterService::TransferLeadership(
     grpc::CallbackServerContext* context,
     const v1::TransferLeadershipRequest* request,
     v1::TransferLeadershipResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (Refused(context, reactor, "Cluster.TransferLeadership")) return reactor;
-  if (RefusedOffLeader(store_, context, reactor)) return reactor;
+  RpcCall call(context, Method::kClusterTransferLeadership, metrics_);
+  if (Refused(call, *context, "Cluster.TransferLeadership")) {
+    return call.reactor();
+  }
+  if (RefusedOffLeader(store_, call)) return call.reactor();
   store_->TransferLeadership(
-      request->node_id(), [this, context, reactor, response](absl::Status s) {
+      request->node_id(), [this, call, response](absl::Status s) {
         response->set_leader_id(store_->GetClusterStatus().consensus.leader_id);
-        FinishWith(context, reactor, s);
+        call.Fail(s);
       });
-  return reactor;
+  return call.reactor();
 }
 
-bool ClusterService::Refused(grpc::CallbackServerContext* context,
-                             grpc::ServerUnaryReactor* reactor,
+void ClusterService::EnterLameDuck() { lame_duck_.Enter(); }
+
+void ClusterService::JoinTasks() { tasks_.JoinAll(); }
+
+bool ClusterService::Refused(const RpcCall& call,
+                             const grpc::CallbackServerContext& context,
                              absl::string_view what) const {
-  absl::Status allowed =
-      auth_->Authorize(*context, TenantRole::kOperator, what).status();
-  if (allowed.ok()) return false;
-  reactor->Finish(ToGrpcStatus(allowed));
-  return true;
+  if (call.Refused(
+          auth_->Authorize(context, TenantRole::kOperator, what).status())) {
+    return true;
+  }
+  if (absl::Status serving = lame_duck_.Check(); !serving.ok()) {
+    call.Fail(serving);
+    return true;
+  }
+  return false;
 }
 
 grpc::ServerWriteReactor<v1::CheckpointChunk>* ClusterService::FetchCheckpoint(
@@ -183,8 +174,14 @@ grpc::ServerWriteReactor<v1::CheckpointChunk>* ClusterService::FetchCheckpoint(
                              ->Authorize(*context, TenantRole::kOperator,
                                          "Cluster.FetchCheckpoint")
                              .status();
-  if (!allowed.ok()) return RefusedStream(ToGrpcStatus(allowed));
-  return StartCheckpointStream(store_, request->min_applied_index());
+  // Draining: a new stream is refused (the fetching node asks another
+  // source); the streams already running go on until the drain ends.
+  if (allowed.ok()) allowed = lame_duck_.Check();
+  if (!allowed.ok()) {
+    return new RefusedCheckpointStream(ToGrpcStatus(allowed), metrics_);
+  }
+  return StartCheckpointStream(store_, request->min_applied_index(), metrics_,
+                               &tasks_);
 }
 
 }  // namespace dedup

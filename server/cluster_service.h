@@ -6,6 +6,10 @@
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "replication/replicated_store.h"
 #include "server/auth.h"
+#include "server/lame_duck.h"
+#include "server/metrics.h"
+#include "server/rpc_call.h"
+#include "server/task_threads.h"
 
 namespace dedup {
 
@@ -17,8 +21,10 @@ namespace dedup {
 // from the consensus thread.
 class ClusterService final : public v1::Cluster::CallbackService {
  public:
-  ClusterService(ReplicatedStore* store, const Authorizer* auth)
-      : store_(store), auth_(auth) {}
+  // Not owned; each must outlive the service.
+  ClusterService(ReplicatedStore* store, const Authorizer* auth,
+                 Metrics* metrics)
+      : store_(store), auth_(auth), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* Status(
       grpc::CallbackServerContext* context,
@@ -43,13 +49,25 @@ class ClusterService final : public v1::Cluster::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::FetchCheckpointRequest* request) override;
 
+  // From now on new calls (checkpoint streams too) are answered UNAVAILABLE
+  // (see lame_duck.h); streams already running go on.
+  void EnterLameDuck();
+  // Waits for the digests and checkpoint streams still running. Call it
+  // after the gRPC server has shut down.
+  void JoinTasks();
+
  private:
-  // True (and the call finished) unless the caller is an operator.
-  bool Refused(grpc::CallbackServerContext* context,
-               grpc::ServerUnaryReactor* reactor, absl::string_view what) const;
+  // True (and the call finished) unless the caller is an operator and the
+  // server is not in its lame duck.
+  bool Refused(const RpcCall& call, const grpc::CallbackServerContext& context,
+               absl::string_view what) const;
 
   ReplicatedStore* const store_;
   const Authorizer* const auth_;
+  Metrics* const metrics_;
+  LameDuck lame_duck_;
+  // Last: its destructor joins threads that use the members above.
+  TaskThreads tasks_;
 };
 
 }  // namespace dedup

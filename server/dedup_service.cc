@@ -95,16 +95,12 @@ template void DedupService::Observe(Method, const v1::CompleteRequest&,
 template void DedupService::Observe(Method, const v1::CheckpointRequest&,
                                     const FencedDecision&) const;
 
-void DedupService::EnterLameDuck() { lame_duck_.store(true); }
+void DedupService::EnterLameDuck() { lame_duck_.Enter(); }
 
 bool DedupService::NotServing(const RpcCall& call, Access access) const {
   absl::Status serving = access == Access::kRead ? store_->CheckServingReads()
                                                  : store_->CheckServing();
-  if (serving.ok() && lame_duck_.load()) {
-    serving = absl::UnavailableError(
-        "the server is shutting down; retry with backoff (another node of "
-        "the group, or this one once it is back)");
-  }
+  if (serving.ok()) serving = lame_duck_.Check();
   if (serving.ok()) return false;
   call.Fail(serving);
   return true;

@@ -12,6 +12,7 @@
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "server/auth.h"
 #include "server/event_log.h"
+#include "server/lame_duck.h"
 #include "server/limits.h"
 #include "server/metrics.h"
 #include "server/namespace_policy.h"
@@ -108,7 +109,7 @@ class DedupService final : public v1::Dedup::CallbackService {
       const Caller& caller, Method method, absl::string_view ns,
       absl::FunctionRef<absl::Status(const Limits&)> validate,
       EffectivePolicy* policy) const;
-  std::atomic<bool> lame_duck_{false};
+  LameDuck lame_duck_;
   // Request → storage parameters, defaults resolved (shared by the unary and
   // batch handlers).
   BeginParams BeginParamsOf(const v1::BeginRequest& request,

@@ -1,11 +1,11 @@
 #include "server/health_watch.h"
 
-#include <cstdio>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace dedup {
 
@@ -33,11 +33,11 @@ void HealthWatch::Run() {
     for (grpc::HealthCheckServiceInterface* h : health_) {
       h->SetServingStatus(serving);
     }
-    const std::string line =
-        serving ? std::string("health SERVING: storage writes again")
-                : absl::StrCat("health NOT_SERVING: ", status.message());
-    std::fprintf(stderr, "dedupd: %s\n", line.c_str());
-    std::fflush(stderr);
+    if (serving) {
+      LogInfo("health SERVING: storage writes again");
+    } else {
+      LogWarning("health NOT_SERVING: ", status.message());
+    }
   } while (!stop_.WaitForNotificationWithTimeout(interval_));
 }
 

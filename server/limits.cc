@@ -94,7 +94,20 @@ const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
            "ttl_s", "wait_ms"},
           {"items", "namespace", "key", "fence", "outcome", "result", "ttl_s"},
           {"namespace", "key", "fence", "step", "data", "lease_ms"},
-          {"items", "namespace", "key", "fence", "step", "data", "lease_ms"}};
+          {"items", "namespace", "key", "fence", "step", "data", "lease_ms"},
+          // Admin: Stats, Compact, ReloadPolicy, GetPolicy.
+          {},
+          {},
+          {},
+          {},
+          // Cluster: Status, Digest, AddNode, RemoveNode, TransferLeadership,
+          // FetchCheckpoint.
+          {},
+          {},
+          {"node_id", "raft_address"},
+          {"node_id"},
+          {},
+          {}};
   return kFields->at(method_index);
 }
 

@@ -73,9 +73,10 @@ struct Limits {
 // Fields a method's validation may name, in check order (for metrics).
 // `method_index` follows the Method enum of metrics.h: Begin, Complete,
 // Release, Renew, Get, Forget, BeginBatch, CompleteBatch, Checkpoint,
-// CheckpointBatch. An index without an entry throws std::out_of_range: the
-// metrics set every method's series up at start, so a Method added without
-// one stops the server there rather than reading past the table.
+// CheckpointBatch, then the Admin and Cluster methods. An index without an
+// entry throws std::out_of_range: the metrics set every method's series up at
+// start, so a Method added without one stops the server there rather than
+// reading past the table.
 [[nodiscard]] const std::vector<absl::string_view>& ValidatedFieldsOf(
     int method_index);
 

@@ -8,8 +8,26 @@ namespace dedup {
 namespace {
 
 constexpr std::array<const char*, kMethodCount> kMethodNames = {
-    "Begin",  "Complete",   "Release",       "Renew",      "Get",
-    "Forget", "BeginBatch", "CompleteBatch", "Checkpoint", "CheckpointBatch"};
+    "Begin",
+    "Complete",
+    "Release",
+    "Renew",
+    "Get",
+    "Forget",
+    "BeginBatch",
+    "CompleteBatch",
+    "Checkpoint",
+    "CheckpointBatch",
+    "Admin.Stats",
+    "Admin.Compact",
+    "Admin.ReloadPolicy",
+    "Admin.GetPolicy",
+    "Cluster.Status",
+    "Cluster.Digest",
+    "Cluster.AddNode",
+    "Cluster.RemoveNode",
+    "Cluster.TransferLeadership",
+    "Cluster.FetchCheckpoint"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
     "started",  "takeover",  "reentry", "in_use",
     "conflict", "duplicate", "expired", "rerun"};

@@ -36,9 +36,20 @@ enum class Method {
   kBeginBatch,
   kCompleteBatch,
   kCheckpoint,
-  kCheckpointBatch
+  kCheckpointBatch,
+  // dedup.v1.Admin and dedup.v1.Cluster, labelled "Admin.Stats" etc.
+  kAdminStats,
+  kAdminCompact,
+  kAdminReloadPolicy,
+  kAdminGetPolicy,
+  kClusterStatus,
+  kClusterDigest,
+  kClusterAddNode,
+  kClusterRemoveNode,
+  kClusterTransferLeadership,
+  kClusterFetchCheckpoint
 };
-inline constexpr int kMethodCount = 10;
+inline constexpr int kMethodCount = 20;
 [[nodiscard]] const char* MethodName(Method method);
 
 // How a Begin was answered, as counted.
@@ -83,8 +94,8 @@ class Metrics : public StoreObserver {
   // StoreObserver.
   void OnWrite(int operations, double seconds) override;
 
-  // dedup.v1.Dedup calls between their start and their answer (RpcCall),
-  // for the shutdown drain.
+  // Calls of every service between their start and their answer
+  // (RpcCall; a checkpoint stream until its end), for the shutdown drain.
   void CallStarted() { calls_in_flight_.fetch_add(1); }
   void CallFinished() { calls_in_flight_.fetch_sub(1); }
   [[nodiscard]] int64_t calls_in_flight() const {

@@ -1,11 +1,10 @@
 #include "server/security_config.h"
 
-#include <cstdio>
-
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM certificate chain the server presents; with --tls_key_file "
@@ -75,10 +74,9 @@ absl::StatusOr<SecurityConfig> SecurityConfigFromFlags(
         " on it; give --tls_cert_file/--tls_key_file and --tenants_file, or "
         "--insecure to accept the risk"));
   }
-  std::fprintf(stderr,
-               "dedupd: WARNING: serving %s on %s (--insecure): anyone who "
-               "can reach it can read and forget every key\n",
-               what.c_str(), address.c_str());
+  LogWarning("WARNING: serving ", what, " on ", address,
+             " (--insecure): anyone who can reach it can read and forget "
+             "every key");
   return config;
 }
 

@@ -79,6 +79,9 @@ ABSL_FLAG(int64_t, lame_duck_ms, 250,
           "on SIGTERM/SIGINT, how long at least new calls are answered "
           "UNAVAILABLE (retryable) before connections close, so a client "
           "sending right then retries instead of seeing CANCELLED");
+ABSL_FLAG(std::string, log_level, "info",
+          "lowest level of the log lines written to stderr: debug, info, "
+          "warning or error");
 ABSL_FLAG(uint32_t, default_ttl_s, 24 * 3600, "TTL when a request gives 0");
 ABSL_FLAG(uint32_t, min_ttl_s, 1, "smallest ttl_s accepted");
 ABSL_FLAG(uint32_t, max_ttl_s, 30 * 24 * 3600, "largest ttl_s accepted");
@@ -122,33 +125,9 @@ ABSL_FLAG(bool, enable_bench_service, false,
           "serve dedup.v1.Bench (Echo), the bare-gRPC baseline for benchmarks");
 
 namespace dedup {
+namespace {
 
-absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
-  ServerConfig config;
-  config.address = absl::GetFlag(FLAGS_address);
-  if (config.address.empty()) {
-    return absl::InvalidArgumentError("--address: must not be empty");
-  }
-
-  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
-  config.health_address = absl::GetFlag(FLAGS_health_address);
-  config.ready_file = absl::GetFlag(FLAGS_ready_file);
-  config.metrics_namespaces = absl::GetFlag(FLAGS_metrics_namespaces);
-  for (const std::string& ns : config.metrics_namespaces) {
-    if (ns.empty() || ns == "other") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--metrics_namespaces: '", ns, "' is reserved or empty"));
-    }
-  }
-  config.event_log.destination = absl::GetFlag(FLAGS_event_log);
-  config.event_log.sample_rate = absl::GetFlag(FLAGS_event_log_sample_rate);
-  if (config.event_log.sample_rate < 0 || config.event_log.sample_rate > 1) {
-    return absl::InvalidArgumentError("--event_log_sample_rate: must be 0..1");
-  }
-  config.event_log.raw_keys = absl::GetFlag(FLAGS_event_log_raw_keys);
-  config.event_log.key_file = absl::GetFlag(FLAGS_event_log_key_file);
-
-  StoreOptions& store = config.store;
+absl::Status StoreFromFlags(StoreOptions& store) {
   store.path = absl::GetFlag(FLAGS_data_dir);
   if (store.path.empty()) {
     return absl::InvalidArgumentError("--data_dir: must not be empty");
@@ -205,15 +184,10 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     return absl::InvalidArgumentError("--periodic_compaction_s: must be >= 0");
   }
   store.periodic_compaction_s = static_cast<uint64_t>(periodic);
-  config.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
-  config.lame_duck_ms = absl::GetFlag(FLAGS_lame_duck_ms);
-  if (config.lame_duck_ms < 0 ||
-      config.lame_duck_ms > config.shutdown_grace_ms) {
-    return absl::InvalidArgumentError(
-        "--lame_duck_ms: must be between 0 and --shutdown_grace_ms");
-  }
+  return absl::OkStatus();
+}
 
-  Limits& limits = config.limits;
+void LimitsFromFlags(Limits& limits) {
   limits.default_ttl_s = absl::GetFlag(FLAGS_default_ttl_s);
   limits.min_ttl_s = absl::GetFlag(FLAGS_min_ttl_s);
   limits.max_ttl_s = absl::GetFlag(FLAGS_max_ttl_s);
@@ -230,29 +204,82 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   limits.max_checkpoint_data_bytes =
       absl::GetFlag(FLAGS_max_checkpoint_data_bytes);
   limits.tombstone_retention_s = absl::GetFlag(FLAGS_tombstone_retention_s);
-  config.policy_file = absl::GetFlag(FLAGS_policy_file);
   limits.max_batch_response_bytes =
       absl::GetFlag(FLAGS_max_batch_response_bytes);
-  config.enable_bench_service = absl::GetFlag(FLAGS_enable_bench_service);
-  config.transport.max_concurrent_streams =
+}
+
+absl::Status TransportFromFlags(TransportLimits& transport) {
+  transport.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);
-  config.transport.max_connection_idle_ms =
+  transport.max_connection_idle_ms =
       absl::GetFlag(FLAGS_max_connection_idle_ms);
-  config.transport.handshake_timeout_ms =
-      absl::GetFlag(FLAGS_handshake_timeout_ms);
-  if (config.transport.max_concurrent_streams < 1) {
+  transport.handshake_timeout_ms = absl::GetFlag(FLAGS_handshake_timeout_ms);
+  if (transport.max_concurrent_streams < 1) {
     return absl::InvalidArgumentError("--max_concurrent_streams: must be >= 1");
   }
   for (const auto& [flag, value] :
-       {std::pair<const char*, int64_t>{
-            "max_connection_idle_ms", config.transport.max_connection_idle_ms},
-        {"handshake_timeout_ms", config.transport.handshake_timeout_ms}}) {
+       {std::pair<const char*, int64_t>{"max_connection_idle_ms",
+                                        transport.max_connection_idle_ms},
+        {"handshake_timeout_ms", transport.handshake_timeout_ms}}) {
     if (value < 100 || value > int64_t{24} * 3600 * 1000) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, ": must be 100..86400000"));
     }
   }
-  if (absl::Status s = limits.Check(); !s.ok()) {
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
+  ServerConfig config;
+  config.address = absl::GetFlag(FLAGS_address);
+  if (config.address.empty()) {
+    return absl::InvalidArgumentError("--address: must not be empty");
+  }
+
+  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.health_address = absl::GetFlag(FLAGS_health_address);
+  config.ready_file = absl::GetFlag(FLAGS_ready_file);
+  config.metrics_namespaces = absl::GetFlag(FLAGS_metrics_namespaces);
+  for (const std::string& ns : config.metrics_namespaces) {
+    if (ns.empty() || ns == "other") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--metrics_namespaces: '", ns, "' is reserved or empty"));
+    }
+  }
+  config.event_log.destination = absl::GetFlag(FLAGS_event_log);
+  config.event_log.sample_rate = absl::GetFlag(FLAGS_event_log_sample_rate);
+  if (config.event_log.sample_rate < 0 || config.event_log.sample_rate > 1) {
+    return absl::InvalidArgumentError("--event_log_sample_rate: must be 0..1");
+  }
+  config.event_log.raw_keys = absl::GetFlag(FLAGS_event_log_raw_keys);
+  config.event_log.key_file = absl::GetFlag(FLAGS_event_log_key_file);
+
+  if (absl::Status s = StoreFromFlags(config.store); !s.ok()) return s;
+  config.shutdown_grace_ms = absl::GetFlag(FLAGS_shutdown_grace_ms);
+  config.lame_duck_ms = absl::GetFlag(FLAGS_lame_duck_ms);
+  if (config.lame_duck_ms < 0 ||
+      config.lame_duck_ms > config.shutdown_grace_ms) {
+    return absl::InvalidArgumentError(
+        "--lame_duck_ms: must be between 0 and --shutdown_grace_ms");
+  }
+
+  absl::StatusOr<LogLevel> log_level =
+      ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!log_level.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_level: ", log_level.status().message()));
+  }
+  config.log_level = *log_level;
+
+  LimitsFromFlags(config.limits);
+  config.policy_file = absl::GetFlag(FLAGS_policy_file);
+  config.enable_bench_service = absl::GetFlag(FLAGS_enable_bench_service);
+  if (absl::Status s = TransportFromFlags(config.transport); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = config.limits.Check(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
   }
   return config;

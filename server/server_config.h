@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/log.h"
 #include "server/event_log.h"
 #include "server/limits.h"
 #include "server/transport_limits.h"
@@ -35,6 +36,8 @@ struct ServerConfig {
   int64_t lame_duck_ms = 250;
   bool enable_bench_service = false;
   TransportLimits transport;
+  // --log_level: lines below it are not written (common/log.h).
+  LogLevel log_level = LogLevel::kInfo;
 };
 
 // Reads the flags after absl::ParseCommandLine. Fails with INVALID_ARGUMENT

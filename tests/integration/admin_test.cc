@@ -1,10 +1,15 @@
 // The Admin service and the metrics that follow storage: a forced compaction
 // drops expired records (seen through Stats, never by reading values), and
 // the compaction filter's counter and the lease gauges move on /metrics.
+#include <signal.h>
+
+#include <chrono>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dedup/v1/admin.grpc.pb.h"
+#include "dedup/v1/cluster.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/integration/integration_util.h"
 #include "tests/testing/http_get.h"
@@ -76,6 +81,125 @@ TEST(AdminTest, CompactionDropsExpiredRecordsAndCountsThem) {
   admin.reset();
   channel.reset();
   EXPECT_TRUE(server->Stop().ok());
+}
+
+// Admin calls go through the same plumbing as Dedup's: each is timed and
+// its errors are counted under its own method label.
+TEST(AdminTest, AdminCallsAreCountedInMetrics) {
+  DEDUP_START_SERVER(server, {"--metrics_address=127.0.0.1:0"});
+  ASSERT_GT(server->metrics_port(), 0);
+  auto channel = grpc::CreateChannel(server->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto admin = v1::Admin::NewStub(channel);
+  const std::string stats_count =
+      "dedup_request_duration_seconds_count{method=\"Admin.Stats\"}";
+  const std::string reload_count =
+      "dedup_request_duration_seconds_count{method=\"Admin.ReloadPolicy\"}";
+  const std::string reload_errors =
+      "dedup_grpc_errors_total{code=\"FAILED_PRECONDITION\",method=\"Admin."
+      "ReloadPolicy\"}";
+  EXPECT_EQ(Metric(*server, stats_count), 0);
+  EXPECT_EQ(Metric(*server, reload_count), 0);
+  Stats(*admin);
+  Stats(*admin);
+  {
+    // No --policy_file: FAILED_PRECONDITION.
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 10'000);
+    v1::ReloadPolicyResponse response;
+    EXPECT_EQ(admin->ReloadPolicy(&ctx, v1::ReloadPolicyRequest(), &response)
+                  .error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  EXPECT_EQ(Metric(*server, stats_count), 2);
+  EXPECT_EQ(Metric(*server, reload_count), 1);
+  EXPECT_EQ(Metric(*server, reload_errors), 1);
+  admin.reset();
+  channel.reset();
+  EXPECT_TRUE(server->Stop().ok());
+}
+
+// Draining, the Admin service refuses new calls like Dedup's: UNAVAILABLE
+// saying the server is shutting down (retryable), before the port closes.
+TEST(AdminTest, AdminCallDuringLameDuckIsUnavailable) {
+  DEDUP_START_SERVER(server, {"--lame_duck_ms=3000"});
+  auto channel = grpc::CreateChannel(server->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto admin = v1::Admin::NewStub(channel);
+  Stats(*admin);  // connected
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  grpc::Status refused;
+  for (int i = 0; i < 100 && refused.ok(); ++i) {
+    SleepMs(20);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 2'000);
+    v1::StatsResponse response;
+    refused = admin->Stats(&ctx, v1::StatsRequest(), &response);
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "shutting down"))
+      << refused.error_message();
+  EXPECT_TRUE(server->WaitForExit(std::chrono::seconds(20)));
+  EXPECT_EQ(server->exit_code(), 0);
+}
+
+// The Cluster service (a group of one here) goes through the same plumbing:
+// calls timed, invalid requests and errors counted by method, and new calls
+// refused UNAVAILABLE in the lame duck.
+TEST(AdminTest, ClusterCallsAreCountedAndRefusedInTheLameDuck) {
+  const std::string client = absl::StrCat("127.0.0.1:", FreePort("127.0.0.1"));
+  const std::string raft = absl::StrCat("127.0.0.1:", FreePort("127.0.0.1"));
+  DEDUP_START_SERVER(server,
+                     {"--address=" + client, "--node_id=1",
+                      "--peers=1=" + raft + "=" + client, "--event_log=off",
+                      "--metrics_address=127.0.0.1:0", "--lame_duck_ms=3000"});
+  ASSERT_GT(server->metrics_port(), 0);
+  auto channel =
+      grpc::CreateChannel(client, grpc::InsecureChannelCredentials());
+  auto cluster = v1::Cluster::NewStub(channel);
+  auto status = [&cluster] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 2'000);
+    v1::ClusterStatusResponse response;
+    return cluster->Status(&ctx, v1::ClusterStatusRequest(), &response);
+  };
+  ASSERT_TRUE(status().ok());
+  ASSERT_TRUE(status().ok());
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 2'000);
+    v1::AddNodeResponse response;
+    EXPECT_EQ(
+        cluster->AddNode(&ctx, v1::AddNodeRequest(), &response).error_code(),
+        grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(Metric(*server,
+                   "dedup_request_duration_seconds_count{method=\""
+                   "Cluster.Status\"}"),
+            2);
+  EXPECT_EQ(Metric(*server,
+                   "dedup_invalid_requests_total{field=\"node_id\","
+                   "method=\"Cluster.AddNode\"}"),
+            1);
+  EXPECT_EQ(Metric(*server,
+                   "dedup_grpc_errors_total{code=\"INVALID_ARGUMENT\","
+                   "method=\"Cluster.AddNode\"}"),
+            1);
+
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  grpc::Status refused;
+  // The hand-off attempt of a leader without peers comes first (<= 3 s).
+  for (int i = 0; i < 300 && refused.ok(); ++i) {
+    SleepMs(20);
+    refused = status();
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "shutting down"))
+      << refused.error_message();
+  EXPECT_TRUE(server->WaitForExit(std::chrono::seconds(20)));
+  EXPECT_EQ(server->exit_code(), 0);
 }
 
 }  // namespace

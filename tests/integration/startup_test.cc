@@ -15,6 +15,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "gtest/gtest.h"
 #include "tests/integration/integration_util.h"
 #include "tests/testing/server_process.h"
@@ -91,6 +93,21 @@ TEST(StartupTest, BadFlagsExitWith2) {
   }
   std::error_code ignored;
   std::filesystem::remove_all(*dir, ignored);
+}
+
+// --help is generated from common/exit_codes.h: every code there, with its
+// meaning, on a line of its own.
+TEST(StartupTest, HelpListsEveryExitCode) {
+  const ProcessResult r = RunDedupd({"--help"});
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_TRUE(absl::StrContains(r.output, "Exit codes:")) << r.output;
+  for (const ExitCodeInfo& info : kExitCodes) {
+    EXPECT_TRUE(absl::StrContains(
+        r.output, absl::StrCat("\n  ", info.code, " ", info.meaning, "\n")))
+        << "exit code " << info.code << " (" << info.name
+        << ") missing from --help:\n"
+        << r.output;
+  }
 }
 
 TEST(StartupTest, SigintExitsZeroAndKeepsData) {

@@ -1,0 +1,48 @@
+// dedupd's process exit codes, defined once: the code that exits uses these
+// constants and --help lists the table (an integration test checks that every
+// code is listed). Header-only and dependency-free so that storage/ and
+// replication/, which end the process on some failures, may include it.
+#ifndef DEDUP_COMMON_EXIT_CODES_H_
+#define DEDUP_COMMON_EXIT_CODES_H_
+
+namespace dedup {
+namespace exit_code {
+
+inline constexpr int kCleanStop = 0;
+inline constexpr int kStopError = 1;
+inline constexpr int kBadFlags = 2;
+inline constexpr int kDataDir = 3;
+inline constexpr int kListen = 4;
+inline constexpr int kDamagedLogEntry = 5;
+inline constexpr int kStorageFailure = 6;
+
+}  // namespace exit_code
+
+struct ExitCodeInfo {
+  int code;
+  const char* name;     // stable, for programs and logs
+  const char* meaning;  // for people (--help)
+};
+
+// Every exit code, in ascending order.
+inline constexpr ExitCodeInfo kExitCodes[] = {
+    {exit_code::kCleanStop, "clean_stop", "clean stop"},
+    {exit_code::kStopError, "stop_error",
+     "error while stopping (the store did not close cleanly)"},
+    {exit_code::kBadFlags, "bad_flags",
+     "bad flags or configuration files (tenants, policy, event log)"},
+    {exit_code::kDataDir, "data_dir",
+     "data dir unusable, damaged or locked by another dedupd (cluster mode: "
+     "also a fetched snapshot that could not be installed)"},
+    {exit_code::kListen, "listen",
+     "cannot listen (address in use or invalid) or write --ready_file"},
+    {exit_code::kDamagedLogEntry, "damaged_log_entry",
+     "(cluster mode) a damaged log entry in memory: restart the node"},
+    {exit_code::kStorageFailure, "storage_failure",
+     "(cluster mode) a Raft log write or state write failed (disk full, I/O "
+     "error): make room or fix the disk, then restart the node"},
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_COMMON_EXIT_CODES_H_

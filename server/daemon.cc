@@ -1,0 +1,325 @@
+// Daemon::Start: from the flags to serving.
+#include "server/daemon.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
+#include "common/log.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "server/exit_status.h"
+#include "server/metrics_exposer.h"
+#include "server/tls.h"
+#include "server/transport_limits.h"
+#include "server/unparseable_requests.h"
+
+ABSL_DECLARE_FLAG(std::string, durability);
+
+namespace dedup {
+namespace {
+
+// How often the tenants file is checked for a change (SIGHUP reloads at
+// once).
+constexpr int kTenantsFileCheckSeconds = 2;
+
+// How often a node's health status follows its storage's.
+constexpr int64_t kHealthWatchIntervalMs = 250;
+
+// Headroom over the result limit for the rest of a CompleteRequest.
+constexpr int kMessageOverheadBytes = 64 << 10;
+
+// Refuses a data dir that exists but is not a directory, or cannot be made.
+absl::Status PrepareDataDir(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) &&
+      !std::filesystem::is_directory(path, ec)) {
+    return ExitWith(
+        exit_code::kDataDir,
+        absl::StrCat("data dir ", path, " exists and is not a directory"));
+  }
+  std::filesystem::create_directories(path, ec);
+  if (ec) {
+    return ExitWith(
+        exit_code::kDataDir,
+        absl::StrCat("cannot create data dir ", path, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// A failed step's error as it ends the process: `prefix` and its message.
+absl::Status Fail(int code, const absl::Status& error,
+                  absl::string_view prefix = "") {
+  return ExitWith(code, absl::StrCat(prefix, error.message()));
+}
+
+}  // namespace
+
+Daemon::StoredBytesWatch::~StoredBytesWatch() {
+  if (auth != nullptr) auth->StopStoredBytesWatch();
+}
+
+Daemon::Daemon(Build build) : build_(std::move(build)) {
+  sigemptyset(&signals_);
+}
+
+Daemon::~Daemon() = default;
+
+absl::Status Daemon::Start() {
+  if (absl::Status s = ReadConfig(); !s.ok()) return s;
+  BlockSignals();
+  LogInfo(RaiseOpenFileLimit());
+  metrics_ = std::make_unique<Metrics>(config_.metrics_namespaces);
+  if (absl::Status s = LoadTenants(); !s.ok()) return s;
+  absl::StatusOr<ClusterConfig> cluster =
+      ClusterConfigFromFlags(config_.store, security_);
+  if (!cluster.ok()) return Fail(exit_code::kBadFlags, cluster.status());
+  cluster_ = *std::move(cluster);
+  if (absl::Status s = PrepareDataDir(config_.store.path); !s.ok()) return s;
+  if (absl::Status s = OpenStore(); !s.ok()) return s;
+  if (absl::Status s = OpenEventLog(); !s.ok()) return s;
+  durability_ = cluster_.enabled ? "raft" : absl::GetFlag(FLAGS_durability);
+  if (absl::Status s = StartMetrics(); !s.ok()) return s;
+  policies_ = std::make_unique<PolicyFile>(config_.policy_file, config_.limits);
+  if (absl::Status s = policies_->Reload(); !s.ok()) {
+    return Fail(exit_code::kBadFlags, s, "--policy_file: ");
+  }
+  if (absl::Status s = StartServer(); !s.ok()) return s;
+  if (absl::Status s = StartHealthServer(); !s.ok()) return s;
+  if (absl::Status s = AnnounceReady(); !s.ok()) return s;
+  WatchHealth();
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::ReadConfig() {
+  absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
+  if (!config.ok()) return Fail(exit_code::kBadFlags, config.status());
+  config_ = *std::move(config);
+  SetLogLevel(config_.log_level);
+  absl::StatusOr<SecurityConfig> security =
+      SecurityConfigFromFlags(config_.address);
+  if (!security.ok()) return Fail(exit_code::kBadFlags, security.status());
+  security_ = *std::move(security);
+  if (absl::Status s = CheckTlsFiles(security_); !s.ok()) {
+    return Fail(exit_code::kBadFlags, s);
+  }
+  return absl::OkStatus();
+}
+
+// Signals are taken synchronously by Serve (sigwait), so every thread
+// started from here on must have them blocked.
+void Daemon::BlockSignals() {
+  sigaddset(&signals_, SIGINT);
+  sigaddset(&signals_, SIGTERM);
+  sigaddset(&signals_, SIGHUP);  // reloads the tenants file
+  pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+absl::Status Daemon::LoadTenants() {
+  if (security_.tenants_file.empty()) {
+    auth_ = std::make_unique<Authorizer>(metrics_->registry().get());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<Authorizer>> loaded =
+      Authorizer::FromFile(security_.tenants_file, metrics_->registry().get());
+  if (!loaded.ok()) {
+    return Fail(exit_code::kBadFlags, loaded.status(), "--tenants_file: ");
+  }
+  auth_ = *std::move(loaded);
+  auth_->WatchFile(absl::Seconds(kTenantsFileCheckSeconds));
+  return absl::OkStatus();
+}
+
+// Cluster mode: the same services over a replicated store.
+absl::Status Daemon::OpenStore() {
+  config_.store.observer = metrics_.get();
+  if (cluster_.enabled) {
+    absl::StatusOr<std::unique_ptr<ReplicatedStore>> opened =
+        ReplicatedStore::Open(cluster_.store);
+    if (!opened.ok()) return Fail(exit_code::kDataDir, opened.status());
+    replicated_ = opened->get();
+    store_ = *std::move(opened);
+  } else {
+    absl::StatusOr<std::unique_ptr<Store>> opened = Store::Open(config_.store);
+    if (!opened.ok()) return Fail(exit_code::kDataDir, opened.status());
+    store_ = *std::move(opened);
+  }
+  // The tenants' stored_bytes limits, measured every second; the watch stops
+  // before the store goes (stored_bytes_watch_ is declared after it).
+  auth_->WatchStoredBytes(
+      [s = store_.get()] { return s->StoredBytesByNamespace(); },
+      absl::Seconds(1));
+  stored_bytes_watch_.auth = auth_.get();
+  return absl::OkStatus();
+}
+
+// After the store: in single-node mode the data dir is RocksDB's own, and a
+// first start must find it empty.
+absl::Status Daemon::OpenEventLog() {
+  if (config_.event_log.destination != "off" && !config_.event_log.raw_keys) {
+    absl::StatusOr<std::string> secret =
+        LoadOrCreateEventLogSecret(config_.event_log.key_file.empty()
+                                       ? config_.store.path + "/event-log.key"
+                                       : config_.event_log.key_file);
+    if (!secret.ok()) return Fail(exit_code::kBadFlags, secret.status());
+    config_.event_log.key_hash_secret = *std::move(secret);
+  }
+  absl::StatusOr<std::unique_ptr<EventLog>> events =
+      EventLog::Open(config_.event_log, metrics_.get());
+  if (!events.ok()) {
+    return Fail(exit_code::kBadFlags, events.status(), "--event_log: ");
+  }
+  events_ = *std::move(events);
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartMetrics() {
+  if (config_.metrics_address.empty()) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
+      StartMetricsExposer(config_.metrics_address, *metrics_, store_.get(),
+                          replicated_, build_.version, build_.git_sha);
+  if (!started.ok()) return Fail(exit_code::kListen, started.status());
+  exposer_ = *std::move(started);
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  metrics_address_ = absl::StrCat(HostOf(config_.metrics_address), ":",
+                                  ports.empty() ? 0 : ports.front());
+  LogAnnouncement(absl::StrCat("metrics on ", metrics_address_));
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartServer() {
+  service_ = std::make_unique<DedupService>(store_.get(), config_.limits,
+                                            metrics_.get(), auth_.get(),
+                                            events_.get(), policies_.get());
+  admin_ = std::make_unique<AdminService>(
+      store_.get(), metrics_.get(), auth_.get(),
+      BuildInfo{build_.version, build_.git_sha, durability_}, policies_.get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config_.address, ServerCredentialsFor(security_),
+                           &port_);
+  builder.RegisterService(service_.get());
+  builder.RegisterService(admin_.get());
+  if (replicated_ != nullptr) {
+    cluster_service_ = std::make_unique<ClusterService>(
+        replicated_, auth_.get(), metrics_.get());
+    builder.RegisterService(cluster_service_.get());
+  }
+  if (config_.enable_bench_service) builder.RegisterService(&bench_);
+  ApplyTransportLimits(config_.transport, &builder);
+  QuietProtobufParseErrors();
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(UnparseableRequestInterceptor(metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  builder.SetMaxReceiveMessageSize(
+      std::max<int>(4 << 20, static_cast<int>(config_.limits.max_result_bytes) +
+                                 kMessageOverheadBytes));
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return ExitWith(exit_code::kListen,
+                    absl::StrCat("cannot listen on ", config_.address,
+                                 " (address in use or invalid?)"));
+  }
+  health_.push_back(server_->GetHealthCheckService());
+  return absl::OkStatus();
+}
+
+// Probes that cannot speak TLS get the same health status in plaintext, on
+// a listener that serves nothing else.
+absl::Status Daemon::StartHealthServer() {
+  if (config_.health_address.empty()) return absl::OkStatus();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config_.health_address,
+                           grpc::InsecureServerCredentials(), &port);
+  health_server_ = builder.BuildAndStart();
+  if (health_server_ == nullptr || port == 0) {
+    server_->Shutdown();
+    return ExitWith(exit_code::kListen,
+                    absl::StrCat("cannot listen on ", config_.health_address,
+                                 " (--health_address: in use or invalid?)"));
+  }
+  // It serves none of them, so it must be told their names.
+  grpc::HealthCheckServiceInterface* health =
+      health_server_->GetHealthCheckService();
+  health->SetServingStatus(v1::Dedup::service_full_name(), true);
+  health->SetServingStatus(v1::Admin::service_full_name(), true);
+  if (cluster_service_ != nullptr) {
+    health->SetServingStatus(v1::Cluster::service_full_name(), true);
+  }
+  health_.push_back(health);
+  health_address_ = absl::StrCat(HostOf(config_.health_address), ":", port);
+  LogInfo("health (plaintext, grpc.health.v1 only) on ", health_address_);
+  return absl::OkStatus();
+}
+
+// The listening line is for people; programs read --ready_file, written
+// after it.
+absl::Status Daemon::AnnounceReady() {
+  const char* tls = !security_.tls()                       ? "off"
+                    : security_.tls_client_ca_file.empty() ? "on"
+                                                           : "mtls";
+  const char* auth = auth_->enabled() ? "tenants" : "off";
+  LogAnnouncement(absl::StrCat(
+      "listening on ", HostOf(config_.address), ":", port_,
+      " (data_dir=", config_.store.path, " durability=", durability_,
+      " tls=", tls, " auth=", auth,
+      cluster_.enabled
+          ? absl::StrCat(" node=", cluster_.store.raft.id,
+                         " raft=", cluster_.store.raft.raft_address)
+          : "",
+      ")"));
+  ready_.pid = getpid();
+  ready_.mode = cluster_.enabled ? "cluster" : "single";
+  ready_.node_id = cluster_.enabled ? cluster_.store.raft.id : 0;
+  ready_.address = absl::StrCat(HostOf(config_.address), ":", port_);
+  ready_.metrics_address = metrics_address_;
+  ready_.health_address = health_address_;
+  ready_.raft_address =
+      cluster_.enabled ? cluster_.store.raft.raft_address : "";
+  ready_.data_dir = config_.store.path;
+  ready_.durability = durability_;
+  ready_.tls = tls;
+  ready_.auth = auth;
+  ready_.version = build_.version;
+  if (config_.ready_file.empty()) return absl::OkStatus();
+  if (absl::Status s = WriteReadyFile(config_.ready_file, ready_); !s.ok()) {
+    server_->Shutdown();
+    return Fail(exit_code::kListen, s);
+  }
+  return absl::OkStatus();
+}
+
+// A node that cannot write says so to health checks (in a group, only for
+// want of disk space: a follower's refusals are normal).
+void Daemon::WatchHealth() {
+  std::function<absl::Status()> storage_check;
+  if (replicated_ == nullptr) {
+    storage_check = [s = store_.get()] { return s->CheckServing(); };
+  } else {
+    storage_check = [r = replicated_] { return r->CheckDiskSpace(); };
+  }
+  health_watch_ =
+      std::make_unique<HealthWatch>(std::move(storage_check), health_,
+                                    absl::Milliseconds(kHealthWatchIntervalMs));
+}
+
+}  // namespace dedup

@@ -1,0 +1,118 @@
+// dedupd as an object: Start (flags to serving), Serve (signals), Stop
+// (hand-off, lame duck, drain, close). main() only parses the command line
+// and runs these three.
+#ifndef DEDUP_SERVER_DAEMON_H_
+#define DEDUP_SERVER_DAEMON_H_
+
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server.h"
+#include "prometheus/exposer.h"
+#include "replication/replicated_store.h"
+#include "server/admin_service.h"
+#include "server/auth.h"
+#include "server/bench_service.h"
+#include "server/cluster_config.h"
+#include "server/cluster_service.h"
+#include "server/dedup_service.h"
+#include "server/event_log.h"
+#include "server/health_watch.h"
+#include "server/metrics.h"
+#include "server/namespace_policy.h"
+#include "server/ready_file.h"
+#include "server/security_config.h"
+#include "server/server_config.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+// Thread-compatible: Start, Serve and Stop are called in that order, once,
+// from the main thread (the one that takes the signals). Every failure is
+// logged by the caller (the status' message) and carries the exit code
+// (exit_status.h). Members are declared in the order they are made, so that
+// they are destroyed in the reverse order whatever step failed.
+class Daemon {
+ public:
+  struct Build {
+    std::string version;
+    std::string git_sha;
+  };
+
+  explicit Daemon(Build build);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Reads the flags (after absl::ParseCommandLine), blocks the signals
+  // Serve takes in this and every later thread, opens the store, starts the
+  // services and listeners, logs "dedupd listening on ..." and writes
+  // --ready_file.
+  [[nodiscard]] absl::Status Start();
+
+  // Waits for SIGINT or SIGTERM; each SIGHUP before reloads the tenants and
+  // policy files.
+  void Serve();
+
+  // Stops: leadership hand-off (a leader), lame duck, drain, shutdown, then
+  // closes the store and removes --ready_file. OK: a clean stop.
+  [[nodiscard]] absl::Status Stop();
+
+ private:
+  // Start's steps, in order.
+  absl::Status ReadConfig();
+  void BlockSignals();
+  absl::Status LoadTenants();
+  absl::Status OpenStore();
+  absl::Status OpenEventLog();
+  absl::Status StartMetrics();
+  absl::Status StartServer();
+  absl::Status StartHealthServer();
+  absl::Status AnnounceReady();
+  void WatchHealth();
+  // Stop's steps.
+  void HandOffLeadership();
+  void Drain();
+
+  const Build build_;
+  ServerConfig config_;
+  SecurityConfig security_;
+  ClusterConfig cluster_;
+  sigset_t signals_;
+  int stop_signal_ = 0;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Authorizer> auth_;
+  std::unique_ptr<Store> store_;
+  ReplicatedStore* replicated_ = nullptr;  // store_ in cluster mode
+  // Stops the tenants' stored_bytes watch before the store goes.
+  struct StoredBytesWatch {
+    Authorizer* auth = nullptr;
+    ~StoredBytesWatch();
+  } stored_bytes_watch_;
+  std::unique_ptr<EventLog> events_;
+  std::string durability_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string metrics_address_;  // as bound
+  std::unique_ptr<PolicyFile> policies_;
+  std::unique_ptr<DedupService> service_;
+  std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<ClusterService> cluster_service_;
+  BenchService bench_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> health_server_;
+  std::string health_address_;  // as bound
+  // One per listener.
+  std::vector<grpc::HealthCheckServiceInterface*> health_;
+  ReadyInfo ready_;
+  std::unique_ptr<HealthWatch> health_watch_;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_SERVER_DAEMON_H_

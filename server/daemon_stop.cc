@@ -1,0 +1,102 @@
+// Daemon::Serve and Daemon::Stop: signals, then the orderly stop.
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/exit_codes.h"
+#include "common/log.h"
+#include "server/daemon.h"
+#include "server/exit_status.h"
+
+namespace dedup {
+
+void Daemon::Serve() {
+  while (sigwait(&signals_, &stop_signal_) == 0 && stop_signal_ == SIGHUP) {
+    if (auth_->enabled()) {
+      LogInfo("received SIGHUP, reloading the tenants file");
+      auth_->Reload().IgnoreError();  // logged; the old tenants stay
+    }
+    if (!policies_->path().empty()) {
+      if (absl::Status s = policies_->Reload(); s.ok()) {
+        LogInfo("received SIGHUP, reloaded the policy file (",
+                policies_->Current()->size(), " policies)");
+      } else {
+        LogWarning("policy file not reloaded, the old policy stays: ",
+                   s.message());
+      }
+    }
+  }
+  LogInfo("received ", strsignal(stop_signal_), ", draining in-flight calls");
+}
+
+absl::Status Daemon::Stop() {
+  health_watch_.reset();
+  for (grpc::HealthCheckServiceInterface* h : health_) h->Shutdown();
+  HandOffLeadership();
+  // Stopping the metrics endpoint takes over a second (civetweb polls); do it
+  // while the calls drain. Its collectors read the store, so it must be gone
+  // before the store closes.
+  std::thread stop_metrics([this] { exposer_.reset(); });
+  Drain();
+  if (health_server_ != nullptr) health_server_->Shutdown();
+  stop_metrics.join();
+  // The threads of calls served off gRPC's threads (compactions, digests,
+  // checkpoint streams) have finished their calls; they use the store.
+  admin_->JoinTasks();
+  if (cluster_service_ != nullptr) cluster_service_->JoinTasks();
+  if (absl::Status s = store_->Close(); !s.ok()) {
+    return ExitWith(exit_code::kStopError,
+                    absl::StrCat("error closing the store: ", s.message()));
+  }
+  if (!config_.ready_file.empty()) {
+    RemoveReadyFile(config_.ready_file, ready_.pid);
+  }
+  LogInfo("stopped cleanly");
+  return absl::OkStatus();
+}
+
+// A leader hands over first, so the group elects no one while this node
+// drains: clients see one redirect instead of an election's silence.
+void Daemon::HandOffLeadership() {
+  if (replicated_ == nullptr ||
+      replicated_->GetClusterStatus().consensus.role != Role::kLeader) {
+    return;
+  }
+  absl::Notification transferred;
+  replicated_->TransferLeadership(0, [&transferred](absl::Status s) {
+    if (!s.ok()) LogWarning("leadership transfer: ", s.message());
+    transferred.Notify();
+  });
+  transferred.WaitForNotificationWithTimeout(absl::Seconds(3));
+}
+
+// Lame duck: new calls are answered UNAVAILABLE (retryable: clients go to
+// another node or come back later) while those in flight finish; only then
+// do connections close, which would cancel whatever is on them.
+void Daemon::Drain() {
+  service_->EnterLameDuck();
+  admin_->EnterLameDuck();
+  if (cluster_service_ != nullptr) cluster_service_->EnterLameDuck();
+  // Parked Begins would otherwise hold the drain for up to their wait_ms.
+  store_->DrainWaiters();
+  const auto drain_start = std::chrono::steady_clock::now();
+  const auto grace_end =
+      drain_start + std::chrono::milliseconds(config_.shutdown_grace_ms);
+  const auto lame_duck_end =
+      drain_start + std::chrono::milliseconds(config_.lame_duck_ms);
+  while (std::chrono::steady_clock::now() < grace_end &&
+         (metrics_->calls_in_flight() > 0 ||
+          std::chrono::steady_clock::now() < lame_duck_end)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::max(std::chrono::steady_clock::duration::zero(),
+                             grace_end - std::chrono::steady_clock::now()));
+  server_->Wait();
+}
+
+}  // namespace dedup
