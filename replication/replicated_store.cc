@@ -37,7 +37,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       // Only its free-space watch: RocksDB errors here end the process
       // (a replica must never skip an entry), so nothing needs resuming.
       WriteHealthOptions space;
-      space.path = std::filesystem::path(options_.raft.dir).parent_path();
+      space.path = std::filesystem::path(options_.log_dir).parent_path();
       space.min_free_bytes = options_.min_free_disk_bytes;
       space_ = std::make_unique<WriteHealth>(std::move(space));
     }
@@ -47,8 +47,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   absl::Status Start() {
     if (space_ != nullptr) space_->Start(nullptr, nullptr);
+    if (!options_.consensus) {
+      return absl::InvalidArgumentError("no consensus engine to start");
+    }
     absl::StatusOr<std::unique_ptr<Consensus>> consensus =
-        StartRaft(options_.raft, this);
+        options_.consensus(this);
     if (!consensus.ok()) return consensus.status();
     consensus_ = *std::move(consensus);
     return absl::OkStatus();
@@ -361,7 +364,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Propose(std::vector<PendingOp> ops) {
     LogEntry entry;
-    entry.proposer = options_.raft.id;
+    entry.proposer = options_.node_id;
     entry.incarnation = incarnation_;
     entry.sequence = ++sequence_;
     entry.now_ms = std::max(options_.clock->NowMillis(), state_->now_ms());
@@ -421,7 +424,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     absl::StatusOr<AppliedEntry> applied = state_->Apply(index, *entry);
     if (!applied.ok()) return applied.status();
     if (applied->skipped) return absl::OkStatus();
-    if (entry->proposer == options_.raft.id &&
+    if (entry->proposer == options_.node_id &&
         entry->incarnation == incarnation_) {
       auto it = proposed_.find(entry->sequence);
       if (it != proposed_.end()) {
@@ -480,7 +483,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     absl::StatusOr<uint64_t> durable = state_->SyncWal();
     if (!durable.ok()) return durable.status();
     tally_.SnapshotTaken();
-    return EncodeSnapshotDescriptor({*durable, options_.raft.id});
+    return EncodeSnapshotDescriptor({*durable, options_.node_id});
   }
 
   absl::Status Restore(absl::string_view text) override {
@@ -492,7 +495,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     // snapshot has nothing else to do, and must not apply entries meanwhile.
     absl::Status s = InstallSnapshot(
         state_.get(), *descriptor,
-        members_.SnapshotSources(descriptor->taker, options_.raft.id),
+        members_.SnapshotSources(descriptor->taker, options_.node_id),
         options_.fetch_checkpoint);
     if (s.ok() && state_->applied_index() != before) {
       ReloadMembers();
