@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -227,8 +228,8 @@ TEST_F(ReplicatedStoreTest, MaxEntryOpsSplitsQueuedOperations) {
   // In submission order, stamped by this node.
   const std::vector<LogEntry> entries = Pending();
   ASSERT_EQ(entries.size(), 3u);
-  EXPECT_EQ(entries[1].ops[0].skey, EncodeStorageKey("ns", "k3"));
-  EXPECT_EQ(entries[2].ops[0].skey, EncodeStorageKey("ns", "k6"));
+  EXPECT_EQ(*KeyOf(entries[1].ops[0]), EncodeStorageKey("ns", "k3"));
+  EXPECT_EQ(*KeyOf(entries[2].ops[0]), EncodeStorageKey("ns", "k6"));
   EXPECT_EQ(entries[0].proposer, kSelf);
   EXPECT_LT(entries[0].sequence, entries[1].sequence);
   Settle();
@@ -430,9 +431,10 @@ TEST_F(ReplicatedStoreTest, AddMemberRecordsItsClientAddressFirst) {
   const std::vector<LogEntry> entries = Pending();
   ASSERT_EQ(entries.size(), 1u);
   ASSERT_EQ(entries[0].ops.size(), 1u);
-  EXPECT_EQ(entries[0].ops[0].type, OpType::kSetMember);
-  EXPECT_EQ(entries[0].ops[0].member_id, 3u);
-  EXPECT_EQ(entries[0].ops[0].skey, "node3.example:7003");
+  ASSERT_EQ(TypeOf(entries[0].ops[0]), OpType::kSetMember);
+  EXPECT_EQ(std::get<LogSetMember>(entries[0].ops[0]).member_id, 3u);
+  EXPECT_EQ(std::get<LogSetMember>(entries[0].ops[0]).client_address,
+            "node3.example:7003");
   EXPECT_TRUE(fake_->changes().empty()) << "added before it was recorded";
 
   Settle();
