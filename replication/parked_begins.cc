@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <variant>
 
 namespace dedup {
 
@@ -11,7 +12,7 @@ void ParkedBegins::Park(PendingOp p, BeginDecision last) {
   waiter.next_check_ms =
       std::min(p.wait_deadline_ms, last.record.lease_until_ms);
   waiter.last = std::move(last);
-  const std::string skey = p.op.skey;
+  const std::string skey = *KeyOf(p.op);
   waiter.op = std::move(p);
   waiters_[skey].push_back(std::move(waiter));
   count_.fetch_add(1);
@@ -57,7 +58,8 @@ void ParkedBegins::AnswerAll(int64_t now_ms) {
       w.last.retry_after_ms = std::clamp<int64_t>(
           w.last.record.lease_until_ms - now_ms, 1, kMaxRetryAfterMs);
       count_.fetch_sub(1);
-      std::move(w.op.begin_done)(BeginResult{std::move(w.last), true});
+      std::move(std::get<StoreCallback<BeginResult>>(w.op.done))(
+          BeginResult{std::move(w.last), true});
     }
   }
 }

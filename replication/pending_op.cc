@@ -9,8 +9,9 @@ void PendingOp::Deliver(OpAnswer answer) && {
     std::move(*this).Fail(*error);
     return;
   }
-  switch (op.type) {
+  switch (TypeOf(op)) {
     case OpType::kBegin: {
+      auto& begin_done = std::get<StoreCallback<BeginResult>>(done);
       BeginDecision& d = std::get<BeginDecision>(answer);
       if (d.status == BeginStatus::kDuplicate && result_budget != nullptr &&
           !result_budget->Take(d.record.result.size())) {
@@ -24,16 +25,16 @@ void PendingOp::Deliver(OpAnswer answer) && {
     case OpType::kRelease:
     case OpType::kRenew:
     case OpType::kCheckpoint:
-      std::move(fenced_done)(std::get<FencedDecision>(std::move(answer)));
+      std::move(std::get<StoreCallback<FencedDecision>>(done))(
+          std::get<FencedDecision>(std::move(answer)));
       return;
     case OpType::kGet:
-      std::move(get_done)(std::get<std::optional<Record>>(std::move(answer)));
+      std::move(std::get<StoreCallback<std::optional<Record>>>(done))(
+          std::get<std::optional<Record>>(std::move(answer)));
       return;
     case OpType::kForget:
-      std::move(forget_done)(std::get<bool>(answer));
-      return;
     case OpType::kSetMember:
-      std::move(member_done)(std::get<bool>(answer));
+      std::move(std::get<StoreCallback<bool>>(done))(std::get<bool>(answer));
       return;
   }
 }

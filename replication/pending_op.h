@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <utility>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
@@ -20,40 +21,38 @@
 #include "storage/log_entry.h"
 #include "storage/record.h"
 #include "storage/replicated_state.h"
-#include "storage/storage_key.h"
 #include "storage/store.h"
 
 namespace dedup {
 
-// One queued operation and whoever waits for its answer (one callback set).
+// Whoever waits for an operation's answer, by the answer's type (see
+// OpAnswer): Begin; Complete, Release, Renew and Checkpoint; Get; Forget
+// and SetMember.
+using OpCallback =
+    std::variant<StoreCallback<BeginResult>, StoreCallback<FencedDecision>,
+                 StoreCallback<std::optional<Record>>, StoreCallback<bool>>;
+
+// One queued operation and whoever waits for its answer.
 struct PendingOp {
   LogOp op;
+  OpCallback done;
   int64_t wait_deadline_ms = 0;  // Begin: park until then while IN_USE
   bool waited = false;
-  StoreCallback<BeginResult> begin_done;
   // Begin of a batch: its answer's share of the batch's stored results
   // (see Store::BeginCall); null: unbounded.
   ResultBudget* result_budget = nullptr;
-  StoreCallback<FencedDecision> fenced_done;
-  StoreCallback<std::optional<Record>> get_done;
-  StoreCallback<bool> forget_done;
-  StoreCallback<bool> member_done;  // kSetMember
 
-  // An operation of `type` on (ns, key); the caller sets its parameters
-  // and callback.
-  static PendingOp For(OpType type, absl::string_view ns,
-                       absl::string_view key) {
+  // `op`, answered through `done` (whose answer type must be the one `op`
+  // gets); the caller sets the rest.
+  template <typename T>
+  static PendingOp Of(LogOp op, StoreCallback<T> done) {
     PendingOp p;
-    p.op.type = type;
-    p.op.skey = EncodeStorageKey(ns, key);
+    p.op = std::move(op);
+    p.done.emplace<StoreCallback<T>>(std::move(done));
     return p;
   }
 
-  size_t bytes() const {
-    return 64 + op.skey.size() + op.begin.args_hash.size() +
-           op.begin.owner.size() + op.complete.result.size() +
-           op.checkpoint.step.size() + op.checkpoint.data.size();
-  }
+  size_t bytes() const { return EstimatedBytes(op); }
 
   // Hands the applied operation's answer to whoever waits for it: an error
   // or the decision its type calls for. A Begin is answered as decided
@@ -63,11 +62,11 @@ struct PendingOp {
   void Deliver(OpAnswer answer) &&;
 
   void Fail(const absl::Status& status) && {
-    if (begin_done) std::move(begin_done)(status);
-    if (fenced_done) std::move(fenced_done)(status);
-    if (get_done) std::move(get_done)(status);
-    if (forget_done) std::move(forget_done)(status);
-    if (member_done) std::move(member_done)(status);
+    std::visit(
+        [&status](auto& callback) {
+          if (callback) std::move(callback)(status);
+        },
+        done);
   }
 };
 

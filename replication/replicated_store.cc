@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <utility>
+#include <variant>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -18,6 +19,7 @@
 #include "replication/pending_op.h"
 #include "replication/replication_tally.h"
 #include "replication/snapshot_transfer.h"
+#include "storage/storage_key.h"
 #include "storage/write_health.h"
 
 namespace dedup {
@@ -37,7 +39,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       // Only its free-space watch: RocksDB errors here end the process
       // (a replica must never skip an entry), so nothing needs resuming.
       WriteHealthOptions space;
-      space.path = std::filesystem::path(options_.raft.dir).parent_path();
+      space.path = std::filesystem::path(options_.log_dir).parent_path();
       space.min_free_bytes = options_.min_free_disk_bytes;
       space_ = std::make_unique<WriteHealth>(std::move(space));
     }
@@ -47,8 +49,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   absl::Status Start() {
     if (space_ != nullptr) space_->Start(nullptr, nullptr);
+    if (!options_.consensus) {
+      return absl::InvalidArgumentError("no consensus engine to start");
+    }
     absl::StatusOr<std::unique_ptr<Consensus>> consensus =
-        StartRaft(options_.raft, this);
+        options_.consensus(this);
     if (!consensus.ok()) return consensus.status();
     consensus_ = *std::move(consensus);
     return absl::OkStatus();
@@ -58,52 +63,45 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Begin(std::string ns, std::string key, BeginParams params,
              int64_t wait_ms, StoreCallback<BeginResult> done) override {
-    PendingOp p = PendingOp::For(OpType::kBegin, ns, key);
-    p.op.begin = std::move(params);
+    PendingOp p =
+        PendingOp::Of(LogBegin{EncodeStorageKey(ns, key), std::move(params)},
+                      std::move(done));
     p.wait_deadline_ms =
         wait_ms > 0 ? options_.clock->NowMillis() + wait_ms : 0;
-    p.begin_done = std::move(done);
     Submit(std::move(p));
   }
 
   void Complete(std::string ns, std::string key, CompleteParams params,
                 StoreCallback<FencedDecision> done) override {
-    PendingOp p = PendingOp::For(OpType::kComplete, ns, key);
-    p.op.complete = std::move(params);
-    p.fenced_done = std::move(done);
-    Submit(std::move(p));
+    Submit(
+        PendingOp::Of(LogComplete{EncodeStorageKey(ns, key), std::move(params)},
+                      std::move(done)));
   }
 
   void Release(std::string ns, std::string key, uint64_t fence,
                StoreCallback<FencedDecision> done) override {
-    PendingOp p = PendingOp::For(OpType::kRelease, ns, key);
-    p.op.fence = fence;
-    p.fenced_done = std::move(done);
-    Submit(std::move(p));
+    Submit(PendingOp::Of(LogRelease{EncodeStorageKey(ns, key), fence},
+                         std::move(done)));
   }
 
   void Renew(std::string ns, std::string key, uint64_t fence, int64_t lease_ms,
              StoreCallback<FencedDecision> done) override {
-    PendingOp p = PendingOp::For(OpType::kRenew, ns, key);
-    p.op.fence = fence;
-    p.op.lease_ms = lease_ms;
-    p.fenced_done = std::move(done);
-    Submit(std::move(p));
+    Submit(PendingOp::Of(LogRenew{EncodeStorageKey(ns, key), fence, lease_ms},
+                         std::move(done)));
   }
 
   void Checkpoint(std::string ns, std::string key, CheckpointParams params,
                   StoreCallback<FencedDecision> done) override {
-    PendingOp p = PendingOp::For(OpType::kCheckpoint, ns, key);
-    p.op.checkpoint = std::move(params);
-    p.fenced_done = std::move(done);
-    Submit(std::move(p));
+    Submit(PendingOp::Of(
+        LogCheckpoint{EncodeStorageKey(ns, key), std::move(params)},
+        std::move(done)));
   }
 
   void BeginMany(std::vector<BeginCall> calls) override {
     for (BeginCall& call : calls) {
-      PendingOp p = PendingOp::For(OpType::kBegin, call.ns, call.key);
-      p.op.begin = std::move(call.params);
-      p.begin_done = std::move(call.done);
+      PendingOp p = PendingOp::Of(
+          LogBegin{EncodeStorageKey(call.ns, call.key), std::move(call.params)},
+          std::move(call.done));
       p.result_budget = call.result_budget;
       Submit(std::move(p));
     }
@@ -118,16 +116,13 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Get(std::string ns, std::string key,
            StoreCallback<std::optional<Record>> done) override {
-    PendingOp p = PendingOp::For(OpType::kGet, ns, key);
-    p.get_done = std::move(done);
-    Submit(std::move(p));
+    Submit(PendingOp::Of(LogGet{EncodeStorageKey(ns, key)}, std::move(done)));
   }
 
   void Forget(std::string ns, std::string key,
               StoreCallback<bool> done) override {
-    PendingOp p = PendingOp::For(OpType::kForget, ns, key);
-    p.forget_done = std::move(done);
-    Submit(std::move(p));
+    Submit(
+        PendingOp::Of(LogForget{EncodeStorageKey(ns, key)}, std::move(done)));
   }
 
   absl::Status CheckServing() const override {
@@ -228,19 +223,17 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     }
     // Every member learns the newcomer's client address first (through the
     // log), so any of them can name it once it leads.
-    PendingOp p;
-    p.op.type = OpType::kSetMember;
-    p.op.member_id = node.id;
-    p.op.skey = node.client_address;
-    p.member_done = [add, done = std::make_shared<Done>(std::move(done))](
-                        absl::StatusOr<bool> recorded) mutable {
-      if (!recorded.ok()) {
-        std::move (*done)(recorded.status());
-      } else {
-        add(std::move(*done));
-      }
-    };
-    Submit(std::move(p));
+    StoreCallback<bool> recorded =
+        [add, done = std::make_shared<Done>(std::move(done))](
+            absl::StatusOr<bool> recorded) mutable {
+          if (!recorded.ok()) {
+            std::move (*done)(recorded.status());
+          } else {
+            add(std::move(*done));
+          }
+        };
+    Submit(PendingOp::Of(LogSetMember{node.id, node.client_address},
+                         std::move(recorded)));
   }
 
   void RemoveMember(uint64_t id, Done done) override {
@@ -281,7 +274,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       return;
     }
     // Reads still go through the log, but their entries are tiny.
-    if (p.op.type != OpType::kGet && space_ != nullptr &&
+    if (!std::holds_alternative<LogGet>(p.op) && space_ != nullptr &&
         space_->StoppedBeforeWrite()) {
       HandOffLeadership();
       std::move(p).Fail(absl::UnavailableError(absl::StrCat(
@@ -361,7 +354,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Propose(std::vector<PendingOp> ops) {
     LogEntry entry;
-    entry.proposer = options_.raft.id;
+    entry.proposer = options_.node_id;
     entry.incarnation = incarnation_;
     entry.sequence = ++sequence_;
     entry.now_ms = std::max(options_.clock->NowMillis(), state_->now_ms());
@@ -421,7 +414,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     absl::StatusOr<AppliedEntry> applied = state_->Apply(index, *entry);
     if (!applied.ok()) return applied.status();
     if (applied->skipped) return absl::OkStatus();
-    if (entry->proposer == options_.raft.id &&
+    if (entry->proposer == options_.node_id &&
         entry->incarnation == incarnation_) {
       auto it = proposed_.find(entry->sequence);
       if (it != proposed_.end()) {
@@ -439,7 +432,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   }
 
   void Answer(PendingOp p, OpAnswer answer, int64_t now_ms) {
-    if (p.op.type == OpType::kBegin) {
+    if (std::holds_alternative<LogBegin>(p.op)) {
       auto* d = std::get_if<BeginDecision>(&answer);
       if (d != nullptr && d->status == BeginStatus::kInUse &&
           !draining_.load() && now_ms < p.wait_deadline_ms) {
@@ -480,7 +473,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     absl::StatusOr<uint64_t> durable = state_->SyncWal();
     if (!durable.ok()) return durable.status();
     tally_.SnapshotTaken();
-    return EncodeSnapshotDescriptor({*durable, options_.raft.id});
+    return EncodeSnapshotDescriptor({*durable, options_.node_id});
   }
 
   absl::Status Restore(absl::string_view text) override {
@@ -492,7 +485,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     // snapshot has nothing else to do, and must not apply entries meanwhile.
     absl::Status s = InstallSnapshot(
         state_.get(), *descriptor,
-        members_.SnapshotSources(descriptor->taker, options_.raft.id),
+        members_.SnapshotSources(descriptor->taker, options_.node_id),
         options_.fetch_checkpoint);
     if (s.ok() && state_->applied_index() != before) {
       ReloadMembers();

@@ -36,7 +36,6 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "replication/consensus.h"
-#include "replication/raft_consensus.h"
 #include "storage/clock.h"
 #include "storage/replicated_state.h"
 #include "storage/store.h"
@@ -57,9 +56,24 @@ using FetchCheckpointFn = std::function<absl::StatusOr<uint64_t>(
     const std::string& address, uint64_t min_applied_index,
     const std::string& dir)>;
 
+// Starts the consensus engine the store runs on, with the store as its state
+// machine (not owned; the store stops the engine before it goes). Called
+// once, by Open, after the state is open: StateMachine::Restore and Apply
+// may run on the calling thread before it returns (a restart replays the
+// log).
+using ConsensusFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Consensus>>(StateMachine*)>;
+
 struct ReplicatedStoreOptions {
   ReplicatedStateOptions state;
-  RaftOptions raft;
+  // Required.
+  ConsensusFactory consensus;
+  // This node's id in the group (> 0), as the engine knows it: the
+  // proposer of its entries and the taker of its snapshots.
+  uint64_t node_id = 0;
+  // The engine's log directory: writes stop when its file system runs short
+  // (min_free_disk_bytes).
+  std::string log_dir;
   // Client addresses of the members, for leader hints.
   std::vector<ClusterNode> nodes;
   // The leader's clock, stamped on each entry. Not owned; null: RealClock.
@@ -72,7 +86,7 @@ struct ReplicatedStoreOptions {
   int max_inflight_entries = 4;
   // Queued operations beyond which new ones get RESOURCE_EXHAUSTED.
   size_t max_queued = 100'000;
-  // Writes are refused while the filesystem of the Raft log dir has less
+  // Writes are refused while the filesystem of log_dir has less
   // free space than this, and a leader hands leadership to another member;
   // 0: no check. libraft 0.15 must never meet a full disk (a failed append
   // ends the process, see raft_consensus.cc), so this leaves room for the

@@ -149,7 +149,7 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
     return config;
   }
   config.enabled = true;
-  ReplicatedStoreOptions& store = config.store;
+  ClusterStoreOptions& store = config.store;
   for (const std::string& peer : peers) {
     absl::StatusOr<ClusterNode> node = ParsePeer(peer);
     if (!node.ok()) {
@@ -218,6 +218,11 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
     return absl::InvalidArgumentError("--raft_log_budget_mb: must be >= 16");
   }
   store.raft.log_budget_bytes = uint64_t{log_budget_mb} << 20;
+  store.node_id = id;
+  store.log_dir = store.raft.dir;
+  store.consensus = [raft = store.raft](StateMachine* machine) {
+    return StartRaft(raft, machine);
+  };
   store.state.path = (data / "state").string();
   store.state.memory_budget_bytes = single.memory_budget_bytes;
   // By default room to flush every memtable plus libraft's segments (8 MiB

@@ -7,15 +7,23 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "replication/raft_consensus.h"
 #include "replication/replicated_store.h"
 #include "server/security_config.h"
 #include "storage/store.h"
 
 namespace dedup {
 
+// The store's options plus the Raft options its `consensus` factory starts
+// the engine with (a copy: changing `raft` afterwards changes nothing), kept
+// to say what this node runs as. Open takes the ReplicatedStoreOptions part.
+struct ClusterStoreOptions : ReplicatedStoreOptions {
+  RaftOptions raft;
+};
+
 struct ClusterConfig {
   bool enabled = false;  // --node_id > 0
-  ReplicatedStoreOptions store;
+  ClusterStoreOptions store;
 };
 
 // Reads the cluster flags after absl::ParseCommandLine; `single` supplies

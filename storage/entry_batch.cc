@@ -12,17 +12,18 @@ EntryBatch::EntryBatch(rocksdb::DB* db, const std::vector<LogOp>& ops)
   std::vector<uint32_t> order;
   order.reserve(ops.size());
   for (uint32_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].type != OpType::kSetMember) order.push_back(i);
+    if (KeyOf(ops[i]) != nullptr) order.push_back(i);
   }
   std::sort(order.begin(), order.end(), [&ops](uint32_t a, uint32_t b) {
-    return ops[a].skey < ops[b].skey;
+    return *KeyOf(ops[a]) < *KeyOf(ops[b]);
   });
   std::vector<rocksdb::Slice> keys;
   keys.reserve(order.size());
   for (uint32_t i : order) {
-    if (keys.empty() || keys.back() != rocksdb::Slice(ops[i].skey)) {
-      keys.emplace_back(ops[i].skey);
-      slots_.emplace_back().skey = &ops[i].skey;
+    const std::string* skey = KeyOf(ops[i]);
+    if (keys.empty() || keys.back() != rocksdb::Slice(*skey)) {
+      keys.emplace_back(*skey);
+      slots_.emplace_back().skey = skey;
     }
     slot_of_[i] = static_cast<uint32_t>(keys.size() - 1);
   }

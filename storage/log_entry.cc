@@ -1,11 +1,63 @@
 #include "storage/log_entry.h"
 
 #include <cstring>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace dedup {
+
+static_assert(std::is_same_v<std::variant_alternative_t<0, LogOp>, LogBegin>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<
+                       static_cast<size_t>(OpType::kSetMember) - 1, LogOp>,
+                   LogSetMember>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<
+                       static_cast<size_t>(OpType::kCheckpoint) - 1, LogOp>,
+                   LogCheckpoint>);
+static_assert(std::variant_size_v<LogOp> ==
+              static_cast<size_t>(OpType::kCheckpoint));
+
+namespace {
+
+const std::string* Key(const LogSetMember&) { return nullptr; }
+template <typename Op>
+const std::string* Key(const Op& op) {
+  return &op.skey;
+}
+
+size_t VariableBytes(const LogBegin& op) {
+  return op.skey.size() + op.params.args_hash.size() + op.params.owner.size();
+}
+size_t VariableBytes(const LogComplete& op) {
+  return op.skey.size() + op.params.result.size();
+}
+size_t VariableBytes(const LogCheckpoint& op) {
+  return op.skey.size() + op.params.step.size() + op.params.data.size();
+}
+size_t VariableBytes(const LogSetMember& op) {
+  return op.client_address.size();
+}
+template <typename Op>
+size_t VariableBytes(const Op& op) {
+  return op.skey.size();
+}
+
+}  // namespace
+
+const std::string* KeyOf(const LogOp& op) {
+  return std::visit([](const auto& o) { return Key(o); }, op);
+}
+
+size_t EstimatedBytes(const LogOp& op) {
+  return 64 + std::visit([](const auto& o) { return VariableBytes(o); }, op);
+}
+
 namespace {
 
 // Version 2 added Begin's flags (accept_rerun, retry_errors), Complete's
@@ -91,44 +143,41 @@ class Reader {
   absl::string_view in_;
 };
 
+// The fields after the type and the key, per operation.
+void EncodeFields(const LogBegin& op, Writer& w) {
+  w.Bytes(op.params.args_hash);
+  w.Bytes(op.params.owner);
+  w.I64(op.params.lease_ms);
+  w.U64(op.params.ttl_s);
+  w.U8((op.params.accept_rerun ? 1 : 0) | (op.params.retry_errors ? 2 : 0));
+}
+void EncodeFields(const LogComplete& op, Writer& w) {
+  w.U64(op.params.fence);
+  w.U8(static_cast<uint8_t>(op.params.outcome));
+  w.Bytes(op.params.result);
+  w.U64(op.params.ttl_s);
+  w.I64(op.params.retention_ms);
+}
+void EncodeFields(const LogCheckpoint& op, Writer& w) {
+  w.U64(op.params.fence);
+  w.Bytes(op.params.step);
+  w.Bytes(op.params.data);
+  w.I64(op.params.lease_ms);
+}
+void EncodeFields(const LogRelease& op, Writer& w) { w.U64(op.fence); }
+void EncodeFields(const LogRenew& op, Writer& w) {
+  w.U64(op.fence);
+  w.I64(op.lease_ms);
+}
+void EncodeFields(const LogSetMember& op, Writer& w) { w.U64(op.member_id); }
+void EncodeFields(const LogGet&, Writer&) {}
+void EncodeFields(const LogForget&, Writer&) {}
+
 void EncodeOp(const LogOp& op, Writer& w) {
-  w.U8(static_cast<uint8_t>(op.type));
-  w.Bytes(op.skey);
-  switch (op.type) {
-    case OpType::kBegin:
-      w.Bytes(op.begin.args_hash);
-      w.Bytes(op.begin.owner);
-      w.I64(op.begin.lease_ms);
-      w.U64(op.begin.ttl_s);
-      w.U8((op.begin.accept_rerun ? 1 : 0) | (op.begin.retry_errors ? 2 : 0));
-      break;
-    case OpType::kComplete:
-      w.U64(op.complete.fence);
-      w.U8(static_cast<uint8_t>(op.complete.outcome));
-      w.Bytes(op.complete.result);
-      w.U64(op.complete.ttl_s);
-      w.I64(op.complete.retention_ms);
-      break;
-    case OpType::kCheckpoint:
-      w.U64(op.checkpoint.fence);
-      w.Bytes(op.checkpoint.step);
-      w.Bytes(op.checkpoint.data);
-      w.I64(op.checkpoint.lease_ms);
-      break;
-    case OpType::kRelease:
-      w.U64(op.fence);
-      break;
-    case OpType::kRenew:
-      w.U64(op.fence);
-      w.I64(op.lease_ms);
-      break;
-    case OpType::kSetMember:
-      w.U64(op.member_id);
-      break;
-    case OpType::kGet:
-    case OpType::kForget:
-      break;
-  }
+  w.U8(static_cast<uint8_t>(TypeOf(op)));
+  const std::string* key = KeyOf(op);
+  w.Bytes(key != nullptr ? *key : std::get<LogSetMember>(op).client_address);
+  std::visit([&w](const auto& o) { EncodeFields(o, w); }, op);
 }
 
 // Leases beyond this (about 35 years) are refused when decoding: replicas
@@ -144,59 +193,94 @@ bool LeaseInRange(int64_t lease_ms) {
 // same reason: replicas add it to an expiry time.
 constexpr int64_t kMaxDecodedRetentionMs = int64_t{1} << 40;
 
-bool DecodeOp(Reader& r, uint8_t version, LogOp* op) {
-  uint8_t type;
-  if (!r.U8(&type) || !r.Bytes(&op->skey)) return false;
-  op->type = static_cast<OpType>(type);
-  const bool v2 = version >= kLogEntryVersion;
-  switch (op->type) {
+bool DecodeBegin(Reader& r, bool v2, BeginParams* p) {
+  if (!r.Bytes(&p->args_hash) || !r.Bytes(&p->owner) || !r.I64(&p->lease_ms) ||
+      !r.U32(&p->ttl_s) || !LeaseInRange(p->lease_ms)) {
+    return false;
+  }
+  uint8_t flags = 0;
+  if (v2 && (!r.U8(&flags) || flags > 3)) return false;
+  p->accept_rerun = (flags & 1) != 0;
+  p->retry_errors = (flags & 2) != 0;
+  return true;
+}
+
+bool DecodeComplete(Reader& r, bool v2, CompleteParams* p) {
+  uint8_t outcome;
+  if (!r.U64(&p->fence) || !r.U8(&outcome) || !r.Bytes(&p->result) ||
+      !r.U32(&p->ttl_s)) {
+    return false;
+  }
+  if (v2 && (!r.I64(&p->retention_ms) || p->retention_ms < 0 ||
+             p->retention_ms > kMaxDecodedRetentionMs)) {
+    return false;
+  }
+  if (outcome != static_cast<uint8_t>(Outcome::kSuccess) &&
+      outcome != static_cast<uint8_t>(Outcome::kError)) {
+    return false;
+  }
+  p->outcome = static_cast<Outcome>(outcome);
+  return true;
+}
+
+bool DecodeCheckpoint(Reader& r, bool v2, CheckpointParams* p) {
+  return v2 && r.U64(&p->fence) && r.Bytes(&p->step) && r.Bytes(&p->data) &&
+         r.I64(&p->lease_ms) && LeaseInRange(p->lease_ms);
+}
+
+// The operation of `type` whose key (or client address) is `key`, with
+// the fields that follow it; nullopt when they are malformed or the type is
+// unknown.
+std::optional<LogOp> DecodeFields(Reader& r, bool v2, uint8_t type,
+                                  std::string key) {
+  switch (static_cast<OpType>(type)) {
     case OpType::kBegin: {
-      if (!r.Bytes(&op->begin.args_hash) || !r.Bytes(&op->begin.owner) ||
-          !r.I64(&op->begin.lease_ms) || !r.U32(&op->begin.ttl_s) ||
-          !LeaseInRange(op->begin.lease_ms)) {
-        return false;
-      }
-      uint8_t flags = 0;
-      if (v2 && (!r.U8(&flags) || flags > 3)) return false;
-      op->begin.accept_rerun = (flags & 1) != 0;
-      op->begin.retry_errors = (flags & 2) != 0;
-      return true;
+      LogBegin op{std::move(key), {}};
+      if (!DecodeBegin(r, v2, &op.params)) return std::nullopt;
+      return op;
     }
     case OpType::kComplete: {
-      uint8_t outcome;
-      if (!r.U64(&op->complete.fence) || !r.U8(&outcome) ||
-          !r.Bytes(&op->complete.result) || !r.U32(&op->complete.ttl_s)) {
-        return false;
-      }
-      if (v2 && (!r.I64(&op->complete.retention_ms) ||
-                 op->complete.retention_ms < 0 ||
-                 op->complete.retention_ms > kMaxDecodedRetentionMs)) {
-        return false;
-      }
-      if (outcome != static_cast<uint8_t>(Outcome::kSuccess) &&
-          outcome != static_cast<uint8_t>(Outcome::kError)) {
-        return false;
-      }
-      op->complete.outcome = static_cast<Outcome>(outcome);
-      return true;
+      LogComplete op{std::move(key), {}};
+      if (!DecodeComplete(r, v2, &op.params)) return std::nullopt;
+      return op;
     }
-    case OpType::kRelease:
-      return r.U64(&op->fence);
-    case OpType::kRenew:
-      return r.U64(&op->fence) && r.I64(&op->lease_ms) &&
-             LeaseInRange(op->lease_ms);
-    case OpType::kSetMember:
-      return r.U64(&op->member_id);
-    case OpType::kCheckpoint:
-      return v2 && r.U64(&op->checkpoint.fence) &&
-             r.Bytes(&op->checkpoint.step) && r.Bytes(&op->checkpoint.data) &&
-             r.I64(&op->checkpoint.lease_ms) &&
-             LeaseInRange(op->checkpoint.lease_ms);
+    case OpType::kRelease: {
+      LogRelease op{std::move(key)};
+      if (!r.U64(&op.fence)) return std::nullopt;
+      return op;
+    }
+    case OpType::kRenew: {
+      LogRenew op{std::move(key)};
+      if (!r.U64(&op.fence) || !r.I64(&op.lease_ms) ||
+          !LeaseInRange(op.lease_ms)) {
+        return std::nullopt;
+      }
+      return op;
+    }
+    case OpType::kSetMember: {
+      LogSetMember op;
+      op.client_address = std::move(key);
+      if (!r.U64(&op.member_id)) return std::nullopt;
+      return op;
+    }
+    case OpType::kCheckpoint: {
+      LogCheckpoint op{std::move(key), {}};
+      if (!DecodeCheckpoint(r, v2, &op.params)) return std::nullopt;
+      return op;
+    }
     case OpType::kGet:
+      return LogGet{std::move(key)};
     case OpType::kForget:
-      return true;
+      return LogForget{std::move(key)};
   }
-  return false;  // unknown type
+  return std::nullopt;  // unknown type
+}
+
+std::optional<LogOp> DecodeOp(Reader& r, uint8_t version) {
+  uint8_t type;
+  std::string key;
+  if (!r.U8(&type) || !r.Bytes(&key)) return std::nullopt;
+  return DecodeFields(r, version >= kLogEntryVersion, type, std::move(key));
 }
 
 }  // namespace
@@ -204,11 +288,7 @@ bool DecodeOp(Reader& r, uint8_t version, LogOp* op) {
 std::string EncodeLogEntry(const LogEntry& entry) {
   std::string out;
   size_t size = 64;
-  for (const LogOp& op : entry.ops) {
-    size += 64 + op.skey.size() + op.begin.args_hash.size() +
-            op.begin.owner.size() + op.complete.result.size() +
-            op.checkpoint.step.size() + op.checkpoint.data.size();
-  }
+  for (const LogOp& op : entry.ops) size += EstimatedBytes(op);
   out.reserve(size);
   Writer w(&out);
   w.U8(kLogEntryVersion);
@@ -252,12 +332,14 @@ absl::StatusOr<LogEntry> DecodeLogEntry(absl::string_view bytes) {
       count > bytes.size()) {
     return absl::DataLossError("log entry: truncated header");
   }
-  entry.ops.resize(count);
+  entry.ops.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
-    if (!DecodeOp(r, version, &entry.ops[i])) {
+    std::optional<LogOp> op = DecodeOp(r, version);
+    if (!op.has_value()) {
       return absl::DataLossError(
           absl::StrCat("log entry: operation ", i, " is malformed"));
     }
+    entry.ops.push_back(*std::move(op));
   }
   if (!r.done() && !r.OnlyZerosLeft()) {
     return absl::DataLossError("log entry: trailing bytes");

@@ -8,8 +8,10 @@
 #ifndef DEDUP_STORAGE_LOG_ENTRY_H_
 #define DEDUP_STORAGE_LOG_ENTRY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,17 +34,56 @@ enum class OpType : uint8_t {
   kCheckpoint = 8,
 };
 
-// One operation on one record. Only the fields of its type are encoded.
-struct LogOp {
-  OpType type = OpType::kGet;
-  std::string skey;             // storage key (storage_key.h)
-  BeginParams begin;            // kBegin
-  CompleteParams complete;      // kComplete
-  CheckpointParams checkpoint;  // kCheckpoint
-  uint64_t fence = 0;           // kRelease, kRenew
-  int64_t lease_ms = 0;         // kRenew
-  uint64_t member_id = 0;       // kSetMember (skey holds the client address)
+// The operations of an entry, one struct per OpType. `skey` is the storage
+// key (storage_key.h) of the record an operation acts on.
+struct LogBegin {
+  std::string skey;
+  BeginParams params;
 };
+struct LogComplete {
+  std::string skey;
+  CompleteParams params;
+};
+struct LogRelease {
+  std::string skey;
+  uint64_t fence = 0;
+};
+struct LogRenew {
+  std::string skey;
+  uint64_t fence = 0;
+  int64_t lease_ms = 0;
+};
+struct LogGet {
+  std::string skey;
+};
+struct LogForget {
+  std::string skey;
+};
+// Acts on no record: the member's client address is stored where the
+// other operations' key is (the encoding is shared).
+struct LogSetMember {
+  uint64_t member_id = 0;
+  std::string client_address;
+};
+struct LogCheckpoint {
+  std::string skey;
+  CheckpointParams params;
+};
+
+// In OpType order: the alternative at index i is OpType i + 1.
+using LogOp = std::variant<LogBegin, LogComplete, LogRelease, LogRenew, LogGet,
+                           LogForget, LogSetMember, LogCheckpoint>;
+
+[[nodiscard]] inline OpType TypeOf(const LogOp& op) {
+  return static_cast<OpType>(op.index() + 1);
+}
+
+// The storage key of the record `op` acts on; null for kSetMember.
+[[nodiscard]] const std::string* KeyOf(const LogOp& op);
+
+// An estimate of what `op` adds to an encoded entry: its variable-length
+// fields plus a constant for the rest.
+[[nodiscard]] size_t EstimatedBytes(const LogOp& op);
 
 struct LogEntry {
   // Who proposed it: the leader's node id and a random id of its process,

@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -160,8 +161,8 @@ class RocksReplicatedState : public ReplicatedState {
     out.answers.reserve(entry.ops.size());
     for (size_t i = 0; i < entry.ops.size(); ++i) {
       const LogOp& op = entry.ops[i];
-      if (op.type == OpType::kSetMember) {
-        batch.batch().Put(MemberKey(op.member_id), op.skey);
+      if (const auto* member = std::get_if<LogSetMember>(&op)) {
+        batch.batch().Put(MemberKey(member->member_id), member->client_address);
         out.members_changed = true;
         out.answers.emplace_back(true);
         continue;
@@ -175,10 +176,11 @@ class RocksReplicatedState : public ReplicatedState {
         }
         return stored.status();
       }
-      switch (op.type) {
+      const std::string& skey = *KeyOf(op);
+      switch (TypeOf(op)) {
         case OpType::kBegin: {
-          BeginDecision d =
-              DecideBegin(*stored, op.begin, now, [&fence] { return ++fence; });
+          BeginDecision d = DecideBegin(*stored, std::get<LogBegin>(op).params,
+                                        now, [&fence] { return ++fence; });
           batch.Apply(i, d.write, d.record);
           out.answers.emplace_back(std::move(d));
           break;
@@ -188,21 +190,23 @@ class RocksReplicatedState : public ReplicatedState {
         case OpType::kRenew:
         case OpType::kCheckpoint: {
           FencedDecision d;
-          if (op.type == OpType::kComplete) {
-            d = DecideComplete(*stored, op.complete, now);
-          } else if (op.type == OpType::kRelease) {
-            d = DecideRelease(*stored, op.fence, now);
-          } else if (op.type == OpType::kCheckpoint) {
-            d = DecideCheckpoint(*stored, op.checkpoint, now);
+          if (const auto* c = std::get_if<LogComplete>(&op)) {
+            d = DecideComplete(*stored, c->params, now);
+          } else if (const auto* r = std::get_if<LogRelease>(&op)) {
+            d = DecideRelease(*stored, r->fence, now);
+          } else if (const auto* k = std::get_if<LogCheckpoint>(&op)) {
+            d = DecideCheckpoint(*stored, k->params, now);
           } else {
-            d = DecideRenew(*stored, op.fence, op.lease_ms, now);
+            const LogRenew& renew = std::get<LogRenew>(op);
+            d = DecideRenew(*stored, renew.fence, renew.lease_ms, now);
           }
           batch.Apply(i, d.write, d.record);
           // Parked Begins wait for an outcome or a release, not for a
           // renewed lease or a checkpoint.
-          if (d.write != WriteKind::kNone && op.type != OpType::kRenew &&
-              op.type != OpType::kCheckpoint) {
-            out.settled_keys.push_back(op.skey);
+          if (d.write != WriteKind::kNone &&
+              !std::holds_alternative<LogRenew>(op) &&
+              !std::holds_alternative<LogCheckpoint>(op)) {
+            out.settled_keys.push_back(skey);
           }
           out.answers.emplace_back(std::move(d));
           break;
@@ -217,7 +221,7 @@ class RocksReplicatedState : public ReplicatedState {
           // Delete even an expired leftover so Forget always frees space.
           if (stored->has_value()) {
             batch.Apply(i, WriteKind::kDelete, Record());
-            out.settled_keys.push_back(op.skey);
+            out.settled_keys.push_back(skey);
           }
           out.answers.emplace_back(existed);
           break;

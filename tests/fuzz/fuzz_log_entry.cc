@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -41,24 +43,47 @@ std::string WithChecksum(absl::string_view body) {
   return out;
 }
 
+bool SameFields(const LogBegin& a, const LogBegin& b) {
+  return a.skey == b.skey && a.params.args_hash == b.params.args_hash &&
+         a.params.owner == b.params.owner &&
+         a.params.lease_ms == b.params.lease_ms &&
+         a.params.ttl_s == b.params.ttl_s &&
+         a.params.accept_rerun == b.params.accept_rerun &&
+         a.params.retry_errors == b.params.retry_errors;
+}
+bool SameFields(const LogComplete& a, const LogComplete& b) {
+  return a.skey == b.skey && a.params.fence == b.params.fence &&
+         a.params.outcome == b.params.outcome &&
+         a.params.result == b.params.result &&
+         a.params.ttl_s == b.params.ttl_s &&
+         a.params.retention_ms == b.params.retention_ms;
+}
+bool SameFields(const LogCheckpoint& a, const LogCheckpoint& b) {
+  return a.skey == b.skey && a.params.fence == b.params.fence &&
+         a.params.step == b.params.step && a.params.data == b.params.data &&
+         a.params.lease_ms == b.params.lease_ms;
+}
+bool SameFields(const LogRelease& a, const LogRelease& b) {
+  return a.skey == b.skey && a.fence == b.fence;
+}
+bool SameFields(const LogRenew& a, const LogRenew& b) {
+  return a.skey == b.skey && a.fence == b.fence && a.lease_ms == b.lease_ms;
+}
+bool SameFields(const LogGet& a, const LogGet& b) { return a.skey == b.skey; }
+bool SameFields(const LogForget& a, const LogForget& b) {
+  return a.skey == b.skey;
+}
+bool SameFields(const LogSetMember& a, const LogSetMember& b) {
+  return a.member_id == b.member_id && a.client_address == b.client_address;
+}
+
 bool SameOp(const LogOp& a, const LogOp& b) {
-  return a.type == b.type && a.skey == b.skey &&
-         a.begin.args_hash == b.begin.args_hash &&
-         a.begin.owner == b.begin.owner &&
-         a.begin.lease_ms == b.begin.lease_ms &&
-         a.begin.ttl_s == b.begin.ttl_s &&
-         a.begin.accept_rerun == b.begin.accept_rerun &&
-         a.begin.retry_errors == b.begin.retry_errors &&
-         a.complete.retention_ms == b.complete.retention_ms &&
-         a.checkpoint.fence == b.checkpoint.fence &&
-         a.checkpoint.step == b.checkpoint.step &&
-         a.checkpoint.data == b.checkpoint.data &&
-         a.checkpoint.lease_ms == b.checkpoint.lease_ms &&
-         a.complete.fence == b.complete.fence &&
-         a.complete.outcome == b.complete.outcome &&
-         a.complete.result == b.complete.result &&
-         a.complete.ttl_s == b.complete.ttl_s && a.fence == b.fence &&
-         a.lease_ms == b.lease_ms && a.member_id == b.member_id;
+  if (a.index() != b.index()) return false;
+  return std::visit(
+      [&b](const auto& x) {
+        return SameFields(x, std::get<std::decay_t<decltype(x)>>(b));
+      },
+      a);
 }
 
 bool SameEntry(const LogEntry& a, const LogEntry& b) {
@@ -85,10 +110,11 @@ void Check(absl::string_view bytes) {
     return;
   }
   for (const LogOp& op : entry->ops) {
-    FUZZ_CHECK(op.type >= OpType::kBegin && op.type <= OpType::kCheckpoint);
-    if (op.type == OpType::kComplete) {
-      FUZZ_CHECK(op.complete.outcome == Outcome::kSuccess ||
-                 op.complete.outcome == Outcome::kError);
+    FUZZ_CHECK(TypeOf(op) >= OpType::kBegin &&
+               TypeOf(op) <= OpType::kCheckpoint);
+    if (const auto* complete = std::get_if<LogComplete>(&op)) {
+      FUZZ_CHECK(complete->params.outcome == Outcome::kSuccess ||
+                 complete->params.outcome == Outcome::kError);
     }
   }
   const std::string encoded = EncodeLogEntry(*entry);

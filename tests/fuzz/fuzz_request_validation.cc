@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -148,13 +149,15 @@ void CheckReparse(const Message& m) {
 }
 
 // The storage operation made from a request crosses the Raft log unchanged.
-LogOp ThroughLog(const LogOp& op) {
+template <typename Op>
+Op ThroughLog(const Op& op) {
   LogEntry entry;
   entry.now_ms = kNowMs;
   entry.ops.push_back(op);
   absl::StatusOr<LogEntry> decoded = DecodeLogEntry(EncodeLogEntry(entry));
-  FUZZ_CHECK(decoded.ok() && decoded->ops.size() == 1);
-  return decoded->ops[0];
+  FUZZ_CHECK(decoded.ok() && decoded->ops.size() == 1 &&
+             std::holds_alternative<Op>(decoded->ops[0]));
+  return std::get<Op>(decoded->ops[0]);
 }
 
 void CheckRecordRendering(const Record& r) {
@@ -211,19 +214,16 @@ void CheckValidBegin(const v1::BeginRequest& r, const Limits& l) {
              params.lease_ms <= l.max_lease_ms);
   FUZZ_CHECK(params.ttl_s >= l.min_ttl_s && params.ttl_s <= l.max_ttl_s);
 
-  LogOp op;
-  op.type = OpType::kBegin;
-  op.skey = EncodeStorageKey(r.namespace_(), r.key());
-  op.begin = params;
-  const LogOp logged = ThroughLog(op);
+  const LogBegin op{EncodeStorageKey(r.namespace_(), r.key()), params};
+  const LogBegin logged = ThroughLog(op);
   FUZZ_CHECK(logged.skey == op.skey &&
-             logged.begin.args_hash == params.args_hash &&
-             logged.begin.owner == params.owner &&
-             logged.begin.lease_ms == params.lease_ms &&
-             logged.begin.ttl_s == params.ttl_s);
+             logged.params.args_hash == params.args_hash &&
+             logged.params.owner == params.owner &&
+             logged.params.lease_ms == params.lease_ms &&
+             logged.params.ttl_s == params.ttl_s);
 
   BeginResult result;
-  result.decision = DecideBegin(std::nullopt, logged.begin, kNowMs,
+  result.decision = DecideBegin(std::nullopt, logged.params, kNowMs,
                                 [] { return uint64_t{7}; });
   v1::BeginResponse resp;
   FillBeginResponse(result, &resp);
@@ -262,18 +262,15 @@ void CheckValidComplete(const v1::CompleteRequest& r, const Limits& l) {
   FUZZ_CHECK(params.ttl_s == 0 ||
              (params.ttl_s >= l.min_ttl_s && params.ttl_s <= l.max_ttl_s));
 
-  LogOp op;
-  op.type = OpType::kComplete;
-  op.skey = EncodeStorageKey(r.namespace_(), r.key());
-  op.complete = params;
-  const LogOp logged = ThroughLog(op);
-  FUZZ_CHECK(logged.complete.fence == params.fence &&
-             logged.complete.outcome == params.outcome &&
-             logged.complete.result == params.result &&
-             logged.complete.ttl_s == params.ttl_s);
+  const LogComplete op{EncodeStorageKey(r.namespace_(), r.key()), params};
+  const LogComplete logged = ThroughLog(op);
+  FUZZ_CHECK(logged.params.fence == params.fence &&
+             logged.params.outcome == params.outcome &&
+             logged.params.result == params.result &&
+             logged.params.ttl_s == params.ttl_s);
 
   const Record stored = InFlight(r.fence(), l);
-  const FencedDecision d = DecideComplete(stored, logged.complete, kNowMs + 5);
+  const FencedDecision d = DecideComplete(stored, logged.params, kNowMs + 5);
   v1::CompleteResponse resp;
   FillCompleteResponse(d, &resp);
   CheckReparse(resp);
@@ -304,10 +301,7 @@ void CheckValidComplete(const v1::CompleteRequest& r, const Limits& l) {
 }
 
 void CheckValidRelease(const v1::ReleaseRequest& r, const Limits& l) {
-  LogOp op;
-  op.type = OpType::kRelease;
-  op.skey = EncodeStorageKey(r.namespace_(), r.key());
-  op.fence = r.fence();
+  const LogRelease op{EncodeStorageKey(r.namespace_(), r.key()), r.fence()};
   FUZZ_CHECK(ThroughLog(op).fence == r.fence());
   v1::ReleaseResponse resp;
   FillReleaseResponse(DecideRelease(InFlight(r.fence(), l), r.fence(), kNowMs),
@@ -323,12 +317,9 @@ void CheckValidRelease(const v1::ReleaseRequest& r, const Limits& l) {
 void CheckValidRenew(const v1::RenewRequest& r, const Limits& l) {
   const int64_t lease_ms = ResolveLease(r.lease_ms(), l);
   FUZZ_CHECK(lease_ms >= l.min_lease_ms && lease_ms <= l.max_lease_ms);
-  LogOp op;
-  op.type = OpType::kRenew;
-  op.skey = EncodeStorageKey(r.namespace_(), r.key());
-  op.fence = r.fence();
-  op.lease_ms = lease_ms;
-  const LogOp logged = ThroughLog(op);
+  const LogRenew op{EncodeStorageKey(r.namespace_(), r.key()), r.fence(),
+                    lease_ms};
+  const LogRenew logged = ThroughLog(op);
   FUZZ_CHECK(logged.fence == r.fence() && logged.lease_ms == lease_ms);
   const FencedDecision d = DecideRenew(InFlight(r.fence(), l), logged.fence,
                                        logged.lease_ms, kNowMs + 10);

@@ -271,15 +271,28 @@ LogEntry Entry(int64_t now_ms, std::vector<LogOp> ops) {
   return entry;
 }
 
-LogOp Op(OpType type, const std::string& ns, const std::string& key) {
-  LogOp op;
-  op.type = type;
+LogBegin BeginOp(const std::string& ns, const std::string& key) {
+  LogBegin op;
   op.skey = EncodeStorageKey(ns, key);
-  op.begin.owner = "o";
-  op.begin.args_hash = "h";
-  op.begin.lease_ms = 10'000;
-  op.begin.ttl_s = 3600;
+  op.params.owner = "o";
+  op.params.args_hash = "h";
+  op.params.lease_ms = 10'000;
+  op.params.ttl_s = 3600;
   return op;
+}
+
+LogComplete CompleteOp(const std::string& ns, const std::string& key,
+                       uint64_t fence, size_t result_bytes) {
+  LogComplete op;
+  op.skey = EncodeStorageKey(ns, key);
+  op.params.fence = fence;
+  op.params.outcome = Outcome::kSuccess;
+  op.params.result = std::string(result_bytes, 'r');
+  return op;
+}
+
+LogForget ForgetOp(const std::string& ns, const std::string& key) {
+  return LogForget{EncodeStorageKey(ns, key)};
 }
 
 TEST(ReplicatedStateBytesTest, ApplyCountsAndReopenScanAgrees) {
@@ -309,26 +322,17 @@ TEST(ReplicatedStateBytesTest, ApplyCountsAndReopenScanAgrees) {
     ASSERT_NE(state, nullptr);
     std::vector<LogOp> begins;
     for (int i = 0; i < 6; ++i) {
-      begins.push_back(
-          Op(OpType::kBegin, i < 3 ? "x" : "y", absl::StrCat("k", i % 3)));
+      begins.push_back(BeginOp(i < 3 ? "x" : "y", absl::StrCat("k", i % 3)));
     }
     ASSERT_TRUE(state->Apply(1, Entry(1000, std::move(begins))).ok());
     // One entry naming a key twice: Complete then Forget of the same key.
     std::vector<LogOp> ops;
-    LogOp complete_op = Op(OpType::kComplete, "x", "k0");
-    complete_op.complete.fence = 1;
-    complete_op.complete.outcome = Outcome::kSuccess;
-    complete_op.complete.result = std::string(2000, 'r');
-    ops.push_back(complete_op);
-    LogOp complete_y = Op(OpType::kComplete, "y", "k0");
-    complete_y.complete.fence = 4;
-    complete_y.complete.outcome = Outcome::kSuccess;
-    complete_y.complete.result = std::string(3000, 'r');
-    ops.push_back(complete_y);
-    ops.push_back(Op(OpType::kForget, "x", "k1"));
-    ops.push_back(Op(OpType::kForget, "y", "k1"));
-    ops.push_back(Op(OpType::kForget, "y", "k2"));
-    ops.push_back(Op(OpType::kForget, "y", "k0"));
+    ops.push_back(CompleteOp("x", "k0", 1, 2000));
+    ops.push_back(CompleteOp("y", "k0", 4, 3000));
+    ops.push_back(ForgetOp("x", "k1"));
+    ops.push_back(ForgetOp("y", "k1"));
+    ops.push_back(ForgetOp("y", "k2"));
+    ops.push_back(ForgetOp("y", "k0"));
     ASSERT_TRUE(state->Apply(2, Entry(2000, std::move(ops))).ok());
     expected = complete(*state);
     EXPECT_GT(expected["x"], 2000);

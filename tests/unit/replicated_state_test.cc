@@ -21,32 +21,27 @@ using ::dedup::testing::MakeTempDir;
 
 LogOp BeginOp(const std::string& key, const std::string& owner,
               int64_t lease_ms = 10'000) {
-  LogOp op;
-  op.type = OpType::kBegin;
+  LogBegin op;
   op.skey = EncodeStorageKey("ns", key);
-  op.begin.owner = owner;
-  op.begin.args_hash = "h";
-  op.begin.lease_ms = lease_ms;
-  op.begin.ttl_s = 3600;
+  op.params.owner = owner;
+  op.params.args_hash = "h";
+  op.params.lease_ms = lease_ms;
+  op.params.ttl_s = 3600;
   return op;
 }
 
 LogOp CompleteOp(const std::string& key, uint64_t fence,
                  const std::string& result) {
-  LogOp op;
-  op.type = OpType::kComplete;
+  LogComplete op;
   op.skey = EncodeStorageKey("ns", key);
-  op.complete.fence = fence;
-  op.complete.outcome = Outcome::kSuccess;
-  op.complete.result = result;
+  op.params.fence = fence;
+  op.params.outcome = Outcome::kSuccess;
+  op.params.result = result;
   return op;
 }
 
 LogOp GetOp(const std::string& key) {
-  LogOp op;
-  op.type = OpType::kGet;
-  op.skey = EncodeStorageKey("ns", key);
-  return op;
+  return LogGet{EncodeStorageKey("ns", key)};
 }
 
 LogEntry Entry(int64_t now_ms, std::vector<LogOp> ops) {
@@ -104,10 +99,7 @@ TEST_F(ReplicatedStateTest, DecidesWithTheEntrysTimeAndCountsFences) {
 }
 
 LogOp ForgetOp(const std::string& key) {
-  LogOp op;
-  op.type = OpType::kForget;
-  op.skey = EncodeStorageKey("ns", key);
-  return op;
+  return LogForget{EncodeStorageKey("ns", key)};
 }
 
 // An answer as text, every field that reaches a client included.
@@ -375,10 +367,9 @@ TEST_F(ReplicatedStateTest, SetMemberRecordsAClientAddressEveryReplicaKeeps) {
   {
     auto state = Open("a");
     ASSERT_NE(state, nullptr);
-    LogOp member;
-    member.type = OpType::kSetMember;
+    LogSetMember member;
     member.member_id = 4;
-    member.skey = "10.0.0.4:50051";
+    member.client_address = "10.0.0.4:50051";
     absl::StatusOr<AppliedEntry> applied =
         state->Apply(1, Entry(1000, {member, BeginOp("k", "o")}));
     ASSERT_TRUE(applied.ok()) << applied.status();
