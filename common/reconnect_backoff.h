@@ -1,16 +1,10 @@
 // How soon a client channel reconnects to a dedupd that went away.
 //
-// gRPC's own reconnect backoff waits 1 s after the first failed connection
-// attempt, then 1.6x longer each time (20 % jitter) up to 120 s, and calls
-// made meanwhile fail at once without trying. So a client whose server
-// restarted (a crash, a deploy, a node of a group coming back) kept failing
-// for seconds after it listened again, the longer the outage the longer:
-// measured with tests/client/reconnect_test.cc (gRPC 1.51, the server
-// SIGKILLed, the client calling every 50 ms, then a restart on the same
-// port), the first call got through 4.6 s after the restart that followed a
-// 0.25 s outage and 6.9 s after a 3 s one. With the values below, attempts
-// start 100 ms apart and are never more than 1 s apart; a refused attempt
-// costs a SYN.
+// gRPC's own reconnect backoff grows from 1 s to 120 s and fails calls at
+// once meanwhile, so a client whose server restarted kept failing for
+// seconds after it listened again, the longer the outage the longer
+// (docs/decisions.md). With the values below, attempts start 100 ms apart
+// and are never more than 1 s apart; a refused attempt costs a SYN.
 //
 // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is left alone on purpose: despite its
 // name, gRPC core reads it as the least time a connection attempt is given

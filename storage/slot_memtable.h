@@ -3,12 +3,10 @@
 // flush or a scan walks the slots in order instead of sorting the memtable.
 //
 // Why not RocksDB's own memtables: its skiplist memtable is one big list
-// whose searches miss the cache at every level; its hash skiplist memtable
-// (what we used) keeps the buckets in hash order, so every flush first copied
-// the whole memtable into a new sorted skiplist (~15% of a replica's CPU
-// under BeginBatch), and Debian's librocksdb is built with assertions on, so
-// each insert searched its bucket twice (assert(!Contains(key)), ~10% more).
-// Here a slot's bucket is its index, so bucket order is key order.
+// whose searches miss the cache at every level, and its hash skiplist keeps
+// buckets in hash order, so every flush had to sort a copy of the memtable
+// (docs/decisions.md has the profiles). Here a slot's bucket is its index, so
+// bucket order is key order.
 //
 // Requirements (checked where possible, else documented):
 // - The database's comparator is RocksDB's bytewise comparator (a slot's

@@ -102,7 +102,7 @@ struct StoreOptions {
   // memory budget (the memtables are at most half of it); 0: no check.
   int64_t min_free_disk_bytes = -1;
   // Before opening an existing database, every block of every table file is
-  // checked (about 0.1 s per million records here): a damaged file refuses
+  // checked (docs/decisions.md has the cost): a damaged file refuses
   // the start instead of failing the reads that meet it. The cheaper checks
   // (a data dir that lost acknowledged writes, a missing CURRENT, a table
   // file that cannot be opened) always run.
