@@ -136,21 +136,12 @@ absl::StatusOr<ChannelFactory> PeerChannels(const SecurityConfig& security) {
 
 }  // namespace
 
-absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
-    const StoreOptions& single, const SecurityConfig& security) {
-  ClusterConfig config;
-  const uint64_t id = absl::GetFlag(FLAGS_node_id);
-  const std::vector<std::string> peers = absl::GetFlag(FLAGS_peers);
-  if (id == 0) {
-    if (!peers.empty() || absl::GetFlag(FLAGS_join)) {
-      return absl::InvalidArgumentError(
-          "--node_id: must be set (> 0) with --peers or --join");
-    }
-    return config;
-  }
-  config.enabled = true;
-  ClusterStoreOptions& store = config.store;
-  for (const std::string& peer : peers) {
+namespace {
+
+// --peers, --raft_address and --join: who founds the group and where this
+// node listens for its peers.
+absl::Status MembershipFromFlags(uint64_t id, ClusterStoreOptions& store) {
+  for (const std::string& peer : absl::GetFlag(FLAGS_peers)) {
     absl::StatusOr<ClusterNode> node = ParsePeer(peer);
     if (!node.ok()) {
       return absl::InvalidArgumentError(
@@ -182,8 +173,7 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
     return absl::InvalidArgumentError(absl::StrCat(
         "--raft_address: must be set when --peers has no entry for node ", id));
   }
-  const bool join = absl::GetFlag(FLAGS_join);
-  if (!join) {
+  if (!absl::GetFlag(FLAGS_join)) {
     if (self == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("--peers: must list this node (id ", id,
@@ -198,31 +188,36 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   }
   store.raft.id = id;
   store.raft.raft_address = raft_address;
-  const std::filesystem::path data(single.path);
-  store.raft.dir = (data / "raft").string();
-  store.raft.election_timeout_ms = absl::GetFlag(FLAGS_election_timeout_ms);
-  store.raft.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
-  if (store.raft.heartbeat_timeout_ms == 0 ||
-      store.raft.heartbeat_timeout_ms * 2 > store.raft.election_timeout_ms) {
+  return absl::OkStatus();
+}
+
+// Timeouts, snapshots and the log budget.
+absl::Status RaftTuningFromFlags(RaftOptions& raft) {
+  raft.election_timeout_ms = absl::GetFlag(FLAGS_election_timeout_ms);
+  raft.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
+  if (raft.heartbeat_timeout_ms == 0 ||
+      raft.heartbeat_timeout_ms * 2 > raft.election_timeout_ms) {
     return absl::InvalidArgumentError(
         "--heartbeat_timeout_ms: must be > 0 and at most half of "
         "--election_timeout_ms");
   }
-  store.raft.snapshot_threshold = absl::GetFlag(FLAGS_snapshot_threshold);
-  store.raft.snapshot_trailing = absl::GetFlag(FLAGS_snapshot_trailing);
-  if (store.raft.snapshot_threshold < 16) {
+  raft.snapshot_threshold = absl::GetFlag(FLAGS_snapshot_threshold);
+  raft.snapshot_trailing = absl::GetFlag(FLAGS_snapshot_trailing);
+  if (raft.snapshot_threshold < 16) {
     return absl::InvalidArgumentError("--snapshot_threshold: must be >= 16");
   }
   const uint32_t log_budget_mb = absl::GetFlag(FLAGS_raft_log_budget_mb);
   if (log_budget_mb < 16) {
     return absl::InvalidArgumentError("--raft_log_budget_mb: must be >= 16");
   }
-  store.raft.log_budget_bytes = uint64_t{log_budget_mb} << 20;
-  store.node_id = id;
-  store.log_dir = store.raft.dir;
-  store.consensus = [raft = store.raft](StateMachine* machine) {
-    return StartRaft(raft, machine);
-  };
+  raft.log_budget_bytes = uint64_t{log_budget_mb} << 20;
+  return absl::OkStatus();
+}
+
+// The replicated state's options, taken from the single-node ones where
+// both modes share a flag.
+void StateFromSingle(const StoreOptions& single, ClusterStoreOptions& store) {
+  const std::filesystem::path data(single.path);
   store.state.path = (data / "state").string();
   store.state.memory_budget_bytes = single.memory_budget_bytes;
   // By default room to flush every memtable plus libraft's segments (8 MiB
@@ -234,6 +229,32 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   store.state.compaction_grace_ms = single.compaction_grace_ms;
   store.state.periodic_compaction_s = single.periodic_compaction_s;
   store.clock = single.clock;
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
+    const StoreOptions& single, const SecurityConfig& security) {
+  ClusterConfig config;
+  const uint64_t id = absl::GetFlag(FLAGS_node_id);
+  if (id == 0) {
+    if (!absl::GetFlag(FLAGS_peers).empty() || absl::GetFlag(FLAGS_join)) {
+      return absl::InvalidArgumentError(
+          "--node_id: must be set (> 0) with --peers or --join");
+    }
+    return config;
+  }
+  config.enabled = true;
+  ClusterStoreOptions& store = config.store;
+  if (absl::Status s = MembershipFromFlags(id, store); !s.ok()) return s;
+  store.raft.dir = (std::filesystem::path(single.path) / "raft").string();
+  if (absl::Status s = RaftTuningFromFlags(store.raft); !s.ok()) return s;
+  store.node_id = id;
+  store.log_dir = store.raft.dir;
+  store.consensus = [raft = store.raft](StateMachine* machine) {
+    return StartRaft(raft, machine);
+  };
+  StateFromSingle(single, store);
   absl::StatusOr<ChannelFactory> open_peer = PeerChannels(security);
   if (!open_peer.ok()) return open_peer.status();
   store.fetch_checkpoint = [open = *std::move(open_peer)](
