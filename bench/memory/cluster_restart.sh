@@ -46,12 +46,20 @@ declare -A pid
 start() {
   local n=$1
   "$dedupd" --node_id="$n" --peers="$peers" --address="${client[$n]}" \
-    --metrics_address= --event_log=off --data_dir="$tmp/n$n" 2>>"$tmp/n$n.log" &
+    --metrics_address= --event_log=off --data_dir="$tmp/n$n" \
+    --ready_file="$tmp/n$n.ready.json" 2>>"$tmp/n$n.log" &
   pid[$n]=$!
   pids+=("${pid[$n]}")
 }
 
-listening_count() { grep -c "listening on" "$tmp/n$1.log" 2>/dev/null || true; }
+# ready N: true once node N's current process has written its ready file
+# (the pid in it is that process's; an earlier run's file may remain after
+# a SIGKILL).
+ready() {
+  [[ -f "$tmp/n$1.ready.json" ]] &&
+    [[ $(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' \
+      "$tmp/n$1.ready.json") == "${pid[$1]}" ]]
+}
 
 # status: "ID ROLE COMMIT APPLIED" per node that answers.
 status() {
@@ -75,16 +83,16 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
 # restart N SIGNAL: stops node N with SIGNAL, starts it again, reports.
 restart() {
-  local n=$1 signal=$2 before t0 t_listen t_caught target applied
-  before=$(listening_count "$n")
+  local n=$1 signal=$2 t0 t_listen t_caught target applied
   kill -"$signal" "${pid[$n]}"
   wait "${pid[$n]}" 2>/dev/null || true
   wait_for_leader
   # Everything acknowledged so far, as the group's leader sees it.
   target=$(status | awk '$2 == "leader" { print $3; exit }')
   t0=$(now)
+  rm -f "$tmp/n$n.ready.json"  # a SIGKILLed node leaves its file
   start "$n"
-  until (($(listening_count "$n") > before)); do
+  until ready "$n"; do
     kill -0 "${pid[$n]}" 2>/dev/null || { cat "$tmp/n$n.log" >&2; exit 1; }
     sleep 0.02
   done

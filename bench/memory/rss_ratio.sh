@@ -10,15 +10,21 @@ large=${3:-10000000}
 dedupd=$build/server/dedupd
 loader=$build/bench/memory/load_records
 
-# start_dedupd DIR: starts dedupd on DIR; sets pid and port.
+# start_dedupd DIR: starts dedupd on DIR; sets pid and address once it
+# serves (its ready file, a new one for each start, names the bound address).
 start_dedupd() {
   local dir=$1
   : >"$dir.log"
+  rm -f "$dir.ready.json"
   "$dedupd" --address=127.0.0.1:0 --metrics_address= --event_log=off \
-    --durability=none --data_dir="$dir" 2>"$dir.log" &
+    --durability=none --data_dir="$dir" --ready_file="$dir.ready.json" 2>"$dir.log" &
   pid=$!
-  until grep -q "listening on" "$dir.log"; do sleep 0.05; done
-  port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$dir.log" | cut -d: -f2)
+  until [[ -f "$dir.ready.json" ]]; do
+    kill -0 "$pid" 2>/dev/null || { cat "$dir.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  address=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["address"])' \
+    "$dir.ready.json")
 }
 
 stop_dedupd() {
@@ -30,7 +36,7 @@ measure() {
   local records=$1 dir rss t0 t1
   dir=$(mktemp -d)
   start_dedupd "$dir"
-  "$loader" --address="127.0.0.1:$port" --records="$records" >&2
+  "$loader" --address="$address" --records="$records" >&2
   sleep 2
   rss=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
   stop_dedupd
@@ -41,7 +47,7 @@ measure() {
   stop_dedupd
   echo "records=$records rss_kib=$rss disk=$(du -sh "$dir" | cut -f1)" \
     "restart_to_listening_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')" >&2
-  rm -rf "$dir" "$dir.log"
+  rm -rf "$dir" "$dir.log" "$dir.ready.json"
   echo "$rss"
 }
 

@@ -62,7 +62,7 @@ TEST_P(ReconnectTest, NextCallSucceedsSoonAfterARestart) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> second =
       ServerProcess::Start(flags, (*first)->data_dir());
   ASSERT_TRUE(second.ok()) << second.status();
-  const absl::Time listening = absl::Now();  // it printed its line just now
+  const absl::Time listening = absl::Now();  // ready file written just now
   absl::Duration took = absl::InfiniteDuration();
   while (absl::Now() - listening < absl::Seconds(15)) {
     got = client.Get("reconnect", "k");

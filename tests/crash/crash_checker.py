@@ -1,10 +1,10 @@
-"""Checks a crash run's history: tests/fault/checker.py's per-key checks,
+"""Checks a crash run's history: history.checker's per-key checks,
 plus two of a single node, plus that the run read every completed key back
 after its last crash. Exits 0 only when there is no violation.
 
     /usr/bin/python3 tests/crash/crash_checker.py RUN_DIR   (re-checks a kept run)
 
-The history is tests/fault/client.py's (every attempt, `ok`, `fail` or
+The history is history.client's (every attempt, `ok`, `fail` or
 `unknown`; batch items logged one by one like unary calls), so the per-key
 checks apply unchanged, and across restarts: a SIGKILL only turns the calls
 in flight into `unknown` ones, which may or may not have taken effect, and
@@ -17,7 +17,7 @@ complete_lost   once a Complete was answered OK, every Begin invoked later
 fence_unique,   acknowledged STARTED fences of a key name one owner each,
 fence_order     and never go back in real-time order.
 two_completes, phantom_result, stale_read, lease_overlap, fresh_claim:
-                see tests/fault/checker.py.
+                see tests/history/checker.py.
 
 Single node (storage/fence_allocator.h: one node-wide counter, resumed above
 its last durable reservation after a restart):
@@ -46,11 +46,11 @@ import sys
 from collections import defaultdict
 from typing import Optional
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "fault"))
+# tests/, for the history package (this is also a CLI).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import checker  # noqa: E402 - tests/fault/checker.py
-from checker import Violations, load, stats  # noqa: E402,F401
+from history import checker  # noqa: E402
+from history.checker import Violations, load, stats  # noqa: E402,F401
 
 
 def _started(op: dict) -> bool:

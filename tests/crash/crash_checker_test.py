@@ -1,7 +1,7 @@
 """crash_checker on hand-written histories: each loss or repeat it must
 catch across a restart, and the legitimate histories it must accept (calls
 cut off by a kill, re-entrant Begins of old claims, batch items). Histories
-are built with tests/fault/checker_test.py's H."""
+are built with tests/history/checker_test.py's H."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import os
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "fault")]
+# tests/, for the history package (crash_checker is beside this script).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import crash_checker  # noqa: E402
-from checker_test import H as FaultH  # noqa: E402
+from history.checker_test import H as FaultH  # noqa: E402
 
 
 class H(FaultH):

@@ -36,7 +36,9 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAULT = os.path.join(os.path.dirname(HERE), "fault")
+sys.path.insert(0, os.path.dirname(HERE))  # tests/, for the history package
+
+from history.stubs import generate_stubs  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -95,21 +97,16 @@ def main(argv: list[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="dedup-crash-")
     os.makedirs(run_dir, exist_ok=True)
-    sys.path[:0] = [HERE, FAULT]
-    if args.gen:
-        gen = args.gen
-    else:
-        from fault_test import generate_stubs
-        gen = generate_stubs(os.path.join(run_dir, "gen"))
+    gen = args.gen or generate_stubs(os.path.join(run_dir, "gen"))
     sys.path.insert(0, gen)
 
     import crash_checker  # noqa: E402
-    from client import GaveUp, History  # noqa: E402
-    from cluster import NodeFailure  # noqa: E402
+    from dedup.v1 import dedup_pb2  # noqa: E402
+    from history.client import GaveUp, History  # noqa: E402
+    from history.process import NodeFailure  # noqa: E402
+    from history.workload import NAMESPACE, KeyPool  # noqa: E402
     from load import BatchWorker, NodeClient, UnaryWorker, begin_item  # noqa: E402
     from server import Server  # noqa: E402
-    from workload import NAMESPACE, KeyPool  # noqa: E402
-    from dedup.v1 import dedup_pb2  # noqa: E402
 
     def on_signal(signum, _frame):
         raise Stop(signal.Signals(signum).name)
@@ -157,7 +154,7 @@ def main(argv: list[str]) -> int:
 
     try:
         server.start()
-        log(f"dedupd listening on {server.address} (pid {server.pid})")
+        log(f"dedupd serving on {server.address} (pid {server.pid})")
         pool = KeyPool(rng, args.keys)
         pace = args.pace_ms / 1000
         workers = [UnaryWorker(f"w{i}", server.address, history, pool,

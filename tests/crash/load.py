@@ -1,7 +1,8 @@
 """The crash test's client load, logged attempt by attempt in one History
-(tests/fault/client.py) so tests/fault/checker.py can check it.
+(history.client) so the checkers (history.checker, crash_checker.py) can
+check it.
 
-- UnaryWorker: tests/fault/workload.py's Worker (Get, Begin, Renew,
+- UnaryWorker: history.workload's Worker (Get, Begin, Renew,
   Release, Complete on a small rolling set of keys, short and long leases,
   abandoned claims, takeovers, waits), through a NodeClient.
 - BatchWorker: BeginBatch of 1-5 fresh keys and, every other time, 1-3 it
@@ -27,10 +28,10 @@ from typing import Any, Optional
 
 import grpc
 
-import workload
-from client import GaveUp, History, LeaderClient, classify, response_fields
 from dedup.v1 import dedup_pb2
-from workload import NAMESPACE, TTL_S, KeyPool
+from history import workload
+from history.client import GaveUp, History, LeaderClient, classify, response_fields
+from history.workload import NAMESPACE, TTL_S, KeyPool
 
 BATCH_LEASE_MS = 2000
 # google.rpc.Code values an ItemError may carry.
@@ -148,7 +149,7 @@ class NodeClient(LeaderClient):
 
 
 class UnaryWorker(workload.Worker):
-    """tests/fault/workload.py's Worker through a NodeClient, pausing a
+    """history.workload's Worker through a NodeClient, pausing a
     random 0..2*pace_s after each iteration (the history, kept in memory,
     grows with the load; a long run must fit)."""
 

@@ -18,10 +18,8 @@ NODE, NPM, DEDUP_TS_DIR (client/typescript), PYTHONPATH for dedup_client.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-import time
 import unittest
 from pathlib import Path
 
@@ -32,7 +30,6 @@ HERE = Path(__file__).resolve().parent
 CASES = HERE / "cases.json"
 ORIGINS = ("cpp", "python", "typescript")
 PEER_TIMEOUT_S = 30
-_LISTENING = re.compile(r"dedupd listening on 127\.0\.0\.1:(\d+)")
 
 
 def _env(name: str) -> str:

@@ -37,13 +37,21 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 chmod 0755 "$tmp"
 install -d -o nobody -g nogroup -m 0700 "$tmp/data"
+# The ready file goes in a dir nobody may write (the data dir is the only
+# other writable path, and everything found outside it below is a failure).
+install -d -o nobody -g nogroup -m 0700 "$tmp/run"
 (cd / && exec setpriv --reuid=nobody --regid=nogroup --clear-groups \
   --no-new-privs "$dedupd" --data_dir="$tmp/data" --address=127.0.0.1:0 \
-  --metrics_address= >"$tmp/log" 2>&1) &
+  --metrics_address= --ready_file="$tmp/run/ready.json" >"$tmp/log" 2>&1) &
 pid=$!
-for _ in $(seq 100); do
-  address=$(grep -o 'listening on [0-9.]*:[0-9]*' "$tmp/log" | cut -d' ' -f3 || true)
-  [[ -n "$address" ]] && break
+address=
+for _ in $(seq 200); do
+  if [[ -f "$tmp/run/ready.json" ]]; then
+    address=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["address"])' \
+      "$tmp/run/ready.json")
+    break
+  fi
+  kill -0 "$pid" 2>/dev/null || { echo "dedupd exited:"; cat "$tmp/log"; exit 1; }
   sleep 0.1
 done
 [[ -n "$address" ]] || { echo "dedupd did not start:"; cat "$tmp/log"; exit 1; }
@@ -53,5 +61,5 @@ kill -TERM "$pid"
 wait "$pid" || { echo "dedupd exited $?:"; cat "$tmp/log"; exit 1; }
 pid=
 # Everything it wrote is inside its data dir.
-[[ $(find "$tmp" -user nobody -not -path "$tmp/data*" | wc -l) -eq 0 ]]
+[[ $(find "$tmp" -user nobody -not -path "$tmp/data*" -not -path "$tmp/run" | wc -l) -eq 0 ]]
 echo "systemd unit verified; dedupd ran as nobody"

@@ -30,8 +30,8 @@ import signal
 import time
 from typing import Optional
 
-from client import History, is_write_ack
 from cluster import Cluster
+from history.client import History, is_write_ack
 
 KINDS = ["leader_kill", "leader_stop", "follower_kill", "node_term",
          "leader_partition", "follower_partition", "oneway_partition"]

@@ -4,7 +4,7 @@ Concurrent clients log every call while a driver kills, stops, restarts and
 partitions nodes (driver.py); then every partition is healed, every node
 resumed and started, the keys are read back, the replicas' digests compared,
 all nodes restarted, the keys read and the digests compared again, and the
-checker (checker.py) verifies the history. Exits 0 only with zero
+checker (tests/history/checker.py) verifies the history. Exits 0 only with zero
 violations; 1 on a violation or a failure of the group (a node that exits on
 its own, a group that does not recover); 77 when this machine cannot run it
 (not root, no network namespaces or nftables).
@@ -27,7 +27,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,25 +34,14 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))  # tests/, for the history package
 SKIP = 77
+
+from history.stubs import generate_stubs  # noqa: E402
 
 
 def log(msg: str) -> None:
     print(f"[fault] {msg}", flush=True)
-
-
-def generate_stubs(out_dir: str) -> str:
-    """Python stubs of dedup.proto and cluster.proto (when no --gen)."""
-    os.makedirs(out_dir, exist_ok=True)
-    plugin = shutil.which("grpc_python_plugin") or "/usr/bin/grpc_python_plugin"
-    proto = os.path.join(REPO, "proto")
-    subprocess.run(
-        ["protoc", f"--proto_path={proto}", f"--python_out={out_dir}",
-         f"--grpc_python_out={out_dir}", f"--plugin=protoc-gen-grpc_python={plugin}",
-         os.path.join(proto, "dedup/v1/dedup.proto"),
-         os.path.join(proto, "dedup/v1/cluster.proto")], check=True)
-    return out_dir
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -93,7 +81,6 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     args.dedupd = os.path.abspath(args.dedupd)
-    sys.path.insert(0, HERE)
     import netns  # noqa: E402 - needs no stubs
 
     try:
@@ -108,12 +95,13 @@ def main(argv: list[str]) -> int:
     gen = args.gen or generate_stubs(os.path.join(run_dir, "gen"))
     sys.path.insert(0, gen)
 
-    import checker  # noqa: E402
     import driver  # noqa: E402
-    from client import GaveUp, History, LeaderClient  # noqa: E402
-    from cluster import Cluster, NodeFailure  # noqa: E402
+    from cluster import Cluster  # noqa: E402
     from dedup.v1 import dedup_pb2  # noqa: E402
-    from workload import NAMESPACE, KeyPool, Worker  # noqa: E402
+    from history import checker  # noqa: E402
+    from history.client import GaveUp, History, LeaderClient  # noqa: E402
+    from history.process import NodeFailure  # noqa: E402
+    from history.workload import NAMESPACE, KeyPool, Worker  # noqa: E402
 
     kinds = args.kinds.split(",") if args.kinds else driver.KINDS
     if set(kinds) - set(driver.KINDS):

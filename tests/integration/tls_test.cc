@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "tests/integration/auth_fixture.h"
 
 namespace dedup::testing {
@@ -34,13 +35,8 @@ TEST_F(AuthTest, PlaintextHealthListenerBesideTls) {
   flags.push_back("--health_address=127.0.0.1:0");
   flags.push_back("--lame_duck_ms=3000");
   DEDUP_START_SERVER(server, flags);
-  const std::string log = server->captured_stderr();
-  const std::string marker = "grpc.health.v1 only) on 127.0.0.1:";
-  const size_t at = log.find(marker);
-  ASSERT_NE(at, std::string::npos) << log;
-  const std::string health_address =
-      "127.0.0.1:" +
-      std::to_string(std::atoi(log.c_str() + at + marker.size()));
+  const std::string health_address = server->ready().health_address;
+  ASSERT_TRUE(absl::StartsWith(health_address, "127.0.0.1:")) << health_address;
   auto plaintext =
       grpc::CreateChannel(health_address, grpc::InsecureChannelCredentials());
   auto health = grpc::health::v1::Health::NewStub(plaintext);

@@ -6,6 +6,7 @@ dedupctl, scrapes /metrics and parses the text exposition format.
 """
 
 import ctypes
+import json
 import os
 import re
 import shutil
@@ -100,33 +101,36 @@ class Cleanup:
         return False
 
 
-_LISTEN_RE = re.compile(r"dedupd listening on 127\.0\.0\.1:(\d+)")
-_METRICS_RE = re.compile(r"dedupd metrics on 127\.0\.0\.1:(\d+)")
-
-
 def start_dedupd(cleanup, dedupd, extra_args=(), timeout=20):
-    """Starts dedupd on free ports; returns (grpc_port, metrics_port)."""
+    """Starts dedupd on free ports; returns (grpc_port, metrics_port), read
+    from its --ready_file (JSON with the bound addresses, server/ready_file.h)."""
     data_dir = os.path.join(cleanup.dir, "data")
+    ready_path = os.path.join(cleanup.dir, "dedupd.ready.json")
+    if os.path.exists(ready_path):
+        os.remove(ready_path)  # an earlier dedupd's
     argv = [dedupd, "--data_dir=" + data_dir, "--address=127.0.0.1:0",
-            "--metrics_address=127.0.0.1:0", "--durability=none"]
+            "--metrics_address=127.0.0.1:0", "--durability=none",
+            "--ready_file=" + ready_path]
     argv += list(extra_args)
     log("starting " + " ".join(argv))
-    proc, log_path = cleanup.spawn("dedupd", argv)
+    proc, _log_path = cleanup.spawn("dedupd", argv)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with open(log_path, "r", errors="replace") as f:
-            text = f.read()
-        grpc_m, metrics_m = _LISTEN_RE.search(text), _METRICS_RE.search(text)
-        if grpc_m and metrics_m:
-            return int(grpc_m.group(1)), int(metrics_m.group(1))
+        try:
+            with open(ready_path) as f:
+                ready = json.load(f)
+        except FileNotFoundError:
+            ready = None  # written by rename: absent or whole
+        if ready is not None and ready.get("pid") == proc.pid:
+            if not ready["metrics_address"]:
+                fail("dedupd's ready file names no metrics address: %r" % ready)
+            return (int(ready["address"].rsplit(":", 1)[1]),
+                    int(ready["metrics_address"].rsplit(":", 1)[1]))
         if proc.poll() is not None:
-            fail("dedupd exited with %d before announcing both its gRPC "
-                 "address ('dedupd listening on 127.0.0.1:PORT') and its "
-                 "metrics address ('dedupd metrics on 127.0.0.1:PORT')"
-                 % proc.returncode)
+            fail("dedupd exited with %d before writing its ready file %s"
+                 % (proc.returncode, ready_path))
         time.sleep(0.05)
-    fail("dedupd did not print both 'dedupd listening on 127.0.0.1:PORT' and "
-         "'dedupd metrics on 127.0.0.1:PORT' within %ds" % timeout)
+    fail("dedupd wrote no ready file (%s) within %ds" % (ready_path, timeout))
 
 
 class Ctl:

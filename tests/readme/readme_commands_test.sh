@@ -36,16 +36,21 @@ trap cleanup EXIT
 git clone --quiet --no-hardlinks "$repo" "$work/clone"
 cd "$work/clone"
 log="$work/run.log"
+# The run command forwards extra flags to dedupd (scripts/run: "$@"), so it
+# gets a --ready_file: dedupd writes it once serving, with the bound address.
+ready="$work/ready.json"
 # Own process group, so the whole pipeline can be signalled like Ctrl-C would.
-setsid bash -c "$run_cmd" >"$log" 2>&1 &
+setsid bash -c "$run_cmd --ready_file=$ready" >"$log" 2>&1 &
 server_pid=$!
 
 deadline=$((SECONDS + 1200))
-until grep -q "dedupd listening on 127.0.0.1:50051" "$log"; do
+until [[ -f "$ready" ]]; do
   kill -0 "$server_pid" 2>/dev/null || { cat "$log"; fail "run command exited early"; }
-  ((SECONDS < deadline)) || { tail -50 "$log"; fail "server not listening after 20 min"; }
+  ((SECONDS < deadline)) || { tail -50 "$log"; fail "server not ready after 20 min"; }
   sleep 1
 done
+address=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["address"])' "$ready")
+[[ "$address" == 127.0.0.1:50051 ]] || fail "dedupd serves on $address, not 127.0.0.1:50051"
 echo "server up after ${SECONDS}s"
 
 out=$("$dedupctl" begin readme key-1 --owner=readme-test)

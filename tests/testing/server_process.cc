@@ -16,8 +16,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -30,14 +32,14 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "nlohmann/json.hpp"
 
 namespace dedup::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kListeningPrefix[] = "dedupd listening on ";
-constexpr char kMetricsPrefix[] = "dedupd metrics on ";
+constexpr char kReadyFlag[] = "--ready_file=";
 constexpr std::chrono::seconds kStartTimeout(20);
 constexpr std::chrono::seconds kStopTimeout(30);
 
@@ -140,6 +142,58 @@ int WaitFor(pid_t pid, Clock::duration timeout) {
   }
 }
 
+// The port of "HOST:PORT"; 0 when there is none.
+int PortOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+    return 0;
+  }
+  return port;
+}
+
+// The ready file `pid` wrote at `path`; NotFound while there is none, or
+// only an older process's (a restart on the same path).
+absl::StatusOr<ReadyFile> ReadReadyFile(const std::string& path, pid_t pid) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json json =
+      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) {
+    // Written by rename, so never partial: a broken file is a bug.
+    return absl::InternalError(absl::StrCat(
+        "ready file ", path, " is not a JSON object: ", text.str()));
+  }
+  if (json.value("pid", int64_t{0}) != pid) return absl::NotFoundError(path);
+  ReadyFile ready;
+  ready.pid = pid;
+  ready.mode = json.value("mode", "");
+  ready.address = json.value("address", "");
+  ready.metrics_address = json.value("metrics_address", "");
+  ready.health_address = json.value("health_address", "");
+  ready.raft_address = json.value("raft_address", "");
+  if (PortOf(ready.address) <= 0) {
+    return absl::InternalError(absl::StrCat(
+        "ready file ", path, " has no address:port: ", text.str()));
+  }
+  return ready;
+}
+
+// The path a test gave with its own --ready_file (the last one wins, as in
+// dedupd), else "".
+std::string ReadyFlagIn(const std::vector<std::string>& flags) {
+  std::string path;
+  for (const std::string& flag : flags) {
+    if (absl::StartsWith(flag, kReadyFlag)) {
+      path = flag.substr(sizeof(kReadyFlag) - 1);
+    }
+  }
+  return path;
+}
+
 }  // namespace
 
 std::string ServerBinary() {
@@ -225,8 +279,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::StartGroup(
           status.role() == "leader") {
         group->address_ = member->address();
         group->port_ = member->port();
-        std::lock_guard<std::mutex> lock(group->mu_);
-        group->metrics_port_ = member->metrics_port();
+        group->ready_ = member->ready();
         return group;
       }
     }
@@ -259,11 +312,27 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   }
   server->data_dir_ = data_dir;
 
+  // The ready file goes in a dir of its own, not in the data dir (whose
+  // contents are dedupd's), unless the test names one.
+  std::string ready_path = ReadyFlagIn(extra_flags);
+  std::vector<std::string> ready_flag;
+  if (ready_path.empty()) {
+    absl::StatusOr<std::string> dir = MakeTempDir("dedupd-ready");
+    if (!dir.ok()) return dir.status();
+    server->ready_dir_ = *dir;
+    ready_path = absl::StrCat(*dir, "/ready.json");
+    ready_flag.push_back(absl::StrCat(kReadyFlag, ready_path));
+  }
+  // A file left by an earlier server on this path is not this one's.
+  std::error_code ignored;
+  std::filesystem::remove(ready_path, ignored);
+
   // Metrics off unless a test asks (--metrics_address=127.0.0.1:0): parallel
   // tests must not collide on 9464, and the exposer adds ~1.5 s to a stop.
   std::vector<std::string> args = {
       binary, "--address=127.0.0.1:0",
       "--metrics_address=", absl::StrCat("--data_dir=", data_dir)};
+  args.insert(args.end(), ready_flag.begin(), ready_flag.end());
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   int read_fd = -1;
   absl::StatusOr<pid_t> pid = Spawn(args, &read_fd);
@@ -272,44 +341,50 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   server->reader_ =
       std::thread([s = server.get(), read_fd] { s->ReadOutput(read_fd); });
 
-  std::string listen;
-  {
-    std::unique_lock<std::mutex> lock(server->mu_);
-    server->cv_.wait_for(lock, kStartTimeout, [&] {
-      return !server->listen_address_.empty() || server->eof_;
-    });
-    listen = server->listen_address_;
-  }
-  const std::string command = absl::StrJoin(args, " ");
-  if (listen.empty()) {
-    // Either it exited (EOF) or it hung: both are start failures.
+  absl::StatusOr<ReadyFile> ready = server->WaitForReadyFile(ready_path);
+  if (!ready.ok()) {
+    // It exited, hung or wrote a broken file: all start failures.
     const bool exited = server->Reap(std::chrono::seconds(2));
     if (!exited) server->Kill();
     server->JoinReader();
     return absl::UnavailableError(absl::StrCat(
         exited ? absl::StrCat("dedupd exited with code ", server->exit_code_)
-               : "dedupd did not report listening within 20 s",
-        "\ncommand: ", command, "\noutput:\n",
+               : ready.status().message(),
+        "\ncommand: ", absl::StrJoin(args, " "), "\noutput:\n",
         Tail(server->captured_stderr())));
   }
-  const size_t colon = listen.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos ||
-      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port <= 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot parse the listening address '", listen, "'"));
-  }
-  server->address_ = listen;
-  server->port_ = port;
+  server->ready_ = *std::move(ready);
+  server->address_ = server->ready_.address;
+  server->port_ = PortOf(server->ready_.address);
   return server;
+}
+
+absl::StatusOr<ReadyFile> ServerProcess::WaitForReadyFile(
+    const std::string& path) {
+  const Clock::time_point deadline = Clock::now() + kStartTimeout;
+  while (Clock::now() < deadline) {
+    absl::StatusOr<ReadyFile> ready = ReadReadyFile(path, pid_);
+    if (ready.ok() || !absl::IsNotFound(ready.status())) return ready;
+    if (Reap(std::chrono::milliseconds(0))) {
+      return absl::UnavailableError("dedupd exited before it was ready");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("dedupd wrote no ready file (", path, ") within 20 s"));
+}
+
+int ServerProcess::metrics_port() const {
+  return PortOf(ready_.metrics_address);
 }
 
 ServerProcess::~ServerProcess() {
   Kill();
+  std::error_code ignored;
   if (owns_data_dir_ && !data_dir_.empty()) {
-    std::error_code ignored;
     std::filesystem::remove_all(data_dir_, ignored);
   }
+  if (!ready_dir_.empty()) std::filesystem::remove_all(ready_dir_, ignored);
 }
 
 void ServerProcess::ReadOutput(int fd) {
@@ -317,24 +392,6 @@ void ServerProcess::ReadOutput(int fd) {
   char buf[4096];
   auto flush_line = [&] {
     std::fprintf(stderr, "[dedupd] %s\n", line.c_str());
-    if (const size_t at = line.find(kMetricsPrefix); at != std::string::npos) {
-      const std::string rest = line.substr(at + sizeof(kMetricsPrefix) - 1);
-      int port = 0;
-      if (absl::SimpleAtoi(rest.substr(rest.rfind(':') + 1), &port)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        metrics_port_ = port;
-      }
-    }
-    if (const size_t at = line.find(kListeningPrefix);
-        at != std::string::npos) {
-      std::string rest = line.substr(at + sizeof(kListeningPrefix) - 1);
-      rest = rest.substr(0, rest.find_first_of(" \t\r"));
-      std::lock_guard<std::mutex> lock(mu_);
-      if (listen_address_.empty()) {
-        listen_address_ = rest;
-        cv_.notify_all();
-      }
-    }
     line.clear();
   };
   while (true) {
@@ -355,9 +412,6 @@ void ServerProcess::ReadOutput(int fd) {
   }
   if (!line.empty()) flush_line();
   close(fd);
-  std::lock_guard<std::mutex> lock(mu_);
-  eof_ = true;
-  cv_.notify_all();
 }
 
 bool ServerProcess::Reap(std::chrono::milliseconds timeout) {

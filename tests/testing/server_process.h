@@ -6,7 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -25,6 +25,17 @@ namespace dedup::testing {
 // DEDUP_SERVER_BINARY environment variable).
 [[nodiscard]] std::string ServerBinary();
 
+// What a dedupd wrote to its --ready_file once serving (server/ready_file.h):
+// every address the bound one.
+struct ReadyFile {
+  int64_t pid = 0;
+  std::string mode;             // "single" or "cluster"
+  std::string address;          // gRPC, "HOST:PORT"
+  std::string metrics_address;  // "" without metrics
+  std::string health_address;   // "" without --health_address
+  std::string raft_address;     // "" in single mode
+};
+
 // A running dedupd. Start it from a thread that outlives it: the child is sent
 // SIGKILL when the starting thread exits, so a crashed test leaves no orphan.
 //
@@ -36,12 +47,15 @@ namespace dedup::testing {
 // not run that way), Stop and Kill act on every node.
 class ServerProcess {
  public:
-  // Starts dedupd with --address=127.0.0.1:0 --data_dir=DIR followed by
-  // extra_flags (later flags win, so they may override either). An empty
-  // data_dir means a fresh temp dir that this object owns and deletes; keep
-  // the object alive while restarting other servers on the same dir. Waits up
-  // to 20 s for the "dedupd listening on HOST:PORT" line (and, for a group,
-  // up to 20 s more for a leader).
+  // Starts dedupd with --address=127.0.0.1:0 --data_dir=DIR
+  // --ready_file=FILE followed by extra_flags (later flags win, so they may
+  // override either). An empty data_dir means a fresh temp dir that this
+  // object owns and deletes; keep the object alive while restarting other
+  // servers on the same dir. FILE is in a temp dir of its own (owned and
+  // deleted), unless extra_flags name one; either way a file already there
+  // is deleted first and only one holding the child's pid counts. Waits up
+  // to 20 s for that file, failing early with the output's tail if dedupd
+  // exits (and, for a group, up to 20 s more for a leader).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       std::vector<std::string> extra_flags = {}, std::string data_dir = "");
 
@@ -49,14 +63,13 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
   ~ServerProcess();
 
-  // "HOST:PORT" as the server reported it, for grpc::CreateChannel.
+  // "HOST:PORT" from the ready file, for grpc::CreateChannel.
   std::string address() const { return address_; }
   int port() const { return port_; }
   // Port of the Prometheus /metrics endpoint; 0 when metrics are disabled.
-  int metrics_port() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return metrics_port_;
-  }
+  int metrics_port() const;
+  // The ready file's contents (a group's: the leader's).
+  const ReadyFile& ready() const { return ready_; }
 
   // Sends SIGTERM and waits up to 30 s (then SIGKILL). An error unless the
   // server exited with code 0. Calling it on an exited server only reports.
@@ -82,6 +95,10 @@ class ServerProcess {
 
   // Reads the child's output until EOF; runs on reader_.
   void ReadOutput(int fd);
+  // Polls `path` until this child's ready file is there (up to 20 s); an
+  // error if the child exits first or the file is broken.
+  [[nodiscard]] absl::StatusOr<ReadyFile> WaitForReadyFile(
+      const std::string& path);
   // Reaps the child, waiting at most `timeout`; false if it is still running.
   bool Reap(std::chrono::milliseconds timeout);
   void JoinReader();
@@ -90,6 +107,8 @@ class ServerProcess {
   int exit_code_ = -1;
   std::string data_dir_;
   bool owns_data_dir_ = false;
+  std::string ready_dir_;  // owned; "" when the test named the file
+  ReadyFile ready_;
   std::string address_;
   int port_ = 0;
   std::thread reader_;
@@ -98,11 +117,7 @@ class ServerProcess {
 
   // Shared with reader_.
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::string output_;          // Guarded by mu_.
-  std::string listen_address_;  // Guarded by mu_.
-  int metrics_port_ = 0;        // Guarded by mu_.
-  bool eof_ = false;            // Guarded by mu_.
+  std::string output_;  // Guarded by mu_.
 };
 
 // What a process that ran to its end left behind.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -20,12 +21,15 @@ class ServerProcessTest : public ::testing::Test {
   void SetUp() override { setenv("DEDUP_SERVER_BINARY", FAKE_DEDUPD, 1); }
 };
 
-TEST_F(ServerProcessTest, StartsParsesThePortAndStopsCleanly) {
+TEST_F(ServerProcessTest, StartsReadsTheReadyFileAndStopsCleanly) {
   auto started = ServerProcess::Start({"--durability=none"});
   ASSERT_TRUE(started.ok()) << started.status();
   ServerProcess& server = **started;
   EXPECT_EQ(server.port(), 45678);
   EXPECT_EQ(server.address(), "127.0.0.1:45678");
+  EXPECT_EQ(server.metrics_port(), 45679);
+  EXPECT_EQ(server.ready().pid, server.pid());
+  EXPECT_EQ(server.ready().mode, "single");
   EXPECT_EQ(server.exit_code(), -1);
   const std::string out = server.captured_stderr();
   EXPECT_TRUE(absl::StrContains(out, "arg --address=127.0.0.1:0")) << out;
@@ -41,6 +45,27 @@ TEST_F(ServerProcessTest, StartsParsesThePortAndStopsCleanly) {
   EXPECT_TRUE(server.Stop().ok()) << "stopping twice only reports";
   started->reset();
   EXPECT_FALSE(std::filesystem::exists(dir)) << "owned temp dir not removed";
+}
+
+// A test's own --ready_file is the one read; a file an earlier server left
+// there (another pid, another port) is not taken for this one's.
+TEST_F(ServerProcessTest, WaitsForANewReadyFileAtAGivenPath) {
+  auto dir = MakeTempDir();
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string path = *dir + "/ready.json";
+  {
+    std::FILE* stale = std::fopen(path.c_str(), "w");
+    ASSERT_NE(stale, nullptr);
+    std::fputs("{\"pid\":1,\"address\":\"127.0.0.1:1\"}\n", stale);
+    std::fclose(stale);
+  }
+  auto started = ServerProcess::Start(
+      {"--ready_file=" + path, "--fake_ready_delay_ms=300"});
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ((*started)->address(), "127.0.0.1:45678");
+  EXPECT_TRUE(std::filesystem::exists(path));
+  started->reset();
+  std::filesystem::remove_all(*dir);
 }
 
 TEST_F(ServerProcessTest, KillReportsTheSignalAndStopThenFails) {

@@ -2,13 +2,14 @@
 
 Node N listens on 127.0.0.N (all of 127/8 is loopback on Linux) on free
 ports, for clients and for Raft, with its own data directory under one temp
-dir; every process's output goes to a file. The binary comes from $DEDUPD.
+dir; every process's output goes to a file, and each writes its own ready
+file (nN.ready.json), which tells when it serves. The binary comes from
+$DEDUPD.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -17,9 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from dedupd_process import _die_with_parent
-
-_LISTENING = re.compile(r"dedupd listening on (\S+):(\d+)")
+from dedupd_process import _die_with_parent, wait_ready
 
 
 def free_port(ip: str) -> int:
@@ -38,6 +37,7 @@ class Node:
         self.raft_address = f"{self.ip}:{free_port(self.ip)}"
         self.data_dir = root / f"n{node_id}"
         self.log_path = root / f"n{node_id}.log"
+        self.ready_path = root / f"n{node_id}.ready.json"
         self.process: Optional[subprocess.Popen[bytes]] = None
 
     def log(self) -> str:
@@ -68,6 +68,7 @@ class DedupdGroup:
                             binary, f"--node_id={node.id}", f"--peers={peers}",
                             f"--address={node.address}", f"--data_dir={node.data_dir}",
                             "--event_log=off", "--metrics_address=",
+                            f"--ready_file={node.ready_path}",
                         ]),
                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     )
@@ -89,16 +90,13 @@ class DedupdGroup:
         raise KeyError(address)
 
     def _wait_listening(self, node: Node, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            match = _LISTENING.search(node.log())
-            if match and f"{match.group(1)}:{match.group(2)}" == node.address:
-                return
-            assert node.process is not None
-            if node.process.poll() is not None:
-                raise RuntimeError(
-                    f"node {node.id} exited {node.process.returncode}: {node.log()}")
-            time.sleep(0.01)
-        raise TimeoutError(f"node {node.id} did not start serving: {node.log()}")
+        assert node.process is not None
+        ready = wait_ready(node.ready_path, node.process,
+                           max(0.0, deadline - time.monotonic()), node.log,
+                           name=f"node {node.id}")
+        if ready["address"] != node.address:
+            raise RuntimeError(f"node {node.id} serves on {ready['address']}, "
+                               f"not {node.address}: {node.log()}")
 
     def kill(self, node: Node) -> None:
         """SIGKILL: the node dies at once, with no leadership transfer."""

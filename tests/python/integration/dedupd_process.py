@@ -1,14 +1,15 @@
 """Starts a real dedupd for a test and stops it cleanly (SIGTERM).
 
-The binary comes from $DEDUPD. The server binds 127.0.0.1:0 and reports its
-port on stderr ("dedupd listening on 127.0.0.1:PORT ..."); its output goes to
+The binary comes from $DEDUPD. The server binds 127.0.0.1:0 and, once
+serving, writes its bound addresses to its --ready_file (JSON, written
+atomically: server/ready_file.h), which wait_ready reads; its output goes to
 a file (not a pipe nobody reads, which could fill up and block it).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -16,10 +17,31 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-_LISTENING = re.compile(r"dedupd listening on 127\.0\.0\.1:(\d+)")
-_METRICS = re.compile(r"dedupd metrics on 127\.0\.0\.1:(\d+)")
+
+def port_of(address: str) -> int:
+    """The port of "HOST:PORT"."""
+    return int(address.rsplit(":", 1)[1])
+
+
+def wait_ready(path: Path, process: subprocess.Popen[bytes], timeout_s: float,
+               log: Callable[[], str], name: str = "dedupd") -> dict:
+    """The ready file `process` writes at `path` (delete any old one before
+    starting it): polled until it holds the process's pid. RuntimeError with
+    the log's tail if the process exits first, TimeoutError after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ready = json.loads(path.read_text())
+        except FileNotFoundError:
+            ready = None  # written by rename: absent or whole
+        if ready is not None and ready.get("pid") == process.pid:
+            return ready
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited {process.returncode}: {log()}")
+        time.sleep(0.01)
+    raise TimeoutError(f"{name} wrote no ready file ({path}) in {timeout_s} s: {log()}")
 
 
 def _die_with_parent(argv: list[str]) -> list[str]:
@@ -50,35 +72,25 @@ class Dedupd:
             raise RuntimeError("set DEDUPD to the dedupd binary")
         self._tmp = tempfile.TemporaryDirectory(prefix="dedup-py-")
         self.log_path = Path(self._tmp.name) / "dedupd.log"
+        self.ready_path = Path(self._tmp.name) / "ready.json"
         self.data_dir = data_dir or f"{self._tmp.name}/data"
         self._log = open(self.log_path, "wb")
         self.process: Optional[subprocess.Popen[bytes]] = subprocess.Popen(
             _die_with_parent([binary, f"--address=127.0.0.1:{port}",
                               "--metrics_address=" + ("127.0.0.1:0" if metrics else ""),
                               f"--data_dir={self.data_dir}", "--durability=none",
-                              *args]),
+                              f"--ready_file={self.ready_path}", *args]),
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
         try:
-            self.port = self._wait_for(_LISTENING, start_timeout_s)
-            self.metrics_port = (
-                self._wait_for(_METRICS, start_timeout_s) if metrics else None
-            )
+            ready = wait_ready(self.ready_path, self.process, start_timeout_s, self.log)
         except BaseException:
             self.stop()
             raise
-        self.target = f"127.0.0.1:{self.port}"
-
-    def _wait_for(self, line: re.Pattern[str], timeout_s: float) -> int:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            match = line.search(self.log_path.read_text(errors="replace"))
-            if match:
-                return int(match.group(1))
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"dedupd exited {self.process.returncode}: {self.log()}")
-            time.sleep(0.01)
-        raise TimeoutError(f"dedupd did not report its port: {self.log()}")
+        self.port = port_of(ready["address"])
+        self.metrics_port = (
+            port_of(ready["metrics_address"]) if ready["metrics_address"] else None)
+        self.target = ready["address"]
 
     def metric(self, sample: str) -> float:
         """The value of one /metrics sample, e.g.

@@ -56,7 +56,7 @@ class ReconnectTest(unittest.TestCase):
         self.assertGreaterEqual(failed, 2)
 
         second = Dedupd(port=first.port, data_dir=first.data_dir)
-        listening = time.monotonic()  # it printed its listening line just now
+        listening = time.monotonic()  # it wrote its ready file just now
         # Before first's (which removes the shared data dir).
         self.addCleanup(second.stop)
 

@@ -1,6 +1,8 @@
 // Starts a real replicated dedupd group (cluster mode, one process per node on
 // 127.0.0.N with free ports and temp data dirs) for integration tests, and
-// stops every process it started by its PID. Not for production use.
+// stops every process it started by its PID. Each node writes its own ready
+// file (--ready_file, beside its data dir) once serving; start waits for all
+// of them. Not for production use.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -10,7 +12,7 @@ import { join } from 'node:path';
 import { Client as GrpcClient, credentials, Metadata, type ServiceError } from '@grpc/grpc-js';
 
 import * as wire from '../wire.js';
-import { dedupdBinary, killOnExit, waitForListening } from './dedupd.js';
+import { dedupdBinary, killOnExit, waitForReady } from './dedupd.js';
 
 export interface DedupdGroupOptions {
   /** Nodes, at most 254 (one loopback IP each). Default 3. */
@@ -19,7 +21,7 @@ export interface DedupdGroupOptions {
   readonly args?: readonly string[];
   /** Default: env DEDUPD, else <repo>/build/server/dedupd. */
   readonly binary?: string;
-  /** How long to wait for each node's "dedupd listening on ..." (ms). Default 15000. */
+  /** How long to wait for each node's ready file (ms). Default 15000. */
   readonly startTimeoutMs?: number;
 }
 
@@ -54,7 +56,7 @@ export interface DedupdGroup {
 export async function startDedupdGroup(options: DedupdGroupOptions = {}): Promise<DedupdGroup> {
   const size = options.size ?? 3;
   const root = mkdtempSync(join(tmpdir(), 'dedupd-group-'));
-  const layout: { id: number; ip: string; address: string; raftAddress: string; dataDir: string }[] = [];
+  const layout: { id: number; ip: string; address: string; raftAddress: string; dataDir: string; readyFile: string }[] = [];
   for (let id = 1; id <= size; id++) {
     const ip = `127.0.0.${id}`;
     layout.push({
@@ -63,6 +65,7 @@ export async function startDedupdGroup(options: DedupdGroupOptions = {}): Promis
       address: `${ip}:${await freePort(ip)}`,
       raftAddress: `${ip}:${await freePort(ip)}`,
       dataDir: join(root, `n${id}`),
+      readyFile: join(root, `n${id}.ready.json`),
     });
   }
   const peers = layout.map((n) => `${n.id}=${n.raftAddress}=${n.address}`).join(',');
@@ -101,6 +104,7 @@ export async function startDedupdGroup(options: DedupdGroupOptions = {}): Promis
           '--event_log=off',
           // The default metrics port would collide between the nodes.
           '--metrics_address=',
+          `--ready_file=${n.readyFile}`,
           ...(options.args ?? []),
         ],
         { stdio: ['ignore', 'ignore', 'pipe'] },
@@ -114,7 +118,12 @@ export async function startDedupdGroup(options: DedupdGroupOptions = {}): Promis
         exited: killOnExit(child),
       });
     }
-    await Promise.all(nodes.map((n) => waitForListening(n.process as ChildProcess, options.startTimeoutMs ?? 15_000)));
+    await Promise.all(
+      nodes.map(async (n, i) => {
+        const ready = await waitForReady(n.process as ChildProcess, layout[i]?.readyFile ?? '', options.startTimeoutMs ?? 15_000);
+        if (ready.address !== n.address) throw new Error(`node ${n.id} serves on ${ready.address}, not ${n.address}`);
+      }),
+    );
     return group;
   } catch (error) {
     await group.stop();

@@ -1,8 +1,10 @@
 // Starts a real dedupd for integration and end-to-end tests (exported as
 // @dedup/client/testing so the MCP example's tests share it). Not for
-// production use.
+// production use. A started dedupd is known to serve, and where, by its
+// --ready_file: a JSON file it writes atomically once serving, with its pid
+// and every bound address (server/ready_file.h in the dedup repository).
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,17 +14,31 @@ export interface DedupdOptions {
   readonly args?: readonly string[];
   /** Default: env DEDUPD, else <repo>/build/server/dedupd. */
   readonly binary?: string;
-  /** How long to wait for "dedupd listening on ..." (ms). Default 15000. */
+  /** How long to wait for dedupd's ready file (ms). Default 15000. */
   readonly startTimeoutMs?: number;
   /** Serve Prometheus /metrics on a free port (`Dedupd.metricsAddress`). Default false. */
   readonly metrics?: boolean;
 }
 
+/** What dedupd writes to its --ready_file once serving (keys may be added). */
+export interface ReadyInfo {
+  readonly pid: number;
+  readonly mode: 'single' | 'cluster';
+  /** The bound gRPC address, "HOST:PORT". */
+  readonly address: string;
+  /** The bound /metrics address, or "" without metrics. */
+  readonly metrics_address: string;
+  readonly health_address: string;
+  readonly raft_address: string;
+  readonly [key: string]: unknown;
+}
+
 export interface Dedupd {
-  /** "127.0.0.1:PORT" */
+  /** "127.0.0.1:PORT", from dedupd's ready file. */
   readonly address: string;
   /** "127.0.0.1:PORT" of /metrics, with the `metrics` option. */
   readonly metricsAddress?: string;
+  /** The data directory, in a temp dir of its own (removed by `stop`). */
   readonly dataDir: string;
   readonly process: ChildProcess;
   /** SIGTERM, wait for exit (SIGKILL after 5 s), remove the data dir. Idempotent. */
@@ -68,10 +84,20 @@ export async function startDedupd(options: DedupdOptions = {}): Promise<Dedupd> 
 }
 
 async function launch(options: DedupdOptions, extraFlags: readonly string[]): Promise<Dedupd> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'dedupd-test-'));
+  // The ready file beside the data dir, not in it.
+  const root = mkdtempSync(join(tmpdir(), 'dedupd-test-'));
+  const dataDir = join(root, 'data');
+  const readyFile = join(root, 'ready.json');
   const child = spawn(
     options.binary ?? dedupdBinary(),
-    ['--address=127.0.0.1:0', `--data_dir=${dataDir}`, '--durability=none', ...extraFlags, ...(options.args ?? [])],
+    [
+      '--address=127.0.0.1:0',
+      `--data_dir=${dataDir}`,
+      '--durability=none',
+      `--ready_file=${readyFile}`,
+      ...extraFlags,
+      ...(options.args ?? []),
+    ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
   const exited = killOnExit(child);
@@ -85,36 +111,35 @@ async function launch(options: DedupdOptions, extraFlags: readonly string[]): Pr
         await exited;
         clearTimeout(timer);
       }
-      rmSync(dataDir, { recursive: true, force: true });
+      rmSync(root, { recursive: true, force: true });
     })();
     return stopping;
   };
 
-  // dedupd prints "dedupd metrics on HOST:PORT" before its "listening" line.
-  let metricsAddress: string | undefined;
-  let head = '';
-  const listening = waitForListening(child, options.startTimeoutMs ?? 15_000);
-  child.stderr?.on('data', (chunk: string) => {
-    if (metricsAddress !== undefined || head.length > 8192) return;
-    head += chunk;
-    metricsAddress = /dedupd metrics on (\S+:\d+)/.exec(head)?.[1];
-  });
   try {
-    const address = await listening;
-    return { address, ...(metricsAddress !== undefined && { metricsAddress }), dataDir, process: child, stop };
+    const ready = await waitForReady(child, readyFile, options.startTimeoutMs ?? 15_000);
+    const metricsAddress = ready.metrics_address !== '' ? ready.metrics_address : undefined;
+    return { address: ready.address, ...(metricsAddress !== undefined && { metricsAddress }), dataDir, process: child, stop };
   } catch (error) {
     await stop();
     throw error;
   }
 }
 
-/** Resolves with the address of the "dedupd listening on HOST:PORT" line `child` prints on stderr. */
-export function waitForListening(child: ChildProcess, timeoutMs: number): Promise<string> {
+/**
+ * Resolves with the contents of the ready file `child` (a dedupd started with
+ * `--ready_file=<readyFile>`; delete an older file there first) writes once
+ * serving: polled until it holds the child's pid. Rejects, with the tail of
+ * the child's stderr, if the child exits first or after `timeoutMs`.
+ */
+export function waitForReady(child: ChildProcess, readyFile: string, timeoutMs: number): Promise<ReadyInfo> {
   return new Promise((resolve, reject) => {
     let stderr = '';
-    const timer = setTimeout(() => fail(`no "listening" line within ${timeoutMs} ms`), timeoutMs);
+    let done = false;
+    const deadline = Date.now() + timeoutMs;
     function fail(why: string): void {
-      clearTimeout(timer);
+      if (done) return;
+      done = true;
       reject(new Error(`dedupd did not start: ${why}\n${stderr}`));
     }
     child.once('error', (error) => fail(error.message));
@@ -122,11 +147,41 @@ export function waitForListening(child: ChildProcess, timeoutMs: number): Promis
     // Keep reading stderr for the server's whole life so it never blocks on a full pipe.
     child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
       stderr = (stderr + chunk).slice(-8192);
-      const match = /dedupd listening on (\S+:\d+)/.exec(stderr);
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
     });
+    const poll = (): void => {
+      if (done) return;
+      const ready = readReadyFile(readyFile);
+      if (ready !== undefined && ready.pid === child.pid) {
+        done = true;
+        resolve(ready);
+      } else if (Date.now() >= deadline) {
+        fail(`no ready file (${readyFile}) within ${timeoutMs} ms`);
+      } else {
+        setTimeout(poll, 10);
+      }
+    };
+    poll();
   });
+}
+
+/**
+ * Resolves with the gRPC address dedupd `child` serves on, once it serves:
+ * read from the ready file named by the `--ready_file=` flag it was started
+ * with (required). Rejects as `waitForReady` does.
+ */
+export async function waitForListening(child: ChildProcess, timeoutMs: number): Promise<string> {
+  const flag = child.spawnargs.filter((arg) => arg.startsWith('--ready_file=')).pop();
+  if (flag === undefined) throw new Error('dedupd was started without --ready_file=PATH');
+  return (await waitForReady(child, flag.slice('--ready_file='.length), timeoutMs)).address;
+}
+
+/** The ready file's contents; undefined while there is none (written by rename: never partial). */
+function readReadyFile(path: string): ReadyInfo | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch {
+    return undefined;
+  }
+  return JSON.parse(text) as ReadyInfo;
 }

@@ -1,7 +1,9 @@
-"""Checks a fault run's history (client.py's log of every attempt) against
-dedup's contract, key by key. Exits 0 only when there is no violation.
+"""Checks a run's history (client.py's log of every attempt) against
+dedup's contract, key by key: the fault test's checks, and the per-key part
+of the crash test's (tests/crash/crash_checker.py). Exits 0 only when there
+is no violation.
 
-    /usr/bin/python3 tests/fault/checker.py RUN_DIR   (re-checks a kept run)
+    /usr/bin/python3 tests/history/checker.py RUN_DIR   (re-checks a kept fault run)
 
 Operations and time
 -------------------

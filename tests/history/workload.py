@@ -26,7 +26,7 @@ import random
 import threading
 import uuid
 
-from client import GaveUp, History, LeaderClient
+from history.client import GaveUp, History, LeaderClient
 from dedup.v1 import dedup_pb2
 
 NAMESPACE = "fault"

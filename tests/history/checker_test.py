@@ -8,9 +8,10 @@ import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# tests/, for the history package.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import checker  # noqa: E402
+from history import checker  # noqa: E402
 
 
 class H:
