@@ -11,6 +11,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
+#include "storage/coding.h"
 #include "storage/db_options.h"
 #include "storage/entry_batch.h"
 #include "storage/lease_tracker.h"
@@ -42,13 +43,13 @@ constexpr int kMetaKeys = 3;
 std::string MemberKeyPrefix() { return MetaKey("member."); }
 std::string MemberKey(uint64_t id) {
   std::string key = MemberKeyPrefix();
-  for (int i = 7; i >= 0; --i) key.push_back(static_cast<char>(id >> (8 * i)));
+  PutBigEndian64(&key, id);
   return key;
 }
 
 std::string EncodeU64(uint64_t v) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
+  std::string out;
+  PutFixed64(&out, v);
   return out;
 }
 
@@ -58,9 +59,7 @@ absl::StatusOr<uint64_t> DecodeU64(absl::string_view s,
     return absl::DataLossError(
         absl::StrCat(what, ": ", s.size(), " bytes, expected 8"));
   }
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(s[i]);
-  return v;
+  return DecodeFixed64(s.data());
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
@@ -295,11 +294,8 @@ class RocksReplicatedState : public ReplicatedState {
          it->Next()) {
       const absl::string_view key(it->key().data(), it->key().size());
       if (key.size() != prefix.size() + 8) continue;
-      uint64_t id = 0;
-      for (size_t i = prefix.size(); i < key.size(); ++i) {
-        id = (id << 8) | static_cast<unsigned char>(key[i]);
-      }
-      members[id] = it->value().ToString();
+      members[DecodeBigEndian64(key.data() + prefix.size())] =
+          it->value().ToString();
     }
     if (absl::Status s = FromRocks(it->status(), "members scan"); !s.ok()) {
       return s;
