@@ -15,6 +15,7 @@
 #include "storage/db_options.h"
 #include "storage/entry_batch.h"
 #include "storage/lease_tracker.h"
+#include "storage/rocks_util.h"
 #include "storage/state_dir_swap.h"
 #include "storage/storage_key.h"
 #include "storage/ttl_compaction_filter.h"
@@ -62,11 +63,6 @@ absl::StatusOr<uint64_t> DecodeU64(absl::string_view s,
   return DecodeFixed64(s.data());
 }
 
-absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
-}
-
 // Reads a u64 metadata value; 0 when absent.
 absl::StatusOr<uint64_t> ReadMeta(rocksdb::DB* db,
                                   const rocksdb::ReadOptions& options,
@@ -96,6 +92,82 @@ void FnvMix(uint64_t& h, absl::string_view bytes) {
 void FnvMixSized(uint64_t& h, absl::string_view bytes) {
   FnvMix(h, EncodeU64(bytes.size()));
   FnvMix(h, bytes);
+}
+
+// Applies `op`, the entry's operation `i`, at replicated time `now`: decides
+// it on its stored record, stages its write in `batch` and appends its answer
+// (and the key it settled, if any) to `out`; numbers new fences from `fence`.
+// An error fails the whole entry (a storage failure); a record that does not
+// decode fails this operation alone, in its answer.
+absl::Status ApplyOp(const LogOp& op, size_t i, int64_t now, uint64_t& fence,
+                     EntryBatch& batch, AppliedEntry& out) {
+  if (const auto* member = std::get_if<LogSetMember>(&op)) {
+    batch.batch().Put(MemberKey(member->member_id), member->client_address);
+    out.members_changed = true;
+    out.answers.emplace_back(true);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::optional<Record>> stored = batch.Read(i);
+  if (!stored.ok()) {
+    // A record that does not decode is refused alone, and kept as it is.
+    if (absl::IsDataLoss(stored.status())) {
+      out.answers.emplace_back(stored.status());
+      return absl::OkStatus();
+    }
+    return stored.status();
+  }
+  const std::string& skey = *KeyOf(op);
+  switch (TypeOf(op)) {
+    case OpType::kBegin: {
+      BeginDecision d = DecideBegin(*stored, std::get<LogBegin>(op).params, now,
+                                    [&fence] { return ++fence; });
+      batch.Apply(i, d.write, d.record);
+      out.answers.emplace_back(std::move(d));
+      break;
+    }
+    case OpType::kComplete:
+    case OpType::kRelease:
+    case OpType::kRenew:
+    case OpType::kCheckpoint: {
+      FencedDecision d;
+      if (const auto* c = std::get_if<LogComplete>(&op)) {
+        d = DecideComplete(*stored, c->params, now);
+      } else if (const auto* r = std::get_if<LogRelease>(&op)) {
+        d = DecideRelease(*stored, r->fence, now);
+      } else if (const auto* k = std::get_if<LogCheckpoint>(&op)) {
+        d = DecideCheckpoint(*stored, k->params, now);
+      } else {
+        const LogRenew& renew = std::get<LogRenew>(op);
+        d = DecideRenew(*stored, renew.fence, renew.lease_ms, now);
+      }
+      batch.Apply(i, d.write, d.record);
+      // Parked Begins wait for an outcome or a release, not for a
+      // renewed lease or a checkpoint.
+      if (d.write != WriteKind::kNone &&
+          !std::holds_alternative<LogRenew>(op) &&
+          !std::holds_alternative<LogCheckpoint>(op)) {
+        out.settled_keys.push_back(skey);
+      }
+      out.answers.emplace_back(std::move(d));
+      break;
+    }
+    case OpType::kGet:
+      out.answers.emplace_back(LiveRecord(*stored, now));
+      break;
+    case OpType::kSetMember:  // handled above
+      break;
+    case OpType::kForget: {
+      const bool existed = LiveRecord(*stored, now).has_value();
+      // Delete even an expired leftover so Forget always frees space.
+      if (stored->has_value()) {
+        batch.Apply(i, WriteKind::kDelete, Record());
+        out.settled_keys.push_back(skey);
+      }
+      out.answers.emplace_back(existed);
+      break;
+    }
+  }
+  return absl::OkStatus();
 }
 
 class RocksReplicatedState : public ReplicatedState {
@@ -159,72 +231,9 @@ class RocksReplicatedState : public ReplicatedState {
     EntryBatch batch(db_.get(), entry.ops);
     out.answers.reserve(entry.ops.size());
     for (size_t i = 0; i < entry.ops.size(); ++i) {
-      const LogOp& op = entry.ops[i];
-      if (const auto* member = std::get_if<LogSetMember>(&op)) {
-        batch.batch().Put(MemberKey(member->member_id), member->client_address);
-        out.members_changed = true;
-        out.answers.emplace_back(true);
-        continue;
-      }
-      absl::StatusOr<std::optional<Record>> stored = batch.Read(i);
-      if (!stored.ok()) {
-        // A record that does not decode is refused alone, and kept as it is.
-        if (absl::IsDataLoss(stored.status())) {
-          out.answers.emplace_back(stored.status());
-          continue;
-        }
-        return stored.status();
-      }
-      const std::string& skey = *KeyOf(op);
-      switch (TypeOf(op)) {
-        case OpType::kBegin: {
-          BeginDecision d = DecideBegin(*stored, std::get<LogBegin>(op).params,
-                                        now, [&fence] { return ++fence; });
-          batch.Apply(i, d.write, d.record);
-          out.answers.emplace_back(std::move(d));
-          break;
-        }
-        case OpType::kComplete:
-        case OpType::kRelease:
-        case OpType::kRenew:
-        case OpType::kCheckpoint: {
-          FencedDecision d;
-          if (const auto* c = std::get_if<LogComplete>(&op)) {
-            d = DecideComplete(*stored, c->params, now);
-          } else if (const auto* r = std::get_if<LogRelease>(&op)) {
-            d = DecideRelease(*stored, r->fence, now);
-          } else if (const auto* k = std::get_if<LogCheckpoint>(&op)) {
-            d = DecideCheckpoint(*stored, k->params, now);
-          } else {
-            const LogRenew& renew = std::get<LogRenew>(op);
-            d = DecideRenew(*stored, renew.fence, renew.lease_ms, now);
-          }
-          batch.Apply(i, d.write, d.record);
-          // Parked Begins wait for an outcome or a release, not for a
-          // renewed lease or a checkpoint.
-          if (d.write != WriteKind::kNone &&
-              !std::holds_alternative<LogRenew>(op) &&
-              !std::holds_alternative<LogCheckpoint>(op)) {
-            out.settled_keys.push_back(skey);
-          }
-          out.answers.emplace_back(std::move(d));
-          break;
-        }
-        case OpType::kGet:
-          out.answers.emplace_back(LiveRecord(*stored, now));
-          break;
-        case OpType::kSetMember:  // handled above
-          break;
-        case OpType::kForget: {
-          const bool existed = LiveRecord(*stored, now).has_value();
-          // Delete even an expired leftover so Forget always frees space.
-          if (stored->has_value()) {
-            batch.Apply(i, WriteKind::kDelete, Record());
-            out.settled_keys.push_back(skey);
-          }
-          out.answers.emplace_back(existed);
-          break;
-        }
+      if (absl::Status s = ApplyOp(entry.ops[i], i, now, fence, batch, out);
+          !s.ok()) {
+        return s;
       }
     }
     rocksdb::WriteBatch& wb = batch.batch();
@@ -393,16 +402,7 @@ class RocksReplicatedState : public ReplicatedState {
   absl::StatusOr<uint64_t> CountStoredRecords() override {
     absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
-    uint64_t count = 0;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (!IsRecordKey(absl::string_view(it->key().data(), it->key().size()))) {
-        break;  // metadata sorts after every record
-      }
-      ++count;
-    }
-    if (absl::Status s = FromRocks(it->status(), "scan"); !s.ok()) return s;
-    return count;
+    return CountRecordsInDb(*db_);
   }
 
   absl::Status Close() override {
