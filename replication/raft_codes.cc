@@ -2,9 +2,8 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 // libraft 0.15's headers declare C functions without extern "C".
 extern "C" {
@@ -73,12 +72,11 @@ std::string AppendError(int rv, const char* detail) {
 }
 
 [[noreturn]] void StopOnStorageFailure(const std::string& what) {
-  std::fprintf(stderr,
-               "dedupd: FATAL: %s; stopping so that the group goes on without "
-               "this node (restart it once its disk has room or works: it "
-               "catches up from the others)\n",
-               what.c_str());
-  std::fflush(stderr);
+  // LogError flushes: the line is out before _exit.
+  LogError("FATAL: ", what,
+           "; stopping so that the group goes on without this node (restart "
+           "it once its disk has room or works: it catches up from the "
+           "others)");
   _exit(kExitStorageFailure);
 }
 

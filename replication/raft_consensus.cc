@@ -11,7 +11,6 @@ extern "C" {
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -22,6 +21,7 @@ extern "C" {
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/exit_codes.h"
+#include "common/log.h"
 #include "replication/log_budget.h"
 #include "replication/no_delay_transport.h"
 #include "replication/raft_codes.h"
@@ -251,12 +251,10 @@ class RaftConsensus : public Consensus {
             &head, static_cast<int>(static_cast<unsigned char*>(buf->base)[i]),
             " ");
       }
-      std::fprintf(stderr,
-                   "dedupd: FATAL: log entry %llu (%zu bytes: %s...) cannot be "
-                   "applied: %s; stopping (restart the node)\n",
-                   static_cast<unsigned long long>(index), buf->len,
-                   head.c_str(), std::string(s.message()).c_str());
-      std::fflush(stderr);
+      // LogError flushes: the line is out before _exit.
+      LogError("FATAL: log entry ", index, " (", buf->len, " bytes: ", head,
+               "...) cannot be applied: ", s.message(),
+               "; stopping (restart the node)");
       _exit(kExitDamagedEntry);
     }
     if (!s.ok()) {
@@ -282,8 +280,7 @@ class RaftConsensus : public Consensus {
                          unsigned* n_bufs) {
     absl::StatusOr<std::string> descriptor = Of(fsm)->machine_->Snapshot();
     if (!descriptor.ok()) {
-      std::fprintf(stderr, "dedupd: snapshot not taken: %s\n",
-                   std::string(descriptor.status().message()).c_str());
+      LogWarning("snapshot not taken: ", descriptor.status().message());
       return RAFT_BUSY;  // libraft tries again later
     }
     auto* array = static_cast<struct raft_buffer*>(
@@ -317,8 +314,7 @@ class RaftConsensus : public Consensus {
     absl::Status s = Of(fsm)->machine_->Restore(
         absl::string_view(static_cast<const char*>(buf->base), buf->len));
     if (!s.ok()) {
-      std::fprintf(stderr, "dedupd: cannot restore snapshot: %s\n",
-                   std::string(s.message()).c_str());
+      LogError("cannot restore snapshot: ", s.message());
       return RAFT_IOERR;
     }
     // On success the buffer is ours to free.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -14,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/log.h"
 #include "replication/member_directory.h"
 #include "replication/parked_begins.h"
 #include "replication/pending_op.h"
@@ -312,13 +312,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         !last_hand_off_ms_.compare_exchange_strong(last, now)) {
       return;
     }
-    std::fprintf(stderr, "dedupd: %s; handing leadership to another member\n",
-                 std::string(space_->CheckWritable().message()).c_str());
+    LogWarning(space_->CheckWritable().message(),
+               "; handing leadership to another member");
     TransferLeadership(0, [](absl::Status s) {
-      if (!s.ok()) {
-        std::fprintf(stderr, "dedupd: leadership not handed off: %s\n",
-                     std::string(s.message()).c_str());
-      }
+      if (!s.ok()) LogWarning("leadership not handed off: ", s.message());
     });
   }
 

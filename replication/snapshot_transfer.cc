@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
@@ -10,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/exit_codes.h"
+#include "common/log.h"
 
 namespace dedup {
 namespace {
@@ -64,27 +64,21 @@ absl::Status InstallSnapshot(ReplicatedState* state,
         fetch(address, descriptor.index, incoming);
     if (!fetched.ok()) {
       last = fetched.status();
-      std::fprintf(stderr, "dedupd: snapshot %llu from %s: %s\n",
-                   static_cast<unsigned long long>(descriptor.index),
-                   address.c_str(), std::string(last.message()).c_str());
+      LogWarning("snapshot ", descriptor.index, " from ", address, ": ",
+                 last.message());
       RemoveAll(incoming);
       continue;
     }
     if (absl::Status s = state->ReplaceWith(incoming); !s.ok()) {
       // The old state is closed and maybe moved: nothing can be applied.
-      std::fprintf(stderr,
-                   "dedupd: FATAL: installing the snapshot at index %llu "
-                   "failed: %s; stopping (a restart recovers the data dir)\n",
-                   static_cast<unsigned long long>(descriptor.index),
-                   std::string(s.message()).c_str());
-      std::fflush(stderr);
+      // LogError flushes: the line is out before _exit.
+      LogError("FATAL: installing the snapshot at index ", descriptor.index,
+               " failed: ", s.message(),
+               "; stopping (a restart recovers the data dir)");
       _exit(kExitSnapshotInstall);
     }
-    std::fprintf(stderr,
-                 "dedupd: installed a snapshot from %s at index %llu "
-                 "(needed %llu)\n",
-                 address.c_str(), static_cast<unsigned long long>(*fetched),
-                 static_cast<unsigned long long>(descriptor.index));
+    LogInfo("installed a snapshot from ", address, " at index ", *fetched,
+            " (needed ", descriptor.index, ")");
     return absl::OkStatus();
   }
   return last;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/env.h"
 #include "rocksdb/filter_policy.h"
@@ -31,10 +32,8 @@ std::shared_ptr<rocksdb::MemTableRepFactory> SlotMemtableFactory() {
     auto* factory = new std::shared_ptr<rocksdb::MemTableRepFactory>(
         NewSlotMemTableRepFactory(&fallback));
     if (fallback != nullptr) {
-      std::fprintf(stderr,
-                   "dedupd: slot memtable unavailable (%s); using RocksDB's "
-                   "hash skiplist memtable\n",
-                   fallback);
+      LogWarning("slot memtable unavailable (", fallback,
+                 "); using RocksDB's hash skiplist memtable");
     }
     return factory;
   }();
@@ -55,9 +54,7 @@ class StderrLogger : public rocksdb::Logger {
     char line[1024];
     const int n = std::vsnprintf(line, sizeof(line), format, ap);
     if (n < 0) return;
-    // One write per line, so lines of concurrent threads do not interleave.
-    std::fprintf(stderr, "dedupd: rocksdb: %s\n", line);
-    std::fflush(stderr);
+    LogWarning("rocksdb: ", line);
   }
 };
 

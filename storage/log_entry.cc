@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "storage/coding.h"
 
 namespace dedup {
 
@@ -81,9 +82,7 @@ class Writer {
  public:
   explicit Writer(std::string* out) : out_(out) {}
   void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
-  void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
-  }
+  void U64(uint64_t v) { PutFixed64(out_, v); }
   void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
   void Bytes(absl::string_view s) {
     U64(s.size());
@@ -105,11 +104,7 @@ class Reader {
   }
   bool U64(uint64_t* v) {
     if (in_.size() < 8) return false;
-    uint64_t x = 0;
-    for (int i = 7; i >= 0; --i) {
-      x = (x << 8) | static_cast<unsigned char>(in_[i]);
-    }
-    *v = x;
+    *v = DecodeFixed64(in_.data());
     in_.remove_prefix(8);
     return true;
   }

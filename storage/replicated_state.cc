@@ -11,9 +11,11 @@
 #include "rocksdb/db.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
+#include "storage/coding.h"
 #include "storage/db_options.h"
 #include "storage/entry_batch.h"
 #include "storage/lease_tracker.h"
+#include "storage/rocks_util.h"
 #include "storage/state_dir_swap.h"
 #include "storage/storage_key.h"
 #include "storage/ttl_compaction_filter.h"
@@ -42,13 +44,13 @@ constexpr int kMetaKeys = 3;
 std::string MemberKeyPrefix() { return MetaKey("member."); }
 std::string MemberKey(uint64_t id) {
   std::string key = MemberKeyPrefix();
-  for (int i = 7; i >= 0; --i) key.push_back(static_cast<char>(id >> (8 * i)));
+  PutBigEndian64(&key, id);
   return key;
 }
 
 std::string EncodeU64(uint64_t v) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
+  std::string out;
+  PutFixed64(&out, v);
   return out;
 }
 
@@ -58,14 +60,7 @@ absl::StatusOr<uint64_t> DecodeU64(absl::string_view s,
     return absl::DataLossError(
         absl::StrCat(what, ": ", s.size(), " bytes, expected 8"));
   }
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(s[i]);
-  return v;
-}
-
-absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(what, ": ", s.ToString()));
+  return DecodeFixed64(s.data());
 }
 
 // Reads a u64 metadata value; 0 when absent.
@@ -97,6 +92,82 @@ void FnvMix(uint64_t& h, absl::string_view bytes) {
 void FnvMixSized(uint64_t& h, absl::string_view bytes) {
   FnvMix(h, EncodeU64(bytes.size()));
   FnvMix(h, bytes);
+}
+
+// Applies `op`, the entry's operation `i`, at replicated time `now`: decides
+// it on its stored record, stages its write in `batch` and appends its answer
+// (and the key it settled, if any) to `out`; numbers new fences from `fence`.
+// An error fails the whole entry (a storage failure); a record that does not
+// decode fails this operation alone, in its answer.
+absl::Status ApplyOp(const LogOp& op, size_t i, int64_t now, uint64_t& fence,
+                     EntryBatch& batch, AppliedEntry& out) {
+  if (const auto* member = std::get_if<LogSetMember>(&op)) {
+    batch.batch().Put(MemberKey(member->member_id), member->client_address);
+    out.members_changed = true;
+    out.answers.emplace_back(true);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::optional<Record>> stored = batch.Read(i);
+  if (!stored.ok()) {
+    // A record that does not decode is refused alone, and kept as it is.
+    if (absl::IsDataLoss(stored.status())) {
+      out.answers.emplace_back(stored.status());
+      return absl::OkStatus();
+    }
+    return stored.status();
+  }
+  const std::string& skey = *KeyOf(op);
+  switch (TypeOf(op)) {
+    case OpType::kBegin: {
+      BeginDecision d = DecideBegin(*stored, std::get<LogBegin>(op).params, now,
+                                    [&fence] { return ++fence; });
+      batch.Apply(i, d.write, d.record);
+      out.answers.emplace_back(std::move(d));
+      break;
+    }
+    case OpType::kComplete:
+    case OpType::kRelease:
+    case OpType::kRenew:
+    case OpType::kCheckpoint: {
+      FencedDecision d;
+      if (const auto* c = std::get_if<LogComplete>(&op)) {
+        d = DecideComplete(*stored, c->params, now);
+      } else if (const auto* r = std::get_if<LogRelease>(&op)) {
+        d = DecideRelease(*stored, r->fence, now);
+      } else if (const auto* k = std::get_if<LogCheckpoint>(&op)) {
+        d = DecideCheckpoint(*stored, k->params, now);
+      } else {
+        const LogRenew& renew = std::get<LogRenew>(op);
+        d = DecideRenew(*stored, renew.fence, renew.lease_ms, now);
+      }
+      batch.Apply(i, d.write, d.record);
+      // Parked Begins wait for an outcome or a release, not for a
+      // renewed lease or a checkpoint.
+      if (d.write != WriteKind::kNone &&
+          !std::holds_alternative<LogRenew>(op) &&
+          !std::holds_alternative<LogCheckpoint>(op)) {
+        out.settled_keys.push_back(skey);
+      }
+      out.answers.emplace_back(std::move(d));
+      break;
+    }
+    case OpType::kGet:
+      out.answers.emplace_back(LiveRecord(*stored, now));
+      break;
+    case OpType::kSetMember:  // handled above
+      break;
+    case OpType::kForget: {
+      const bool existed = LiveRecord(*stored, now).has_value();
+      // Delete even an expired leftover so Forget always frees space.
+      if (stored->has_value()) {
+        batch.Apply(i, WriteKind::kDelete, Record());
+        out.settled_keys.push_back(skey);
+      }
+      out.answers.emplace_back(existed);
+      break;
+    }
+  }
+  return absl::OkStatus();
 }
 
 class RocksReplicatedState : public ReplicatedState {
@@ -160,72 +231,9 @@ class RocksReplicatedState : public ReplicatedState {
     EntryBatch batch(db_.get(), entry.ops);
     out.answers.reserve(entry.ops.size());
     for (size_t i = 0; i < entry.ops.size(); ++i) {
-      const LogOp& op = entry.ops[i];
-      if (const auto* member = std::get_if<LogSetMember>(&op)) {
-        batch.batch().Put(MemberKey(member->member_id), member->client_address);
-        out.members_changed = true;
-        out.answers.emplace_back(true);
-        continue;
-      }
-      absl::StatusOr<std::optional<Record>> stored = batch.Read(i);
-      if (!stored.ok()) {
-        // A record that does not decode is refused alone, and kept as it is.
-        if (absl::IsDataLoss(stored.status())) {
-          out.answers.emplace_back(stored.status());
-          continue;
-        }
-        return stored.status();
-      }
-      const std::string& skey = *KeyOf(op);
-      switch (TypeOf(op)) {
-        case OpType::kBegin: {
-          BeginDecision d = DecideBegin(*stored, std::get<LogBegin>(op).params,
-                                        now, [&fence] { return ++fence; });
-          batch.Apply(i, d.write, d.record);
-          out.answers.emplace_back(std::move(d));
-          break;
-        }
-        case OpType::kComplete:
-        case OpType::kRelease:
-        case OpType::kRenew:
-        case OpType::kCheckpoint: {
-          FencedDecision d;
-          if (const auto* c = std::get_if<LogComplete>(&op)) {
-            d = DecideComplete(*stored, c->params, now);
-          } else if (const auto* r = std::get_if<LogRelease>(&op)) {
-            d = DecideRelease(*stored, r->fence, now);
-          } else if (const auto* k = std::get_if<LogCheckpoint>(&op)) {
-            d = DecideCheckpoint(*stored, k->params, now);
-          } else {
-            const LogRenew& renew = std::get<LogRenew>(op);
-            d = DecideRenew(*stored, renew.fence, renew.lease_ms, now);
-          }
-          batch.Apply(i, d.write, d.record);
-          // Parked Begins wait for an outcome or a release, not for a
-          // renewed lease or a checkpoint.
-          if (d.write != WriteKind::kNone &&
-              !std::holds_alternative<LogRenew>(op) &&
-              !std::holds_alternative<LogCheckpoint>(op)) {
-            out.settled_keys.push_back(skey);
-          }
-          out.answers.emplace_back(std::move(d));
-          break;
-        }
-        case OpType::kGet:
-          out.answers.emplace_back(LiveRecord(*stored, now));
-          break;
-        case OpType::kSetMember:  // handled above
-          break;
-        case OpType::kForget: {
-          const bool existed = LiveRecord(*stored, now).has_value();
-          // Delete even an expired leftover so Forget always frees space.
-          if (stored->has_value()) {
-            batch.Apply(i, WriteKind::kDelete, Record());
-            out.settled_keys.push_back(skey);
-          }
-          out.answers.emplace_back(existed);
-          break;
-        }
+      if (absl::Status s = ApplyOp(entry.ops[i], i, now, fence, batch, out);
+          !s.ok()) {
+        return s;
       }
     }
     rocksdb::WriteBatch& wb = batch.batch();
@@ -295,11 +303,8 @@ class RocksReplicatedState : public ReplicatedState {
          it->Next()) {
       const absl::string_view key(it->key().data(), it->key().size());
       if (key.size() != prefix.size() + 8) continue;
-      uint64_t id = 0;
-      for (size_t i = prefix.size(); i < key.size(); ++i) {
-        id = (id << 8) | static_cast<unsigned char>(key[i]);
-      }
-      members[id] = it->value().ToString();
+      members[DecodeBigEndian64(key.data() + prefix.size())] =
+          it->value().ToString();
     }
     if (absl::Status s = FromRocks(it->status(), "members scan"); !s.ok()) {
       return s;
@@ -397,16 +402,7 @@ class RocksReplicatedState : public ReplicatedState {
   absl::StatusOr<uint64_t> CountStoredRecords() override {
     absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(TotalOrderScan()));
-    uint64_t count = 0;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (!IsRecordKey(absl::string_view(it->key().data(), it->key().size()))) {
-        break;  // metadata sorts after every record
-      }
-      ++count;
-    }
-    if (absl::Status s = FromRocks(it->status(), "scan"); !s.ok()) return s;
-    return count;
+    return CountRecordsInDb(*db_);
   }
 
   absl::Status Close() override {

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 
 namespace dedup {
 namespace {
@@ -42,11 +42,6 @@ bool Resumable(const rocksdb::Status& error) {
   if (error.IsNoSpace()) return true;
   if (error.IsCorruption()) return false;
   return error.severity() < rocksdb::Status::Severity::kFatalError;
-}
-
-void Log(const std::string& line) {
-  std::fprintf(stderr, "dedupd: %s\n", line.c_str());
-  std::fflush(stderr);
 }
 
 }  // namespace
@@ -145,17 +140,17 @@ void WriteHealth::CheckSpace() {
   const bool low = free_bytes < options_.min_free_bytes;
   if (space_low_.exchange(low, std::memory_order_acq_rel) == low) return;
   if (low) {
-    Log(absl::StrCat("storage cannot write: the data dir's filesystem has ",
-                     Mib(free_bytes), " free, less than the ",
-                     Mib(options_.min_free_bytes),
-                     " kept free; writes are refused until it has room"));
+    LogError("storage cannot write: the data dir's filesystem has ",
+             Mib(free_bytes), " free, less than the ",
+             Mib(options_.min_free_bytes),
+             " kept free; writes are refused until it has room");
   } else {
     {
       absl::MutexLock lock(&mu_);
       ++resumes_;
     }
-    Log(absl::StrCat("storage writes resumed: the data dir's filesystem has ",
-                     Mib(free_bytes), " free"));
+    LogInfo("storage writes resumed: the data dir's filesystem has ",
+            Mib(free_bytes), " free");
   }
 }
 
@@ -205,8 +200,8 @@ void WriteHealth::Record(const rocksdb::Status& error, bool stops_writes) {
     }
   }
   if (newly_stopped) {
-    Log(absl::StrCat("storage cannot write: ", error.ToString(),
-                     "; writes are refused until RocksDB resumes"));
+    LogError("storage cannot write: ", error.ToString(),
+             "; writes are refused until RocksDB resumes");
   }
 }
 
@@ -263,9 +258,9 @@ void WriteHealth::TryResume() {
     }
   }
   if (came_back) {
-    Log(absl::StrCat(
+    LogInfo(
         "storage writes resumed after ",
-        absl::FormatDuration(absl::Trunc(stopped_for, absl::Milliseconds(1)))));
+        absl::FormatDuration(absl::Trunc(stopped_for, absl::Milliseconds(1))));
   }
 }
 
