@@ -113,7 +113,9 @@ class CallRetry:
         if decision.outcome_unknown and self._retry_unknown:
             # Not safe to resend (an anonymous Begin).
             raise outcome_unknown_error(self._method, error) from error
-        if self._unknown and rpc_code(error) == grpc.StatusCode.ABORTED:
+        if self._unknown:
+            # An earlier attempt may have taken effect: whatever this one
+            # says, the call's outcome is still unknown.
             raise outcome_unknown_error(self._method, error) from error
         raise error
 
@@ -271,7 +273,7 @@ class BatchRun:
             if not item_resendable(answer, self._items[i]):
                 self._results[i] = (
                     outcome_unknown_error(f"{self._method} items[{i}]", answer)
-                    if code == grpc.StatusCode.ABORTED
+                    if self._unknown[i]  # this answer's or an earlier one's
                     else renumber(answer, position, i))
                 self._final(i)
                 continue

@@ -9,12 +9,14 @@ from __future__ import annotations
 import socket
 import time
 import unittest
+from typing import Any
 
 import grpc
 
 from cluster_server import (
     ScriptedNode,
     aborted_items,
+    failed_items,
     redirect,
     unavailable,
     unavailable_items,
@@ -214,6 +216,19 @@ class UnknownOutcomeTest(ClusterTestCase):
         self.assertTrue(caught.exception.outcome_unknown)
         self.assertEqual(caught.exception.__cause__.code(), UNAVAILABLE)
 
+    def test_a_refusal_after_an_unknown_outcome_is_still_unknown(self) -> None:
+        # A later attempt's error does not undo what the first may have done.
+        def internal(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.INTERNAL, "lost its way")
+
+        node = self.node().then("Complete", unknown, internal)
+        client, _ = self.client(node.target, max_attempts=3)
+        with self.assertRaises(DedupRpcError) as caught:
+            client.complete("ns", "k", 1, dedup_pb2.SUCCESS, b"r")
+        self.assertTrue(caught.exception.outcome_unknown)
+        self.assertEqual(caught.exception.__cause__.code(), grpc.StatusCode.INTERNAL)
+        self.assertEqual(len(node.calls), 2)
+
     def test_an_unknown_outcome_then_a_redirect_goes_to_the_new_leader(self) -> None:
         new_leader = self.node()
         old_leader = self.node().then("Begin", unknown, redirect(new_leader.target))
@@ -313,6 +328,16 @@ class BatchUnknownOutcomeTest(ClusterTestCase):
         results = client.begin_batch(self.items("a"))
         self.assertEqual(results[0].code(), ABORTED)
         self.assertTrue(results[0].outcome_unknown)
+
+    def test_an_unknown_item_refused_for_good_later_is_still_unknown(self) -> None:
+        node = self.node().then(
+            "BeginBatch", aborted_items(0),
+            failed_items(grpc.StatusCode.INTERNAL, "lost its way", 0))
+        client, _ = self.client(node.target, max_attempts=3)
+        results = client.begin_batch(self.items("a"))
+        self.assertEqual(results[0].code(), ABORTED)
+        self.assertTrue(results[0].outcome_unknown)
+        self.assertEqual(len(node.calls), 2)
 
     def test_batch_redirects_are_followed(self) -> None:
         leader = self.node()
