@@ -102,7 +102,10 @@ test('without leaseMs a first claim renews at a third of the lease the server gr
   const calls = new RenewingCalls({ createdAt: 1000, leaseExpiresAt: 1090 });
   const startedAt = performance.now();
   await withIdempotency(calls, base, () => calls.renewed(2));
-  assert.ok(performance.now() - startedAt >= 59);
+  // Two renewals 30 ms apart. Not >= 60: libuv starts a timer from the loop's
+  // cached time, which lags the clock by however long the loop has been busy,
+  // so a loaded machine sees timers fire a few ms early by performance.now().
+  assert.ok(performance.now() - startedAt >= 50);
   assert.deepEqual(calls.renews[0]?.request, { namespace: base.namespace, key: 'k', fence: 7n });
 });
 
