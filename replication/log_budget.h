@@ -3,11 +3,10 @@
 //
 // libraft 0.15 keeps every entry since (last snapshot - trailing) in memory as
 // well as on disk, and counts its snapshot threshold and trailing in entries.
-// Entries here are batches of up to 4096 operations (~0.6 MB under BeginBatch
-// load), so 4096 + 4096 of them came to gigabytes of memory and log: measured,
-// a node's resident memory grew by ~8 MB/s under BeginBatch load. This scales
-// both counts down, to no fewer than 16 entries, as the average entry grows:
-// threshold and trailing each get half the budget.
+// Our entries are batches of up to 4096 operations, so fixed counts let the
+// log grow to gigabytes (docs/decisions.md). This scales both counts down, to
+// no fewer than 16 entries, as the average entry grows: threshold and trailing
+// each get half the budget.
 //
 // Thread safety: none (the consensus thread owns it).
 #ifndef DEDUP_REPLICATION_LOG_BUDGET_H_

@@ -33,8 +33,8 @@ struct RaftOptions {
   // Entries between snapshots, and entries kept behind a snapshot so that
   // a briefly lagging follower catches up from the log, not a snapshot.
   // Snapshots are rare on purpose: libraft 0.15 applies no entry while it
-  // writes one (its fsm version 2), which stalled the group for ~40 ms each
-  // time; log_budget_bytes still bounds what the log holds.
+  // writes one (its fsm version 2), which stalls the group's answers
+  // (docs/decisions.md); log_budget_bytes still bounds what the log holds.
   unsigned snapshot_threshold = 65536;
   unsigned snapshot_trailing = 4096;
   // Bytes of entries the log may hold (libraft keeps them in memory as well

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/log.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/env.h"
@@ -54,7 +55,15 @@ class StderrLogger : public rocksdb::Logger {
     char line[1024];
     const int n = std::vsnprintf(line, sizeof(line), format, ap);
     if (n < 0) return;
-    LogWarning("rocksdb: ", line);
+    // RocksDB marks its levels in the text ("[ERROR] ..."); its errors are
+    // ours at error level, so that --log_level=error still shows them.
+    const absl::string_view text(line);
+    if (absl::StartsWith(text, "[ERROR]") ||
+        absl::StartsWith(text, "[FATAL]")) {
+      LogError("rocksdb: ", text);
+    } else {
+      LogWarning("rocksdb: ", text);
+    }
   }
 };
 
