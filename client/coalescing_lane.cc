@@ -162,7 +162,6 @@ void CoalescingLane<Traits>::SendLater(Batch* batch, absl::Duration delay,
 
 template <typename Traits>
 void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
-  const int max_attempts = std::max(rpc_.max_attempts, 1);
   // A whole batch's unknown outcome is not retried as a batch: it is
   // settled item by item below, re-sending only the items safe to re-send.
   const RetryDecision decision = DecideRetry(
@@ -183,14 +182,28 @@ void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
     return;
   }
   std::unique_ptr<Batch> owned(batch);
-  const int items = batch->request.items_size();
+  if (SentAnotherWay(*batch, status)) return;
+  ItemAnswers answers = AnswersOf(*batch, status, decision.outcome_unknown);
+  Resends resends = SortOutResends(*batch, answers);
+  // Answers go out before this batch's place is given up, so calls their
+  // callbacks start gather into the next batch instead of leaving alone.
+  const int answered = AnswerTheRest(*batch, answers, resends.resent);
+  Continue(*batch, std::move(resends));
+  owned.reset();
+  // Last: the client may be destroyed after it.
+  if (answered > 0) outstanding_.Sub(answered);
+}
+
+template <typename Traits>
+bool CoalescingLane<Traits>::SentAnotherWay(Batch& batch,
+                                            const grpc::Status& status) {
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-      !ServerRetryDelay(status).has_value() && items > 1) {
+      !ServerRetryDelay(status).has_value() && batch.request.items_size() > 1) {
     // Too large for a message limit on one side (say, several DUPLICATEs
     // with large results in one answer): each item goes again alone, as
     // its unary call would have. Owners make a re-sent Begin re-enter.
-    SendEachAlone(*batch);
-    return;
+    SendEachAlone(batch);
+    return true;
   }
   if constexpr (Traits::kBatchMayBeMissing) {
     // A server older than the batch method answers UNIMPLEMENTED, or (every
@@ -198,118 +211,134 @@ void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
     // parsed". Items that joined a batch are parseable (see Submit), so
     // either way the method is missing: each item goes again alone as a
     // unary call, which answers it as Client would, and so do later calls.
-    if (!batch->unary &&
+    if (!batch.unary &&
         (status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
          IsUnparsedRequestReply(ToAbslStatus(status)))) {
-      SendUnary(*batch);
-      return;
+      SendUnary(batch);
+      return true;
     }
   }
-  // One answer per item. A whole RPC whose outcome is unknown counts as
-  // each item's, so that only the items safe to re-send go again.
-  absl::StatusOr<std::vector<absl::StatusOr<Answer>>> answers;
-  if (decision.outcome_unknown) {
-    answers = std::vector<absl::StatusOr<Answer>>(
+  return false;
+}
+
+template <typename Traits>
+typename CoalescingLane<Traits>::ItemAnswers CoalescingLane<Traits>::AnswersOf(
+    Batch& batch, const grpc::Status& status, bool outcome_unknown) {
+  const int items = batch.request.items_size();
+  // A whole RPC whose outcome is unknown counts as each item's, so that
+  // only the items safe to re-send go again.
+  if (outcome_unknown) {
+    return std::vector<absl::StatusOr<Answer>>(
         items, absl::AbortedError(status.error_message()));
-  } else {
-    absl::StatusOr<typename Traits::Response> response =
-        status.ok() ? absl::StatusOr<typename Traits::Response>(
-                          std::move(batch->response))
-                    : ToAbslStatus(status);
-    answers =
-        FromBatchResponse<Answer>(Traits::kMethod, items, std::move(response));
   }
-  // Items refused with UNAVAILABLE (nothing happened) or ABORTED (outcome
-  // unknown, where re-sending is safe) go again in a batch of their own,
-  // which takes over this batch's place in flight.
-  //
-  // Except the Begins refused because the answer already held the
-  // server's --max_batch_response_bytes of stored results: many callers of
-  // one key with a large result would otherwise go again all together
-  // round after round, a few answered each time, until their attempts ran
-  // out. They are not failures. They go again at once (no backoff, no
-  // round spent) in sealed batches of at most as many items as this answer
-  // held results, which is about what fits one answer (results of one key
-  // have one size); items a batch still cannot fit split again the same
-  // way. That always ends: such a re-send is free only when this answer
-  // held a result, so each sealed batch is smaller than the batch it came
-  // from. One that held none (a single result larger than the whole
-  // budget, e.g. stored under a larger --max_result_bytes) spends rounds
-  // like any UNAVAILABLE.
+  absl::StatusOr<typename Traits::Response> response =
+      status.ok()
+          ? absl::StatusOr<typename Traits::Response>(std::move(batch.response))
+          : ToAbslStatus(status);
+  return FromBatchResponse<Answer>(Traits::kMethod, items, std::move(response));
+}
+
+// Items refused with UNAVAILABLE (nothing happened) or ABORTED (outcome
+// unknown, where re-sending is safe) go again in a batch of their own,
+// which takes over this batch's place in flight.
+//
+// Except the Begins refused because the answer already held the server's
+// --max_batch_response_bytes of stored results: many callers of one key
+// with a large result would otherwise go again all together round after
+// round, a few answered each time, until their attempts ran out. They are
+// not failures. They go again at once (no backoff, no round spent) in
+// sealed batches of at most as many items as this answer held results,
+// which is about what fits one answer (results of one key have one size);
+// items a batch still cannot fit split again the same way. That always
+// ends: such a re-send is free only when this answer held a result, so each
+// sealed batch is smaller than the batch it came from. One that held none
+// (a single result larger than the whole budget, e.g. stored under a larger
+// --max_result_bytes) spends rounds like any UNAVAILABLE.
+template <typename Traits>
+typename CoalescingLane<Traits>::Resends CoalescingLane<Traits>::SortOutResends(
+    Batch& batch, const ItemAnswers& answers) {
+  const int items = batch.request.items_size();
+  Resends out;
+  out.resent.assign(items, false);
+  if (!answers.ok()) return out;
   int fitted = 0;
-  for (int i = 0; answers.ok() && i < items; ++i) {
+  for (int i = 0; i < items; ++i) {
     if ((*answers)[i].ok() && Traits::HoldsResult(*(*answers)[i])) ++fitted;
   }
-  const bool may_resend = batch->round + 1 < max_attempts;
-  std::unique_ptr<Batch> again;
-  std::vector<std::unique_ptr<Batch>> refit;
-  std::vector<bool> resent(items, false);
-  for (int i = 0; answers.ok() && i < items; ++i) {
+  const bool may_resend = batch.round + 1 < std::max(rpc_.max_attempts, 1);
+  for (int i = 0; i < items; ++i) {
     if ((*answers)[i].ok()) continue;
     const absl::Status& error = (*answers)[i].status();
     if (fitted > 0 && IsResultBudgetRefusal(error)) {
-      if (refit.empty() || refit.back()->request.items_size() >= fitted) {
-        refit.push_back(std::make_unique<Batch>());
-        refit.back()->round = batch->round;
-        refit.back()->sealed = true;
+      if (out.refit.empty() ||
+          out.refit.back()->request.items_size() >= fitted) {
+        out.refit.push_back(std::make_unique<Batch>());
+        out.refit.back()->round = batch.round;
+        out.refit.back()->sealed = true;
       }
-      MoveItem(*batch, i, *refit.back());
-      resent[i] = true;
+      MoveItem(batch, i, *out.refit.back());
+      out.resent[i] = true;
       continue;
     }
-    if (absl::IsAborted(error)) batch->was_unknown[i] = true;
+    if (absl::IsAborted(error)) batch.was_unknown[i] = true;
     if (!may_resend ||
-        !ItemResendable(error, Traits::SafeToResend(batch->request.items(i)))) {
+        !ItemResendable(error, Traits::SafeToResend(batch.request.items(i)))) {
       continue;
     }
-    if (again == nullptr) {
-      again = std::make_unique<Batch>();
-      again->round = batch->round + 1;
-      again->unary = batch->unary;
+    if (out.again == nullptr) {
+      out.again = std::make_unique<Batch>();
+      out.again->round = batch.round + 1;
+      out.again->unary = batch.unary;
     }
-    MoveItem(*batch, i, *again);
-    resent[i] = true;
+    MoveItem(batch, i, *out.again);
+    out.resent[i] = true;
   }
-  // Answers go out before this batch's place is given up, so calls their
-  // callbacks start gather into the next batch instead of leaving alone.
+  return out;
+}
+
+template <typename Traits>
+int CoalescingLane<Traits>::AnswerTheRest(Batch& batch, ItemAnswers& answers,
+                                          const std::vector<bool>& resent) {
   int answered = 0;
-  for (int i = 0; i < items; ++i) {
+  for (int i = 0; i < batch.request.items_size(); ++i) {
     if (resent[i]) continue;
     ++answered;
     absl::StatusOr<Answer> answer =
         answers.ok() ? AsUnaryAnswer(i, std::move((*answers)[i]))
                      : absl::StatusOr<Answer>(answers.status());
     if (!answer.ok()) {
-      answer = SettledItemError(Traits::kUnary, batch->was_unknown[i],
+      answer = SettledItemError(Traits::kUnary, batch.was_unknown[i],
                                 answer.status());
     }
-    batch->dones[i](std::move(answer));
+    batch.dones[i](std::move(answer));
   }
-  // The re-fitted batches go first in the queue (their callers waited
-  // longest); `again` keeps this batch's place, else it is given up (a
-  // unary call has none).
+  return answered;
+}
+
+// The re-fitted batches go first in the queue (their callers waited
+// longest); `again` keeps this batch's place, else it is given up (a unary
+// call has none).
+template <typename Traits>
+void CoalescingLane<Traits>::Continue(const Batch& batch, Resends resends) {
   std::vector<std::unique_ptr<Batch>> ready;
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = refit.rbegin(); it != refit.rend(); ++it) {
+    for (auto it = resends.refit.rbegin(); it != resends.refit.rend(); ++it) {
       queued_.push_front(std::move(*it));
     }
-    if (again == nullptr && !batch->unary) --in_flight_;
+    if (resends.again == nullptr && !batch.unary) --in_flight_;
     while (in_flight_ < max_in_flight_ && !queued_.empty()) {
       ready.push_back(TakeLocked());
     }
   }
-  if (again != nullptr) {
-    Batch* retry = again.release();
+  if (resends.again != nullptr) {
+    Batch* retry = resends.again.release();
     SendLater(
         retry,
         FullJitterBackoff(rpc_.backoff, retry->round - 1, ThreadLocalUniform01),
         /*new_attempt=*/true);
   }
   for (std::unique_ptr<Batch>& next : ready) Send(next.release());
-  owned.reset();
-  // Last: the client may be destroyed after it.
-  if (answered > 0) outstanding_.Sub(answered);
 }
 
 template <typename Traits>

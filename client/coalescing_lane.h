@@ -205,6 +205,26 @@ class CoalescingLane {
   // Settles the items of `batch`, whose attempt ended with `status`: answers
   // them, or sends them again.
   void OnDone(Batch* batch, const grpc::Status& status);
+  // OnDone's steps once the attempt is over.
+  using ItemAnswers = absl::StatusOr<std::vector<absl::StatusOr<Answer>>>;
+  struct Resends {
+    std::unique_ptr<Batch> again;  // the next round, in this batch's place
+    std::vector<std::unique_ptr<Batch>> refit;  // result-budget refusals
+    std::vector<bool> resent;  // per item of the batch: moved to one above
+  };
+  // True when the batch went again another way: item by item (too large)
+  // or as unary calls (the batch method is missing).
+  bool SentAnotherWay(Batch& batch, const grpc::Status& status);
+  // One answer per item (or the whole RPC's error).
+  ItemAnswers AnswersOf(Batch& batch, const grpc::Status& status,
+                        bool outcome_unknown);
+  // Moves the items that go again out of `batch`.
+  Resends SortOutResends(Batch& batch, const ItemAnswers& answers);
+  // Answers every item not resent; returns how many.
+  int AnswerTheRest(Batch& batch, ItemAnswers& answers,
+                    const std::vector<bool>& resent);
+  // Queues and sends the resends and what waited for this batch's place.
+  void Continue(const Batch& batch, Resends resends);
   // Moves item `i` of `from` (whose slot is then left empty) to the end of
   // `to`.
   static void MoveItem(Batch& from, int i, Batch& to);
