@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "server/operator_call.h"
 #include "server/proto_convert.h"
 #include "server/rpc_call.h"
 
@@ -127,15 +128,7 @@ void AdminService::JoinTasks() { tasks_.JoinAll(); }
 bool AdminService::Refused(const RpcCall& call,
                            const grpc::CallbackServerContext& context,
                            absl::string_view what) const {
-  if (call.Refused(
-          auth_->Authorize(context, TenantRole::kOperator, what).status())) {
-    return true;
-  }
-  if (absl::Status serving = lame_duck_.Check(); !serving.ok()) {
-    call.Fail(serving);
-    return true;
-  }
-  return false;
+  return RefusedOperatorCall(call, *auth_, lame_duck_, context, what);
 }
 
 }  // namespace dedup

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "server/checkpoint_streamer.h"
 #include "server/cluster_config.h"
+#include "server/operator_call.h"
 #include "server/proto_convert.h"
 #include "server/rpc_call.h"
 
@@ -156,15 +157,7 @@ void ClusterService::JoinTasks() { tasks_.JoinAll(); }
 bool ClusterService::Refused(const RpcCall& call,
                              const grpc::CallbackServerContext& context,
                              absl::string_view what) const {
-  if (call.Refused(
-          auth_->Authorize(context, TenantRole::kOperator, what).status())) {
-    return true;
-  }
-  if (absl::Status serving = lame_duck_.Check(); !serving.ok()) {
-    call.Fail(serving);
-    return true;
-  }
-  return false;
+  return RefusedOperatorCall(call, *auth_, lame_duck_, context, what);
 }
 
 grpc::ServerWriteReactor<v1::CheckpointChunk>* ClusterService::FetchCheckpoint(
