@@ -40,7 +40,6 @@ not_read_back   a key with an acknowledged Complete has no answered Get and
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import defaultdict
@@ -135,16 +134,7 @@ def check(ops: list[dict], final: Optional[dict] = None) -> Violations:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 64
-    ops, final = load(argv[1])
-    v = check(ops, final)
-    print(json.dumps(stats(ops), indent=1))
-    if v:
-        print(v.render(limit=200))
-    print(f"{len(v)} violations")
-    return 1 if v else 0
+    return checker.main(argv, __doc__, check)
 
 
 if __name__ == "__main__":

@@ -174,30 +174,16 @@ def begin_item(key: str, owner: str, lease_ms: int) -> tuple[Any, dict]:
     return req, {"owner": owner, "lease_ms": lease_ms, "wait_ms": 0}
 
 
-class BatchWorker(threading.Thread):
+class BatchWorker(workload.LoopingWorker):
     def __init__(self, name: str, address: str, history: History, seed: int,
                  deadline_s: float, stop: threading.Event, pace_s: float) -> None:
-        super().__init__(name=name, daemon=True)
+        super().__init__(name)
         self.rng = random.Random(seed)
         self.stop = stop
         self.pace_s = pace_s
         self.client = NodeClient(address, history, name, deadline_s, self.rng, stop)
         self.used: list[str] = []  # keys of earlier batches, to revisit
         self.seq = 0
-        self.gave_up = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                try:
-                    self.iteration()
-                except GaveUp:
-                    self.gave_up += 1
-        except BaseException as e:  # noqa: BLE001 - reported by the runner
-            self.error = e
-        finally:
-            self.client.close()
 
     def _fresh(self) -> str:
         self.seq += 1

@@ -87,7 +87,7 @@ import json
 import os
 import sys
 from collections import defaultdict
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 INF = float("inf")
 
@@ -364,12 +364,15 @@ def load(run_dir: str) -> tuple[list[dict], Optional[dict]]:
     return ops, final
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], usage: str = __doc__,
+         check_run: Callable[[list[dict], Optional[dict]], Violations] | None = None) -> int:
+    """The checker's command line (a kept run's directory), for this checker
+    or another one built on it (`check_run`, its `usage` text)."""
     if len(argv) != 2:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        print(usage.split("\n\n")[1], file=sys.stderr)
         return 64
     ops, final = load(argv[1])
-    v = check(ops, final)
+    v = (check_run or check)(ops, final)
     print(json.dumps(stats(ops), indent=1))
     if v:
         print(v.render(limit=200))

@@ -71,16 +71,17 @@ class KeyPool:
         return hashlib.sha256(key.encode()).digest()
 
 
-class Worker(threading.Thread):
-    def __init__(self, name: str, addresses: list[str], history: History,
-                 pool: KeyPool, seed: int, deadline_s: float,
-                 stop: threading.Event) -> None:
+class LoopingWorker(threading.Thread):
+    """A client thread that runs iteration() until `stop` is set; an
+    operation given up on counts in gave_up, any other exception ends the
+    thread and is kept in `error` for the runner. Subclasses set `client`
+    and `stop` before start()."""
+
+    client: LeaderClient
+    stop: threading.Event
+
+    def __init__(self, name: str) -> None:
         super().__init__(name=name, daemon=True)
-        self.rng = random.Random(seed)
-        self.history = history
-        self.pool = pool
-        self.stop = stop
-        self.client = LeaderClient(addresses, history, name, deadline_s, self.rng, stop)
         self.gave_up = 0
         self.error: BaseException | None = None
 
@@ -95,6 +96,21 @@ class Worker(threading.Thread):
             self.error = e
         finally:
             self.client.close()
+
+    def iteration(self) -> None:
+        raise NotImplementedError
+
+
+class Worker(LoopingWorker):
+    def __init__(self, name: str, addresses: list[str], history: History,
+                 pool: KeyPool, seed: int, deadline_s: float,
+                 stop: threading.Event) -> None:
+        super().__init__(name)
+        self.rng = random.Random(seed)
+        self.history = history
+        self.pool = pool
+        self.stop = stop
+        self.client = LeaderClient(addresses, history, name, deadline_s, self.rng, stop)
 
     def iteration(self) -> None:
         rng = self.rng
