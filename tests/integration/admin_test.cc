@@ -198,6 +198,20 @@ TEST(AdminTest, ClusterCallsAreCountedAndRefusedInTheLameDuck) {
       << refused.error_message();
   EXPECT_TRUE(absl::StrContains(refused.error_message(), "shutting down"))
       << refused.error_message();
+  {
+    // A new checkpoint stream too: a draining node does not start copying a
+    // database it is about to stop serving (the fetching node tries another).
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 2'000);
+    auto reader = cluster->FetchCheckpoint(&ctx, v1::FetchCheckpointRequest());
+    v1::CheckpointChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    const grpc::Status fetched = reader->Finish();
+    EXPECT_EQ(fetched.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << fetched.error_message();
+    EXPECT_TRUE(absl::StrContains(fetched.error_message(), "shutting down"))
+        << fetched.error_message();
+  }
   EXPECT_TRUE(server->WaitForExit(std::chrono::seconds(20)));
   EXPECT_EQ(server->exit_code(), 0);
 }
