@@ -429,7 +429,21 @@ class RaftConsensus : public Consensus {
     raft_uv_tcp_close(&self->transport_.transport);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
-    self->RefreshStatus();
+    self->PublishClosed();
+  }
+
+  // Once libraft has closed, its configuration and log are freed (reading
+  // them was a use after free, caught by ASan): the last status stays,
+  // marked unavailable with no leader.
+  void PublishClosed() {
+    ConsensusStatus status;
+    {
+      absl::MutexLock lock(&status_mu_);
+      status_.role = Role::kUnavailable;
+      status_.leader_id = 0;
+      status = status_;
+    }
+    machine_->Tick(status);
   }
 
   static void OnTimer(uv_timer_t* handle) {
