@@ -24,8 +24,9 @@ void SetLogLevel(LogLevel level);
 // `level` is below the current level.
 void Log(LogLevel level, absl::string_view message);
 
-// A line that programs and people look for at start-up ("dedupd listening
-// on ...", "dedupd metrics on ..."): "dedupd <message>", at every level.
+// A line people look for at start-up ("dedupd listening on ...", "dedupd
+// metrics on ..."): "dedupd <message>", at every level. Programs read
+// --ready_file instead.
 void LogAnnouncement(absl::string_view message);
 
 template <typename... Args>
