@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -126,6 +128,12 @@ rocksdb::ReadOptions TotalOrderScan() {
 
 absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRecordDb(
     const rocksdb::Options& options, const std::string& path) {
+  if (options.create_if_missing) {
+    // RocksDB 7.8 creates a missing directory itself, but first logs a
+    // failed read of it as an error, which alarms whoever reads the log.
+    std::error_code ignored;  // DB::Open reports what matters
+    std::filesystem::create_directories(path, ignored);
+  }
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
   if (s.ok()) return std::unique_ptr<rocksdb::DB>(db);

@@ -24,6 +24,13 @@ TEST_F(ClusterTest, FollowersNameTheLeader) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(LeaderHint(context), cluster_.client_address(leader_));
   EXPECT_NE(s.error_message().find("not the leader"), std::string::npos);
+  // A group's first start is not an error: RocksDB used to log "[ERROR]
+  // Error when reading .../state dir NotFound" on every new node.
+  for (int id = 1; id <= 3; ++id) {
+    EXPECT_EQ(cluster_.process(id)->captured_stderr().find("[ERROR]"),
+              std::string::npos)
+        << "node " << id << ": " << cluster_.process(id)->captured_stderr();
+  }
 }
 
 TEST_F(ClusterTest, TenThousandKeysReplicateToEveryNode) {
