@@ -274,19 +274,6 @@ absl::Status Daemon::StartHealthServer() {
 // The listening line is for people; programs read --ready_file, written
 // after it.
 absl::Status Daemon::AnnounceReady() {
-  const char* tls = !security_.tls()                       ? "off"
-                    : security_.tls_client_ca_file.empty() ? "on"
-                                                           : "mtls";
-  const char* auth = auth_->enabled() ? "tenants" : "off";
-  LogAnnouncement(absl::StrCat(
-      "listening on ", HostOf(config_.address), ":", port_,
-      " (data_dir=", config_.store.path, " durability=", durability_,
-      " tls=", tls, " auth=", auth,
-      cluster_.enabled
-          ? absl::StrCat(" node=", cluster_.store.raft.id,
-                         " raft=", cluster_.store.raft.raft_address)
-          : "",
-      ")"));
   ready_.pid = getpid();
   ready_.mode = cluster_.enabled ? "cluster" : "single";
   ready_.node_id = cluster_.enabled ? cluster_.store.raft.id : 0;
@@ -297,9 +284,19 @@ absl::Status Daemon::AnnounceReady() {
       cluster_.enabled ? cluster_.store.raft.raft_address : "";
   ready_.data_dir = config_.store.path;
   ready_.durability = durability_;
-  ready_.tls = tls;
-  ready_.auth = auth;
+  ready_.tls = !security_.tls()                       ? "off"
+               : security_.tls_client_ca_file.empty() ? "on"
+                                                      : "mtls";
+  ready_.auth = auth_->enabled() ? "tenants" : "off";
   ready_.version = build_.version;
+  LogAnnouncement(absl::StrCat(
+      "listening on ", ready_.address, " (data_dir=", ready_.data_dir,
+      " durability=", ready_.durability, " tls=", ready_.tls,
+      " auth=", ready_.auth,
+      cluster_.enabled ? absl::StrCat(" node=", ready_.node_id,
+                                      " raft=", ready_.raft_address)
+                       : "",
+      ")"));
   if (config_.ready_file.empty()) return absl::OkStatus();
   if (absl::Status s = WriteReadyFile(config_.ready_file, ready_); !s.ok()) {
     server_->Shutdown();

@@ -16,13 +16,14 @@ on the same paths never mistakes the previous process's file for its own.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
 import time
 from typing import Optional
+
+from history.ready import NotReady, wait_ready
 
 
 class NodeFailure(Exception):
@@ -85,26 +86,15 @@ class DedupdProcess:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.cwd)
         self.starts += 1
         self.stopped = False
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            ready = self._read_ready()
-            if ready is not None and ready.get("pid") == self.proc.pid:
-                self.ready = ready
-                return ready
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.proc = None
-                raise NodeFailure(f"{self.name} exited with {code} at start #{self.starts}")
-            time.sleep(0.01)
-        raise NodeFailure(f"{self.name} wrote no ready file ({self.ready_path}) "
-                          f"within {timeout_s} s")
-
-    def _read_ready(self) -> Optional[dict]:
         try:
-            with open(self.ready_path) as f:
-                return json.load(f)  # written by rename: absent or whole
-        except FileNotFoundError:
-            return None
+            self.ready = wait_ready(self.ready_path, self.proc, timeout_s, self.name)
+        except NotReady as e:
+            if e.exit_code is not None:
+                self.proc = None
+                raise NodeFailure(f"{self.name} exited with {e.exit_code} at "
+                                  f"start #{self.starts}") from e
+            raise NodeFailure(str(e)) from e
+        return self.ready
 
     def signal(self, sig: int) -> None:
         if self.proc is None:

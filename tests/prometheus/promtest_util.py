@@ -6,7 +6,6 @@ dedupctl, scrapes /metrics and parses the text exposition format.
 """
 
 import ctypes
-import json
 import os
 import re
 import shutil
@@ -15,10 +14,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+# tests/, for the ready-file reader all Python harnesses share.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from history.ready import NotReady, wait_ready  # noqa: E402
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -114,23 +116,14 @@ def start_dedupd(cleanup, dedupd, extra_args=(), timeout=20):
     argv += list(extra_args)
     log("starting " + " ".join(argv))
     proc, _log_path = cleanup.spawn("dedupd", argv)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(ready_path) as f:
-                ready = json.load(f)
-        except FileNotFoundError:
-            ready = None  # written by rename: absent or whole
-        if ready is not None and ready.get("pid") == proc.pid:
-            if not ready["metrics_address"]:
-                fail("dedupd's ready file names no metrics address: %r" % ready)
-            return (int(ready["address"].rsplit(":", 1)[1]),
-                    int(ready["metrics_address"].rsplit(":", 1)[1]))
-        if proc.poll() is not None:
-            fail("dedupd exited with %d before writing its ready file %s"
-                 % (proc.returncode, ready_path))
-        time.sleep(0.05)
-    fail("dedupd wrote no ready file (%s) within %ds" % (ready_path, timeout))
+    try:
+        ready = wait_ready(ready_path, proc, timeout, poll_s=0.05)
+    except NotReady as e:
+        fail(str(e))
+    if not ready["metrics_address"]:
+        fail("dedupd's ready file names no metrics address: %r" % ready)
+    return (int(ready["address"].rsplit(":", 1)[1]),
+            int(ready["metrics_address"].rsplit(":", 1)[1]))
 
 
 class Ctl:

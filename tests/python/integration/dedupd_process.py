@@ -8,16 +8,19 @@ a file (not a pipe nobody reads, which could fill up and block it).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Callable, Optional, Sequence
+
+# tests/, for the ready-file reader all Python harnesses share.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from history import ready as ready_file  # noqa: E402
 
 
 def port_of(address: str) -> int:
@@ -30,18 +33,12 @@ def wait_ready(path: Path, process: subprocess.Popen[bytes], timeout_s: float,
     """The ready file `process` writes at `path` (delete any old one before
     starting it): polled until it holds the process's pid. RuntimeError with
     the log's tail if the process exits first, TimeoutError after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            ready = json.loads(path.read_text())
-        except FileNotFoundError:
-            ready = None  # written by rename: absent or whole
-        if ready is not None and ready.get("pid") == process.pid:
-            return ready
-        if process.poll() is not None:
-            raise RuntimeError(f"{name} exited {process.returncode}: {log()}")
-        time.sleep(0.01)
-    raise TimeoutError(f"{name} wrote no ready file ({path}) in {timeout_s} s: {log()}")
+    try:
+        return ready_file.wait_ready(path, process, timeout_s, name)
+    except ready_file.NotReady as e:
+        if e.exit_code is not None:
+            raise RuntimeError(f"{name} exited {e.exit_code}: {log()}") from e
+        raise TimeoutError(f"{e}: {log()}") from e
 
 
 def _die_with_parent(argv: list[str]) -> list[str]:
