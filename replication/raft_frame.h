@@ -1,0 +1,72 @@
+// Checks the byte stream one Raft peer sends another, message by message,
+// before libraft 0.15 decodes any of it.
+//
+// libraft's decoder trusts the lengths, counts and terms it reads: a count
+// of 2^32-1 entries reads past its buffer, a term of 2^64-1 is persisted
+// and the group never elects again. Every inbound peer byte passes through a
+// FrameValidator first; the first frame it rejects closes the connection.
+// The stream format is libraft 0.15's uv encoding: a preamble (u64 message
+// type, u64 header length), the header, then the payload whose length the
+// header implies (entry data for AppendEntries, snapshot data for
+// InstallSnapshot), all little endian.
+//
+// Thread safety: a FrameValidator belongs to one connection (one thread at a
+// time). The term source may be read from any thread.
+#ifndef DEDUP_REPLICATION_RAFT_FRAME_H_
+#define DEDUP_REPLICATION_RAFT_FRAME_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "absl/strings/string_view.h"
+
+namespace dedup {
+
+// Why a frame was refused: the label of dedup_peer_frames_rejected_total.
+enum class FrameReject {
+  kUnknownType,      // not one of libraft's six message types
+  kHeaderLength,     // header length impossible for the type
+  kEntryCount,       // entry count does not fit the header
+  kEntryType,        // an entry that is not a command, barrier or change
+  kConfiguration,    // InstallSnapshot's configuration does not fit / parse
+  kTooLarge,         // header + payload above the limit
+  kTermJump,         // term above the receiver's term plus the allowed jump
+};
+const char* FrameRejectName(FrameReject reason);
+
+struct FrameLimits {
+  // Largest header plus payload of one message (--max_raft_message_mb).
+  uint64_t max_message_bytes = 64ull << 20;
+  // A term may exceed the receiver's current term by at most this much:
+  // terms rise by one per election, so a bigger jump is a bug or an attack.
+  uint64_t max_term_jump = 1ull << 20;
+};
+
+class FrameValidator {
+ public:
+  // `current_term` returns the receiving node's current Raft term; it is
+  // called once per message header.
+  FrameValidator(FrameLimits limits, std::function<uint64_t()> current_term);
+
+  // Checks the next `bytes` of the stream (any split: a message may arrive
+  // over many calls, one call may hold many messages). Returns the first
+  // reason to refuse; after one, every later call returns it again.
+  // Nothing is buffered beyond one message header (at most a few KiB plus
+  // 16 bytes per entry, bounded by the limit).
+  [[nodiscard]] std::optional<FrameReject> Feed(absl::string_view bytes);
+
+  // Messages fully seen so far (header and payload), for tests and metrics.
+  uint64_t messages() const { return messages_; }
+
+ private:
+  // ... (implementation state: preamble/header buffer, payload bytes left)
+  FrameLimits limits_;
+  std::function<uint64_t()> current_term_;
+  uint64_t messages_ = 0;
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_REPLICATION_RAFT_FRAME_H_
