@@ -19,22 +19,29 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "absl/strings/string_view.h"
 
 namespace dedup {
 
-// Why a frame was refused: the label of dedup_peer_frames_rejected_total.
+// Why a frame was refused: the label of dedup_peer_frames_rejected_total
+// (FrameRejectName gives the label text, lower_snake_case).
 enum class FrameReject {
-  kUnknownType,      // not one of libraft's six message types
-  kHeaderLength,     // header length impossible for the type
-  kEntryCount,       // entry count does not fit the header
-  kEntryType,        // an entry that is not a command, barrier or change
-  kConfiguration,    // InstallSnapshot's configuration does not fit / parse
-  kTooLarge,         // header + payload above the limit
-  kTermJump,         // term above the receiver's term plus the allowed jump
+  kUnknownType,    // not one of libraft's six message types
+  kHeaderLength,   // header length impossible for the type
+  kEntryCount,     // entry count does not fit the header
+  kEntryType,      // an entry that is not a command, barrier or change
+  kConfiguration,  // InstallSnapshot's configuration does not fit / parse
+  kTooLarge,       // header + payload above the limit
+  kTermJump,       // term above the receiver's term plus the allowed jump
+  kEntryLength,    // an entry libraft would read past the payload for
 };
 const char* FrameRejectName(FrameReject reason);
+
+// The largest InstallSnapshot header accepted: its configuration is a few
+// servers' ids and addresses, so 64 KiB leaves room for hundreds of them.
+inline constexpr uint64_t kMaxSnapshotHeaderBytes = 64 << 10;
 
 struct FrameLimits {
   // Largest header plus payload of one message (--max_raft_message_mb).
@@ -53,18 +60,48 @@ class FrameValidator {
   // Checks the next `bytes` of the stream (any split: a message may arrive
   // over many calls, one call may hold many messages). Returns the first
   // reason to refuse; after one, every later call returns it again.
-  // Nothing is buffered beyond one message header (at most a few KiB plus
-  // 16 bytes per entry, bounded by the limit).
+  // Buffers at most one message header, and of an AppendEntries only its
+  // fixed part and one entry descriptor at a time (entries are checked as
+  // they stream), so memory per connection stays under
+  // kMaxSnapshotHeaderBytes whatever the limits.
   [[nodiscard]] std::optional<FrameReject> Feed(absl::string_view bytes);
 
   // Messages fully seen so far (header and payload), for tests and metrics.
   uint64_t messages() const { return messages_; }
 
  private:
-  // ... (implementation state: preamble/header buffer, payload bytes left)
+  // What the bytes in buf_ are, once it holds want_ of them.
+  enum class Stage { kPreamble, kHeader, kEntry, kSkip };
+
+  std::optional<FrameReject> Step(absl::string_view* bytes);
+  std::optional<FrameReject> OnPreamble();
+  std::optional<FrameReject> OnHeader();
+  std::optional<FrameReject> OnAppendEntriesHead();
+  std::optional<FrameReject> OnEntry();
+  std::optional<FrameReject> OnInstallSnapshot();
+  std::optional<FrameReject> CheckTerm(uint64_t term) const;
+  uint64_t Get64(size_t offset) const;
+  // Skips `trailer` header bytes nobody reads, then `payload` bytes.
+  void SkipThen(uint64_t trailer, uint64_t payload);
+  void Expect(Stage stage, size_t bytes);
+  void EndMessage();
+
   FrameLimits limits_;
   std::function<uint64_t()> current_term_;
   uint64_t messages_ = 0;
+  std::optional<FrameReject> rejected_;
+
+  Stage stage_ = Stage::kPreamble;
+  std::string buf_;   // the unit being assembled (preamble, header, entry)
+  size_t want_ = 16;  // buf_'s size when the unit is complete
+  uint64_t type_ = 0;
+  uint64_t header_length_ = 0;
+  uint64_t term_limit_ = 0;      // highest term this message may carry
+  uint64_t entries_left_ = 0;    // AppendEntries descriptors still to come
+  uint64_t payload_ = 0;         // payload implied so far
+  bool unpadded_entry_ = false;  // a previous entry's length is not 8k
+  uint64_t skip_trailer_ = 0;    // kSkip: header bytes left, then...
+  uint64_t skip_payload_ = 0;    // ...payload bytes left
 };
 
 }  // namespace dedup
