@@ -23,7 +23,7 @@ extern "C" {
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "replication/log_budget.h"
-#include "replication/no_delay_transport.h"
+#include "replication/peer_transport.h"
 #include "replication/raft_codes.h"
 
 namespace dedup {
@@ -57,11 +57,9 @@ class RaftConsensus : public Consensus {
       return absl::InternalError(
           absl::StrCat("uv_loop_init: ", uv_strerror(rv)));
     }
-    if (int rv = NoDelayTcpTransportInit(&transport_, &loop_); rv != 0) {
-      return RaftError(rv, "raft transport", nullptr);
-    }
+    if (absl::Status s = StartTransport(); !s.ok()) return s;
     if (int rv = raft_uv_init(&io_.io, &loop_, options_.dir.c_str(),
-                              &transport_.transport);
+                              transport_->raft());
         rv != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("raft log in ", options_.dir, ": ", io_.io.errmsg));
@@ -211,6 +209,28 @@ class RaftConsensus : public Consensus {
   }
 
  private:
+  // The peer plane (the given one, or a plaintext one of our own) bound to
+  // the Raft address, and libraft's transport over it.
+  absl::Status StartTransport() {
+    std::shared_ptr<PeerPlane> plane = options_.peer_plane;
+    if (plane == nullptr) {
+      PeerPlaneOptions plane_options;
+      plane_options.listen_address = options_.raft_address;
+      absl::StatusOr<std::shared_ptr<PeerPlane>> created =
+          PeerPlane::Create(std::move(plane_options));
+      if (!created.ok()) return created.status();
+      plane = *std::move(created);
+    }
+    if (absl::Status s = plane->Listen(); !s.ok()) return s;
+    transport_ = std::make_unique<PeerTransport>(
+        &loop_, plane, options_.group_id, peer_group_);
+    if (int rv = transport_->Init(); rv != 0) {
+      return absl::InternalError(
+          absl::StrCat("raft transport: ", uv_strerror(rv)));
+    }
+    return absl::OkStatus();
+  }
+
   struct ApplyRequest {
     struct raft_apply req;
     Done done;
@@ -262,6 +282,7 @@ class RaftConsensus : public Consensus {
           absl::StrCat("cannot apply log entry ", index, ": ", s.message()));
     }
     self->FitLogToBudget(buf->len);
+    self->peer_group_->set_term(self->raft_.current_term);
     return 0;
   }
 
@@ -426,7 +447,6 @@ class RaftConsensus : public Consensus {
   static void OnRaftClosed(struct raft* r) {
     auto* self = static_cast<RaftConsensus*>(r->data);
     raft_uv_close(&self->io_.io);
-    raft_uv_tcp_close(&self->transport_.transport);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
     self->PublishClosed();
@@ -466,7 +486,9 @@ class RaftConsensus : public Consensus {
     status.commit_index = raft_.commit_index;
     status.applied_index = raft_last_applied(&raft_);
     status.last_index = raft_last_index(&raft_);
+    peer_group_->set_term(raft_.current_term);
     const bool leader = status.role == Role::kLeader;
+    std::vector<uint64_t> member_ids;
     for (unsigned i = 0; i < raft_.configuration.n; ++i) {
       const struct raft_server& server = raft_.configuration.servers[i];
       Member member;
@@ -476,8 +498,10 @@ class RaftConsensus : public Consensus {
       if (leader && raft_.leader_state.progress != nullptr) {
         member.match_index = raft_.leader_state.progress[i].match_index;
       }
+      member_ids.push_back(member.id);
       status.members.push_back(std::move(member));
     }
+    peer_group_->SetMembers(std::move(member_ids));
     if (status.leader_id != 0 && status.leader_id != last_leader_id_) {
       ++leader_changes_;
     }
@@ -501,7 +525,10 @@ class RaftConsensus : public Consensus {
   uv_loop_t loop_;
   uv_async_t async_;
   uv_timer_t timer_;
-  NoDelayTransport transport_;
+  // Shared with the plane's threads (they check inbound peers against it);
+  // the transport is closed by libraft (raft_close) before the loop ends.
+  const std::shared_ptr<PeerGroup> peer_group_ = std::make_shared<PeerGroup>();
+  std::unique_ptr<PeerTransport> transport_;
   // The backend's raft_io, first member so that libraft's raft_io pointer
   // leads back here, with the append it was given.
   struct CountedIo {

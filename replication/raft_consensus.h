@@ -1,5 +1,6 @@
 // Consensus on Canonical's libraft 0.15 with its libuv I/O: the log and
-// snapshots in `dir` (raft_uv), peers over TCP (raft_uv_tcp).
+// snapshots in `dir` (raft_uv), peers over the node-to-node plane
+// (peer_plane.h: authenticated, optionally TLS, every frame checked).
 //
 // libraft is not thread-safe: every call into it runs on the thread of its
 // libuv loop, which this class owns. Other threads reach it only through
@@ -14,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "replication/consensus.h"
+#include "replication/peer_plane.h"
 
 namespace dedup {
 
@@ -40,6 +42,12 @@ struct RaftOptions {
   // Bytes of entries the log may hold (libraft keeps them in memory as well
   // as on disk): large entries lower both counts above (log_budget.h).
   uint64_t log_budget_bytes = 256 << 20;
+  // The node's peer plane, listening on raft_address (it may be shared by
+  // several groups). Null: a plaintext plane of the engine's own, with
+  // the default limits and no authentication (tests, loopback).
+  std::shared_ptr<PeerPlane> peer_plane;
+  // This group's id in the plane (the hello names it).
+  uint32_t group_id = 0;
 };
 
 // Starts the engine and its thread. `machine` is not owned and must outlive

@@ -145,6 +145,26 @@ void Authorizer::Refuse(Refusal reason) const {
   refusals_[static_cast<int>(reason)]->Increment();
 }
 
+absl::Status Authorizer::CheckToken(absl::string_view token,
+                                    TenantRole role) const {
+  if (!enabled()) return absl::OkStatus();
+  // Held while `tenant` is read: a reload may replace the table meanwhile.
+  const std::shared_ptr<const TenantTable> tenants = table();
+  const Tenant* tenant = token.empty() ? nullptr : tenants->FindByToken(token);
+  if (tenant == nullptr) {
+    Refuse(token.empty() ? Refusal::kNoCredential : Refusal::kUnknownToken);
+    return absl::PermissionDeniedError(
+        token.empty() ? "no token" : "the token is not known");
+  }
+  if (!tenant->HasRole(role)) {
+    Refuse(Refusal::kRole);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the token's tenant \"", tenant->name, "\" lacks the ",
+        role == TenantRole::kOperator ? "operator" : "client", " role"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Caller> Authorizer::Authenticate(
     const grpc::ServerContextBase& context) const {
   if (!enabled()) return Caller();

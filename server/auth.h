@@ -98,6 +98,11 @@ class Authorizer {
   [[nodiscard]] absl::StatusOr<Caller> Authorize(
       const grpc::ServerContextBase& context, TenantRole role,
       absl::string_view what) const;
+  // A bearer token presented outside gRPC (the peer plane's hello): OK when
+  // auth is off or its tenant has `role`, else PERMISSION_DENIED saying
+  // why. Counted in the refusal metrics like a call's token.
+  [[nodiscard]] absl::Status CheckToken(absl::string_view token,
+                                        TenantRole role) const;
   // PERMISSION_DENIED unless `ns` is within the caller's prefixes.
   [[nodiscard]] absl::Status AllowNamespace(const Caller& caller,
                                             absl::string_view ns) const;

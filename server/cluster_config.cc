@@ -13,6 +13,7 @@
 #include "common/channel_security.h"
 #include "replication/raft_consensus.h"
 #include "server/checkpoint_fetch.h"
+#include "server/peer_plane_config.h"
 
 // The Raft flags default to RaftOptions' own defaults (explained there), so
 // the two cannot drift apart. A temporary, not a static object: a flag's
@@ -31,7 +32,8 @@ ABSL_FLAG(bool, join, false,
           "cluster add`) instead of founding one with --peers");
 ABSL_FLAG(std::string, raft_address, "",
           "cluster mode: host:port this node serves Raft on (default: its "
-          "--peers entry); peers belong on a private network (no TLS)");
+          "--peers entry); with TLS on, peers authenticate each other with "
+          "mTLS (and --peer_token_file with tenants)");
 ABSL_FLAG(std::string, peer_token_file, "",
           "cluster mode with --tenants_file: file holding the bearer token "
           "this node sends to other nodes (its tenant needs the operator "
@@ -234,7 +236,8 @@ void StateFromSingle(const StoreOptions& single, ClusterStoreOptions& store) {
 }  // namespace
 
 absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
-    const StoreOptions& single, const SecurityConfig& security) {
+    const StoreOptions& single, const SecurityConfig& security,
+    const Authorizer* auth) {
   ClusterConfig config;
   const uint64_t id = absl::GetFlag(FLAGS_node_id);
   if (id == 0) {
@@ -249,6 +252,10 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   if (absl::Status s = MembershipFromFlags(id, store); !s.ok()) return s;
   store.raft.dir = (std::filesystem::path(single.path) / "raft").string();
   if (absl::Status s = RaftTuningFromFlags(store.raft); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<PeerPlane>> plane =
+      PeerPlaneFromFlags(security, store.raft.raft_address, auth);
+  if (!plane.ok()) return plane.status();
+  store.raft.peer_plane = *std::move(plane);
   store.node_id = id;
   store.log_dir = store.raft.dir;
   store.consensus = [raft = store.raft](StateMachine* machine) {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "replication/raft_consensus.h"
 #include "replication/replicated_store.h"
+#include "server/auth.h"
 #include "server/security_config.h"
 #include "storage/store.h"
 
@@ -30,11 +31,14 @@ struct ClusterConfig {
 // the data directory and RocksDB tuning, `security` how this node's own
 // calls to other nodes (snapshot transfers) are secured: with TLS on they
 // use TLS (--peer_tls_ca_file, default --tls_client_ca_file), with tenants
-// they send --peer_token_file's token (an operator's). Resolves host names
-// in raft addresses to IPv4 literals (libraft 0.15 takes nothing else).
+// they send --peer_token_file's token (an operator's). The Raft peer plane
+// (store.raft.peer_plane, peer_plane_config.h) checks other nodes with
+// `auth` (not owned; stop the plane before it goes). Resolves host names in
+// raft addresses to IPv4 literals (libraft 0.15 takes nothing else).
 // Fails with INVALID_ARGUMENT naming the flag.
 [[nodiscard]] absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
-    const StoreOptions& single, const SecurityConfig& security);
+    const StoreOptions& single, const SecurityConfig& security,
+    const Authorizer* auth);
 
 // Parses one --peers item, "ID=RAFT_HOST:PORT=CLIENT_HOST:PORT".
 [[nodiscard]] absl::StatusOr<ClusterNode> ParsePeer(absl::string_view text);

@@ -77,7 +77,12 @@ Daemon::Daemon(Build build) : build_(std::move(build)) {
   sigemptyset(&signals_);
 }
 
-Daemon::~Daemon() = default;
+// The peer plane checks credentials with auth_, which goes first.
+Daemon::~Daemon() {
+  if (cluster_.store.raft.peer_plane != nullptr) {
+    cluster_.store.raft.peer_plane->Stop();
+  }
+}
 
 absl::Status Daemon::Start() {
   if (absl::Status s = ReadConfig(); !s.ok()) return s;
@@ -86,7 +91,7 @@ absl::Status Daemon::Start() {
   metrics_ = std::make_unique<Metrics>(config_.metrics_namespaces);
   if (absl::Status s = LoadTenants(); !s.ok()) return s;
   absl::StatusOr<ClusterConfig> cluster =
-      ClusterConfigFromFlags(config_.store, security_);
+      ClusterConfigFromFlags(config_.store, security_, auth_.get());
   if (!cluster.ok()) return Fail(exit_code::kBadFlags, cluster.status());
   cluster_ = *std::move(cluster);
   if (absl::Status s = PrepareDataDir(config_.store.path); !s.ok()) return s;
@@ -192,7 +197,8 @@ absl::Status Daemon::StartMetrics() {
   if (config_.metrics_address.empty()) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
       StartMetricsExposer(config_.metrics_address, *metrics_, store_.get(),
-                          replicated_, build_.version, build_.git_sha);
+                          replicated_, cluster_.store.raft.peer_plane,
+                          build_.version, build_.git_sha);
   if (!started.ok()) return Fail(exit_code::kListen, started.status());
   exposer_ = *std::move(started);
   const std::vector<int> ports = exposer_->GetListeningPorts();

@@ -6,13 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "server/cluster_collector.h"
 #include "server/collectors.h"
+#include "server/peer_collector.h"
 
 namespace dedup {
 
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
     const std::string& address, const Metrics& metrics, Store* store,
-    ReplicatedStore* replicated, const std::string& version,
-    const std::string& git_sha) {
+    ReplicatedStore* replicated, std::shared_ptr<const PeerPlane> peer_plane,
+    const std::string& version, const std::string& git_sha) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     // Several workers and a short read timeout: an idle connection holds one
@@ -32,6 +33,10 @@ absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
   collectors->push_back(std::make_shared<ProcessCollector>(version, git_sha));
   if (replicated != nullptr) {
     collectors->push_back(std::make_shared<ClusterCollector>(replicated));
+  }
+  if (peer_plane != nullptr) {
+    collectors->push_back(
+        std::make_shared<PeerCollector>(std::move(peer_plane)));
   }
   for (const auto& collector : *collectors) {
     exposer->RegisterCollectable(collector);

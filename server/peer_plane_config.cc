@@ -1,0 +1,136 @@
+#include "server/peer_plane_config.h"
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/channel_security.h"
+#include "common/log.h"
+
+ABSL_DECLARE_FLAG(std::string, peer_token_file);
+ABSL_DECLARE_FLAG(std::string, peer_tls_ca_file);
+
+ABSL_FLAG(std::string, peer_tls_cert_file, "",
+          "cluster mode with TLS: PEM certificate chain this node presents "
+          "to other nodes, as server and as client (default: "
+          "--tls_cert_file; it needs both serverAuth and clientAuth uses)");
+ABSL_FLAG(std::string, peer_tls_key_file, "",
+          "PEM private key of --peer_tls_cert_file (default: --tls_key_file)");
+ABSL_FLAG(uint32_t, peer_handshake_timeout_ms, 5000,
+          "cluster mode: a Raft peer connection that has not finished its "
+          "TLS handshake and hello by then is closed (also bounds dialling)");
+ABSL_FLAG(uint32_t, max_raft_message_mb, 64,
+          "cluster mode: largest Raft message (header and payload) accepted "
+          "from a peer, MiB; a larger one closes the connection");
+
+namespace dedup {
+namespace {
+
+absl::StatusOr<std::shared_ptr<PeerTls>> PeerTlsFromFlags(
+    const SecurityConfig& security) {
+  PeerTlsFiles files;
+  files.cert_file = absl::GetFlag(FLAGS_peer_tls_cert_file);
+  files.key_file = absl::GetFlag(FLAGS_peer_tls_key_file);
+  if (files.cert_file.empty() != files.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_tls_cert_file and --peer_tls_key_file: give both or neither");
+  }
+  if (files.cert_file.empty()) {
+    files.cert_file = security.tls_cert_file;
+    files.key_file = security.tls_key_file;
+  }
+  files.ca_file = absl::GetFlag(FLAGS_peer_tls_ca_file);
+  if (files.ca_file.empty()) files.ca_file = security.tls_client_ca_file;
+  if (files.ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_tls_ca_file: needed with TLS in cluster mode (the CA of the "
+        "other nodes' certificates) unless --tls_client_ca_file is that CA");
+  }
+  absl::StatusOr<std::shared_ptr<PeerTls>> tls = PeerTls::FromFiles(files);
+  if (!tls.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--peer_tls_cert_file/--peer_tls_key_file/--peer_tls_ca_file: ",
+        tls.status().message()));
+  }
+  return tls;
+}
+
+// Plaintext Raft only where clients may be served plaintext too.
+absl::Status CheckPlaintextAllowed(const SecurityConfig& security,
+                                   const std::string& raft_address) {
+  if (security.tls() || IsLoopbackAddress(raft_address)) {
+    return absl::OkStatus();
+  }
+  if (!security.insecure) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--raft_address ", raft_address,
+        " is not loopback: refusing plaintext, unauthenticated Raft traffic "
+        "on it; give --tls_cert_file/--tls_key_file and --peer_tls_ca_file "
+        "(peers then use mTLS), or --insecure to accept the risk"));
+  }
+  LogWarning("WARNING: Raft peers talk plaintext on ", raft_address,
+             " (--insecure): anyone who can reach it can join the "
+             "conversation");
+  return absl::OkStatus();
+}
+
+PeerAuthenticator Authenticator(bool tls, const Authorizer* auth) {
+  return [tls, auth](const PeerCredentials& peer) -> absl::Status {
+    if (tls && !peer.certificate_verified) {
+      return absl::PermissionDeniedError(
+          "no certificate verified by the peer CA");
+    }
+    if (auth != nullptr && auth->enabled()) {
+      return auth->CheckToken(peer.token, TenantRole::kOperator);
+    }
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<PeerPlane>> PeerPlaneFromFlags(
+    const SecurityConfig& security, const std::string& raft_address,
+    const Authorizer* auth) {
+  if (absl::Status s = CheckPlaintextAllowed(security, raft_address); !s.ok()) {
+    return s;
+  }
+  PeerPlaneOptions options;
+  options.listen_address = raft_address;
+  if (security.tls()) {
+    absl::StatusOr<std::shared_ptr<PeerTls>> tls = PeerTlsFromFlags(security);
+    if (!tls.ok()) return tls.status();
+    options.tls = *std::move(tls);
+  }
+  const std::string token_file = absl::GetFlag(FLAGS_peer_token_file);
+  if (!token_file.empty()) {
+    absl::StatusOr<ChannelSecurity> read =
+        ChannelSecurityFromFiles("", "", "", token_file);
+    if (!read.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peer_token_file: ", read.status().message()));
+    }
+    options.token = read->bearer_token;
+  }
+  const uint32_t timeout_ms = absl::GetFlag(FLAGS_peer_handshake_timeout_ms);
+  if (timeout_ms == 0 || timeout_ms > 600000) {
+    return absl::InvalidArgumentError(
+        "--peer_handshake_timeout_ms: must be in 1..600000");
+  }
+  options.handshake_timeout_ms = static_cast<int>(timeout_ms);
+  const uint32_t message_mb = absl::GetFlag(FLAGS_max_raft_message_mb);
+  if (message_mb == 0 || message_mb > 4096) {
+    return absl::InvalidArgumentError(
+        "--max_raft_message_mb: must be in 1..4096");
+  }
+  options.frame_limits.max_message_bytes = uint64_t{message_mb} << 20;
+  options.authenticator = Authenticator(security.tls(), auth);
+  absl::StatusOr<std::shared_ptr<PeerPlane>> plane =
+      PeerPlane::Create(std::move(options));
+  if (!plane.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--raft_address: ", plane.status().message()));
+  }
+  return plane;
+}
+
+}  // namespace dedup
