@@ -110,9 +110,9 @@ void PeerPlane::AcceptAll(int epoll_fd,
     }
     const std::string remote = RemoteOf(from);
     if (pending.size() >= static_cast<size_t>(options_.max_handshakes)) {
-      close(fd);
       metrics_.Count(HandshakeResult::kBusy);
       LogRefusal(remote, "too many connections in handshake");
+      close(fd);
       continue;
     }
     Handshake& h = pending[fd];

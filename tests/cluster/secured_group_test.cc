@@ -1,13 +1,18 @@
 // A group with TLS and tenants: clients need a credential on every node, and
 // nodes copy snapshots from each other over TLS with their own operator
 // token (--peer_token_file), so a lagging follower still catches up.
+#include <unistd.h>
+
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "common/channel_security.h"
 #include "gtest/gtest.h"
+#include "replication/peer_plane.h"
 #include "tests/cluster/cluster_fixture.h"
 #include "tests/testing/test_pki.h"
 
@@ -87,6 +92,74 @@ TEST_F(SecuredGroupTest, EveryNodeChecksCredentials) {
     EXPECT_EQ(not_operator.error_code(), grpc::StatusCode::PERMISSION_DENIED)
         << "node " << id;
   }
+}
+
+// Raft peers use mTLS plus the operator token: the group elects, takes
+// writes and fails over with every peer connection authenticated.
+TEST_F(SecuredGroupTest, AuthenticatedPeersFailOverWhenTheLeaderIsKilled) {
+  const auto before = BeginAndComplete(leader_, 200, "tls-a");
+  const int old_leader = leader_;
+  cluster_.Kill(old_leader);
+  absl::StatusOr<int> leader = cluster_.WaitForLeader();
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  EXPECT_NE(*leader, old_leader);
+  ExpectDuplicates(*leader, before);
+  const auto after = BeginAndComplete(*leader, 200, "tls-b");
+  ASSERT_TRUE(cluster_.Start(old_leader).ok());
+  ExpectDuplicates(old_leader, after);
+  ExpectIdenticalReplicas();
+}
+
+// Dials node 1's Raft port as a peer would, with `cert` and `token`
+// claiming `node_id`: the fd handed over, or -1 when refused.
+int DialRaftPort(const std::string& raft_address, const std::string& cert,
+                 const std::string& token, uint64_t node_id) {
+  absl::StatusOr<std::shared_ptr<PeerTls>> tls = PeerTls::FromFiles(
+      {Pki(cert + ".pem"), Pki(cert + ".key"), Pki("ca.pem")});
+  EXPECT_TRUE(tls.ok()) << tls.status();
+  PeerPlaneOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.tls = *tls;
+  options.token = token;
+  absl::StatusOr<std::shared_ptr<PeerPlane>> plane =
+      PeerPlane::Create(std::move(options));
+  EXPECT_TRUE(plane.ok());
+  absl::Mutex mu;
+  std::optional<int> result;
+  PeerPlane::Dial dial;
+  dial.self_id = node_id;
+  dial.self_address = "127.0.0.1:1";
+  dial.peer_address = raft_address;
+  (*plane)->Connect(dial, [&](int fd) {
+    absl::MutexLock lock(&mu);
+    result = fd;
+  });
+  int fd;
+  {
+    absl::MutexLock lock(&mu);
+    auto done = [&] { return result.has_value(); };
+    EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10)));
+    fd = result.value_or(-1);
+  }
+  if (fd >= 0) close(fd);
+  (*plane)->Stop();
+  return fd;
+}
+
+TEST_F(SecuredGroupTest, RaftPortRefusesPeersWithoutAnOperatorToken) {
+  const std::string& raft = cluster_.raft_address(1);
+  // A certificate of the peer CA is not enough: the token decides.
+  EXPECT_EQ(DialRaftPort(raft, "client-ops", "", 2), -1);
+  EXPECT_EQ(DialRaftPort(raft, "client-ops", testing::kBillingToken, 2), -1);
+  // The operator's token from a node id outside the group.
+  EXPECT_EQ(DialRaftPort(raft, "client-ops", testing::kOpsToken, 9), -1);
+  // Nor is a token enough without a certificate of the peer CA.
+  EXPECT_EQ(DialRaftPort(raft, "client-rogue", testing::kOpsToken, 2), -1);
+  // What the group's own nodes present is accepted.
+  EXPECT_GE(DialRaftPort(raft, "server", testing::kOpsToken, 2), 0);
+  // The group is unharmed.
+  const auto keys = BeginAndComplete(leader_, 20, "after-strangers");
+  ExpectDuplicates(leader_, keys);
 }
 
 }  // namespace

@@ -1,0 +1,326 @@
+// The node-to-node plane in one process: a listening plane and a dialling
+// one over loopback, plaintext and TLS (the test PKI), checking what
+// reaches "libraft" (the socketpair end the plane delivers) and what not.
+#include "replication/peer_plane.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_pki.h"
+#include "tests/unit/raft_frame_vectors.h"
+
+namespace dedup {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string* pki = nullptr;
+std::string Pki(const std::string& name) { return *pki + "/" + name; }
+
+// What the listening plane handed to "libraft".
+struct Delivered {
+  int fd;
+  uint64_t id;
+  std::string address;
+};
+
+class Inbox {
+ public:
+  PeerDeliver Deliver() {
+    return [this](int fd, uint64_t id, const std::string& address) {
+      absl::MutexLock lock(&mu_);
+      got_.push_back({fd, id, address});
+    };
+  }
+  std::optional<Delivered> Wait(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto some = [this] { return !got_.empty(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&some), timeout)) {
+      return std::nullopt;
+    }
+    Delivered d = got_.front();
+    got_.erase(got_.begin());
+    return d;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Delivered> got_ ABSL_GUARDED_BY(mu_);
+};
+
+// The fd a dial ended with (-1: refused).
+class DialResult {
+ public:
+  std::function<void(int)> Done() {
+    return [this](int fd) {
+      absl::MutexLock lock(&mu_);
+      fd_ = fd;
+    };
+  }
+  int Wait() {
+    absl::MutexLock lock(&mu_);
+    auto set = [this] { return fd_.has_value(); };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&set), absl::Seconds(10)));
+    return fd_.value_or(-2);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::optional<int> fd_ ABSL_GUARDED_BY(mu_);
+};
+
+std::shared_ptr<PeerTls> Tls(const std::string& cert, const std::string& key) {
+  absl::StatusOr<std::shared_ptr<PeerTls>> tls =
+      PeerTls::FromFiles({Pki(cert), Pki(key), Pki("ca.pem")});
+  EXPECT_TRUE(tls.ok()) << tls.status();
+  return tls.ok() ? *tls : nullptr;
+}
+
+std::shared_ptr<PeerPlane> Plane(PeerPlaneOptions options) {
+  options.listen_address = "127.0.0.1:0";
+  absl::StatusOr<std::shared_ptr<PeerPlane>> plane =
+      PeerPlane::Create(std::move(options));
+  EXPECT_TRUE(plane.ok()) << plane.status();
+  EXPECT_TRUE((*plane)->Listen().ok());
+  return *plane;
+}
+
+int RawConnect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  return fd;
+}
+
+// Waits up to `timeout` for `fd` to end (EOF or reset): true if it did.
+bool EndsWithin(int fd, std::chrono::milliseconds timeout) {
+  const auto until = Clock::now() + timeout;
+  while (Clock::now() < until) {
+    struct pollfd p {};
+    p.fd = fd;
+    p.events = POLLIN;
+    const int left =
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             until - Clock::now())
+                             .count());
+    if (poll(&p, 1, std::max(left, 1)) != 1) continue;
+    char byte;
+    const ssize_t n = recv(fd, &byte, 1, 0);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+PeerPlane::Dial DialTo(const PeerPlane& to, uint64_t self_id = 2,
+                       uint32_t group = 0) {
+  PeerPlane::Dial dial;
+  dial.group_id = group;
+  dial.self_id = self_id;
+  dial.self_address = "127.0.0.2:7000";
+  dial.peer_address = "127.0.0.1:" + std::to_string(to.port());
+  return dial;
+}
+
+uint64_t Handshakes(const PeerPlane& plane, HandshakeResult result) {
+  return plane.metrics().handshakes[static_cast<int>(result)].load();
+}
+
+class PeerPlaneTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> made = testing::MakeTestPki();
+    ASSERT_TRUE(made.ok()) << made.status();
+    pki = new std::string(*made);
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*pki);
+    delete pki;
+  }
+
+  std::shared_ptr<PeerGroup> group_ = std::make_shared<PeerGroup>();
+  Inbox inbox_;
+};
+
+TEST_F(PeerPlaneTest, SilentConnectionIsClosedAtItsDeadline) {
+  PeerPlaneOptions options;
+  options.handshake_timeout_ms = 300;
+  auto plane = Plane(options);
+  plane->RegisterGroup(0, group_, inbox_.Deliver());
+  const int fd = RawConnect(plane->port());
+  const auto start = Clock::now();
+  EXPECT_TRUE(EndsWithin(fd, std::chrono::milliseconds(3000)));
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(250));
+  EXPECT_LT(took, std::chrono::milliseconds(2000));
+  EXPECT_EQ(Handshakes(*plane, HandshakeResult::kTimeout), 1u);
+  EXPECT_FALSE(inbox_.Wait(absl::ZeroDuration()).has_value());
+  close(fd);
+}
+
+TEST_F(PeerPlaneTest, ConnectionsBeyondTheHandshakeCapAreClosedAtOnce) {
+  PeerPlaneOptions options;
+  options.max_handshakes = 2;
+  auto plane = Plane(options);
+  const int a = RawConnect(plane->port());
+  const int b = RawConnect(plane->port());
+  // The first two wait for their hello; the third is over the cap.
+  EXPECT_FALSE(EndsWithin(a, std::chrono::milliseconds(200)));
+  const int c = RawConnect(plane->port());
+  EXPECT_TRUE(EndsWithin(c, std::chrono::milliseconds(1000)));
+  EXPECT_EQ(Handshakes(*plane, HandshakeResult::kBusy), 1u);
+  for (int fd : {a, b, c}) close(fd);
+}
+
+TEST_F(PeerPlaneTest, TlsRoundTripDeliversWhatThePeerSent) {
+  PeerPlaneOptions server;
+  server.tls = Tls("server.pem", "server.key");
+  std::vector<PeerCredentials> seen;
+  absl::Mutex seen_mu;
+  server.authenticator = [&](const PeerCredentials& peer) {
+    absl::MutexLock lock(&seen_mu);
+    seen.push_back(peer);
+    return absl::OkStatus();
+  };
+  auto listener = Plane(server);
+  listener->RegisterGroup(0, group_, inbox_.Deliver());
+  PeerPlaneOptions client;
+  client.tls = Tls("server.pem", "server.key");
+  client.token = "ops-token";
+  auto dialler = Plane(client);
+  DialResult dial;
+  dialler->Connect(DialTo(*listener), dial.Done());
+  const int out = dial.Wait();
+  ASSERT_GE(out, 0);
+  std::optional<Delivered> in = inbox_.Wait(absl::Seconds(5));
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->id, 2u);
+  EXPECT_EQ(in->address, "127.0.0.2:7000");
+  {
+    absl::MutexLock lock(&seen_mu);
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_TRUE(seen[0].certificate_verified);
+    EXPECT_EQ(seen[0].token, "ops-token");
+    EXPECT_NE(seen[0].certificate_subject.find("CN=server"), std::string::npos);
+  }
+  const std::string message = absl::HexStringToBytes(kRealMessages[2].hex);
+  ASSERT_EQ(write(out, message.data(), message.size()),
+            static_cast<ssize_t>(message.size()));
+  std::string got(message.size(), '\0');
+  size_t have = 0;
+  while (have < got.size()) {
+    const ssize_t n = read(in->fd, got.data() + have, got.size() - have);
+    ASSERT_GT(n, 0);
+    have += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(got, message);
+  EXPECT_EQ(Handshakes(*listener, HandshakeResult::kOk), 1u);
+  // libraft closing its end ends the relay and the network connection.
+  close(out);
+  EXPECT_TRUE(EndsWithin(in->fd, std::chrono::milliseconds(3000)));
+  close(in->fd);
+}
+
+TEST_F(PeerPlaneTest, CertificateFromAnotherCaFailsTls) {
+  PeerPlaneOptions server;
+  server.tls = Tls("server.pem", "server.key");
+  auto listener = Plane(server);
+  listener->RegisterGroup(0, group_, inbox_.Deliver());
+  PeerPlaneOptions client;
+  client.tls = Tls("client-rogue.pem", "client-rogue.key");
+  auto dialler = Plane(client);
+  DialResult dial;
+  dialler->Connect(DialTo(*listener), dial.Done());
+  EXPECT_EQ(dial.Wait(), -1);
+  EXPECT_FALSE(inbox_.Wait(absl::Milliseconds(300)).has_value());
+  EXPECT_EQ(Handshakes(*listener, HandshakeResult::kTlsFailed), 1u);
+}
+
+TEST_F(PeerPlaneTest, RefusedByTheAuthenticatorNothingIsDelivered) {
+  PeerPlaneOptions server;
+  server.tls = Tls("server.pem", "server.key");
+  server.authenticator = [](const PeerCredentials& peer) {
+    return peer.token == "ops-token"
+               ? absl::OkStatus()
+               : absl::PermissionDeniedError("the token is not known");
+  };
+  auto listener = Plane(server);
+  listener->RegisterGroup(0, group_, inbox_.Deliver());
+  PeerPlaneOptions client;
+  client.tls = Tls("server.pem", "server.key");
+  client.token = "guessed";
+  auto dialler = Plane(client);
+  DialResult dial;
+  dialler->Connect(DialTo(*listener), dial.Done());
+  EXPECT_EQ(dial.Wait(), -1);
+  EXPECT_FALSE(inbox_.Wait(absl::Milliseconds(300)).has_value());
+  EXPECT_EQ(Handshakes(*listener, HandshakeResult::kUnauthorized), 1u);
+  EXPECT_EQ(Handshakes(*listener, HandshakeResult::kOk), 0u);
+}
+
+TEST_F(PeerPlaneTest, UnknownGroupAndNonMemberAreRefused) {
+  auto listener = Plane({});
+  group_->SetMembers({1, 3});
+  listener->RegisterGroup(0, group_, inbox_.Deliver());
+  auto dialler = Plane({});
+  DialResult other_group;
+  dialler->Connect(DialTo(*listener, 3, /*group=*/5), other_group.Done());
+  EXPECT_EQ(other_group.Wait(), -1);
+  DialResult stranger;
+  dialler->Connect(DialTo(*listener, 2), stranger.Done());
+  EXPECT_EQ(stranger.Wait(), -1);
+  EXPECT_EQ(Handshakes(*listener, HandshakeResult::kUnauthorized), 2u);
+  DialResult member;
+  dialler->Connect(DialTo(*listener, 3), member.Done());
+  const int fd = member.Wait();
+  EXPECT_GE(fd, 0);
+  EXPECT_TRUE(inbox_.Wait(absl::Seconds(5)).has_value());
+  close(fd);
+}
+
+TEST_F(PeerPlaneTest, RejectedFrameClosesTheConnectionAndCounts) {
+  auto listener = Plane({});
+  listener->RegisterGroup(0, group_, inbox_.Deliver());
+  auto dialler = Plane({});
+  DialResult dial;
+  dialler->Connect(DialTo(*listener), dial.Done());
+  const int out = dial.Wait();
+  ASSERT_GE(out, 0);
+  std::optional<Delivered> in = inbox_.Wait(absl::Seconds(5));
+  ASSERT_TRUE(in.has_value());
+  // Message type 99, header of 8 bytes: no such libraft message.
+  std::string frame(24, '\0');
+  frame[0] = 99;
+  frame[8] = 8;
+  ASSERT_EQ(write(out, frame.data(), frame.size()), 24);
+  // Not one byte of it reaches libraft's end, which is closed.
+  char byte;
+  struct pollfd p {};
+  p.fd = in->fd;
+  p.events = POLLIN;
+  ASSERT_EQ(poll(&p, 1, 3000), 1);
+  EXPECT_EQ(read(in->fd, &byte, 1), 0);
+  EXPECT_EQ(listener->metrics()
+                .frames_rejected[static_cast<int>(FrameReject::kUnknownType)]
+                .load(),
+            1u);
+  close(in->fd);
+  close(out);
+}
+
+}  // namespace
+}  // namespace dedup
