@@ -112,6 +112,11 @@ void PeerPlane::AcceptAll(int epoll_fd,
     if (pending.size() >= static_cast<size_t>(options_.max_handshakes)) {
       metrics_.Count(HandshakeResult::kBusy);
       LogRefusal(remote, "too many connections in handshake");
+      // Plaintext peers can be told why; over TLS there is no channel yet.
+      if (options_.tls == nullptr) {
+        const char busy = static_cast<char>(PeerHelloStatus::kBusy);
+        (void)send(fd, &busy, 1, MSG_NOSIGNAL);
+      }
       close(fd);
       continue;
     }

@@ -274,7 +274,21 @@ void PeerPlane::RelayInbound(std::unique_ptr<PeerLink> link, int pair_fd,
 void PeerPlane::RelayOutbound(std::unique_ptr<PeerLink> link, int pair_fd) {
   std::vector<char> buf(kRelayBuffer);
   metrics_.connections.fetch_add(1);
+  // The receiver never sends after its answer: anything readable on the
+  // network side is its end (a restart, a close), noticed before libraft
+  // loses its next message to a dead connection.
+  struct pollfd watch[2] = {};
+  watch[0].fd = pair_fd;
+  watch[0].events = POLLIN;
+  watch[1].fd = link->fd();
+  watch[1].events = POLLIN | POLLRDHUP;
   while (true) {
+    if (poll(watch, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (watch[1].revents != 0) break;
+    if (watch[0].revents == 0) continue;
     const ssize_t n = read(pair_fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0 || !link->WriteAll(buf.data(), static_cast<size_t>(n))) break;

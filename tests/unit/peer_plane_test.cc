@@ -181,6 +181,14 @@ TEST_F(PeerPlaneTest, ConnectionsBeyondTheHandshakeCapAreClosedAtOnce) {
   // The first two wait for their hello; the third is over the cap.
   EXPECT_FALSE(EndsWithin(a, std::chrono::milliseconds(200)));
   const int c = RawConnect(plane->port());
+  // Told "busy" (status 5, plaintext) and closed.
+  struct pollfd p {};
+  p.fd = c;
+  p.events = POLLIN;
+  ASSERT_EQ(poll(&p, 1, 1000), 1);
+  char status = 0;
+  EXPECT_EQ(recv(c, &status, 1, 0), 1);
+  EXPECT_EQ(status, static_cast<char>(PeerHelloStatus::kBusy));
   EXPECT_TRUE(EndsWithin(c, std::chrono::milliseconds(1000)));
   EXPECT_EQ(Handshakes(*plane, HandshakeResult::kBusy), 1u);
   for (int fd : {a, b, c}) close(fd);
@@ -318,6 +326,25 @@ TEST_F(PeerPlaneTest, RejectedFrameClosesTheConnectionAndCounts) {
                 .frames_rejected[static_cast<int>(FrameReject::kUnknownType)]
                 .load(),
             1u);
+  close(in->fd);
+  close(out);
+}
+
+TEST_F(PeerPlaneTest, DiallerNoticesTheReceiversEndWithoutWriting) {
+  auto listener = Plane({});
+  listener->RegisterGroup(0, group_, inbox_.Deliver());
+  auto dialler = Plane({});
+  DialResult dial;
+  dialler->Connect(DialTo(*listener), dial.Done());
+  const int out = dial.Wait();
+  ASSERT_GE(out, 0);
+  std::optional<Delivered> in = inbox_.Wait(absl::Seconds(5));
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(dialler->metrics().connections.load(), 1);
+  // The receiving node goes away: libraft's outbound end is closed at once,
+  // so it reconnects instead of writing its next message into the void.
+  listener->Stop();
+  EXPECT_TRUE(EndsWithin(out, std::chrono::milliseconds(3000)));
   close(in->fd);
   close(out);
 }
