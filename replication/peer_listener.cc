@@ -200,7 +200,6 @@ void PeerPlane::ReadHello(int epoll_fd, Handshake& h, bool& finished) {
     h.received.append(buf, static_cast<size_t>(n));
     if (h.received.size() > kMaxHelloBytes) break;
   }
-  (void)epoll_fd;
   PeerHello hello;
   size_t consumed = 0;
   switch (ParsePeerHello(h.received, &hello, &consumed)) {
@@ -225,7 +224,7 @@ void PeerPlane::ReadHello(int epoll_fd, Handshake& h, bool& finished) {
     finished = true;
     return;
   }
-  Decide(h, hello, finished);
+  Decide(epoll_fd, h, hello, finished);
 }
 
 PeerHelloStatus PeerPlane::Authorize(const Handshake& h, const PeerHello& hello,
@@ -266,8 +265,12 @@ PeerHelloStatus PeerPlane::Authorize(const Handshake& h, const PeerHello& hello,
   return PeerHelloStatus::kOk;
 }
 
-void PeerPlane::Decide(Handshake& h, const PeerHello& hello, bool& finished) {
+void PeerPlane::Decide(int epoll_fd, Handshake& h, const PeerHello& hello,
+                       bool& finished) {
   finished = true;
+  // The relay owns the connection from here (or it is closed): the
+  // listener must not see its traffic.
+  epoll_ctl(epoll_fd, EPOLL_CTL_DEL, h.fd, nullptr);
   std::string why;
   const PeerHelloStatus status = Authorize(h, hello, why);
   if (status != PeerHelloStatus::kOk) {
@@ -330,6 +333,8 @@ void PeerPlane::Establish(std::unique_ptr<PeerLink> link,
       group = it->second.group;
       fds_.insert(fd);
       fds_.insert(pair[0]);
+      // Counted before libraft sees it; the relay uncounts it at its end.
+      metrics_.connections.fetch_add(1);
       it->second.deliver(pair[1], hello.node_id, hello.address);
     }
   }
@@ -346,6 +351,7 @@ void PeerPlane::Establish(std::unique_ptr<PeerLink> link,
   };
   // Stopping: the relay never runs, and Stop shut the fds down already.
   if (!Spawn(std::move(relay))) {
+    metrics_.connections.fetch_sub(1);
     CloseTracked(pair[0]);
     CloseTracked(fd);
   }

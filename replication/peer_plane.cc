@@ -251,7 +251,6 @@ void PeerPlane::RelayInbound(std::unique_ptr<PeerLink> link, int pair_fd,
   FrameValidator validator(options_.frame_limits,
                            [group] { return group->term(); });
   std::vector<char> buf(kRelayBuffer);
-  metrics_.connections.fetch_add(1);
   while (true) {
     const ssize_t n = link->Read(buf.data(), buf.size());
     if (n <= 0) break;
@@ -273,7 +272,6 @@ void PeerPlane::RelayInbound(std::unique_ptr<PeerLink> link, int pair_fd,
 
 void PeerPlane::RelayOutbound(std::unique_ptr<PeerLink> link, int pair_fd) {
   std::vector<char> buf(kRelayBuffer);
-  metrics_.connections.fetch_add(1);
   // The receiver never sends after its answer: anything readable on the
   // network side is its end (a restart, a close), noticed before libraft
   // loses its next message to a dead connection.
@@ -370,6 +368,8 @@ void PeerPlane::DialAndRelay(const Dial& dial,
     done(-1);
     return;
   }
+  // Counted before libraft sees it; the relay uncounts it when it ends.
+  metrics_.connections.fetch_add(1);
   done(pair[1]);
   RelayOutbound(std::move(link), pair[0]);
 }

@@ -154,7 +154,8 @@ class PeerPlane {
   // `finished`: `h` was accepted or refused (its fd is no longer ours).
   void Advance(int epoll_fd, Handshake& h, bool& finished);
   void ReadHello(int epoll_fd, Handshake& h, bool& finished);
-  void Decide(Handshake& h, const PeerHello& hello, bool& finished);
+  void Decide(int epoll_fd, Handshake& h, const PeerHello& hello,
+              bool& finished);
   void Refuse(Handshake& h, HandshakeResult result, PeerHelloStatus status,
               absl::string_view why);
   PeerHelloStatus Authorize(const Handshake& h, const PeerHello& hello,
@@ -162,7 +163,8 @@ class PeerPlane {
   void Establish(std::unique_ptr<PeerLink> link, const PeerHello& hello,
                  const std::string& remote) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Relay and dial threads (peer_plane.cc).
+  // Relay and dial threads (peer_plane.cc). A relay's connection is counted
+  // in metrics_.connections before it starts; the relay uncounts it.
   void RelayInbound(std::unique_ptr<PeerLink> link, int pair_fd,
                     std::shared_ptr<PeerGroup> group, std::string remote);
   void RelayOutbound(std::unique_ptr<PeerLink> link, int pair_fd);

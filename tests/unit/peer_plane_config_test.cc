@@ -1,0 +1,49 @@
+// When dedupd may talk plaintext to its Raft peers, and what TLS needs
+// (server/peer_plane_config.h).
+#include "server/peer_plane_config.h"
+
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_pki.h"
+
+namespace dedup {
+namespace {
+
+TEST(PeerPlaneConfigTest, PlaintextOnlyOnLoopbackOrWithInsecure) {
+  SecurityConfig security;
+  absl::StatusOr<std::shared_ptr<PeerPlane>> refused =
+      PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "--raft_address"))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "--insecure"));
+  EXPECT_TRUE(PeerPlaneFromFlags(security, "127.0.0.2:7001", nullptr).ok());
+  security.insecure = true;
+  EXPECT_TRUE(PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr).ok());
+}
+
+TEST(PeerPlaneConfigTest, TlsNeedsThePeerCa) {
+  absl::StatusOr<std::string> pki = testing::MakeTestPki();
+  ASSERT_TRUE(pki.ok()) << pki.status();
+  SecurityConfig security;
+  security.tls_cert_file = *pki + "/server.pem";
+  security.tls_key_file = *pki + "/server.key";
+  absl::StatusOr<std::shared_ptr<PeerPlane>> no_ca =
+      PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr);
+  ASSERT_FALSE(no_ca.ok());
+  EXPECT_TRUE(absl::StrContains(no_ca.status().message(), "--peer_tls_ca_file"))
+      << no_ca.status();
+  security.tls_client_ca_file = *pki + "/ca.pem";
+  // TLS on: no --insecure needed off loopback.
+  EXPECT_TRUE(PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr).ok());
+  security.tls_key_file = *pki + "/client-ops.key";  // not the cert's key
+  EXPECT_FALSE(PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr).ok());
+  std::filesystem::remove_all(*pki);
+}
+
+}  // namespace
+}  // namespace dedup
