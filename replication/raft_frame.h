@@ -20,6 +20,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -61,9 +63,11 @@ class FrameValidator {
   // over many calls, one call may hold many messages). Returns the first
   // reason to refuse; after one, every later call returns it again.
   // Buffers at most one message header, and of an AppendEntries only its
-  // fixed part and one entry descriptor at a time (entries are checked as
-  // they stream), so memory per connection stays under
-  // kMaxSnapshotHeaderBytes whatever the limits.
+  // fixed part, one entry descriptor at a time (entries are checked as they
+  // stream), the places of its configuration-change entries (a few KiB)
+  // and one such entry's data when the payload passes (libraft parses it),
+  // so memory per connection stays near kMaxSnapshotHeaderBytes whatever
+  // the limits.
   [[nodiscard]] std::optional<FrameReject> Feed(absl::string_view bytes);
 
   // Messages fully seen so far (header and payload), for tests and metrics.
@@ -71,7 +75,7 @@ class FrameValidator {
 
  private:
   // What the bytes in buf_ are, once it holds want_ of them.
-  enum class Stage { kPreamble, kHeader, kEntry, kSkip };
+  enum class Stage { kPreamble, kHeader, kEntry, kChange, kSkip };
 
   std::optional<FrameReject> Step(absl::string_view* bytes);
   std::optional<FrameReject> OnPreamble();
@@ -79,10 +83,14 @@ class FrameValidator {
   std::optional<FrameReject> OnAppendEntriesHead();
   std::optional<FrameReject> OnEntry();
   std::optional<FrameReject> OnInstallSnapshot();
+  std::optional<FrameReject> OnChange();
   std::optional<FrameReject> CheckTerm(uint64_t term) const;
   uint64_t Get64(size_t offset) const;
-  // Skips `trailer` header bytes nobody reads, then `payload` bytes.
-  void SkipThen(uint64_t trailer, uint64_t payload);
+  // Skips `trailer` header bytes nobody reads, then payload_ bytes, less
+  // the change entries', which are buffered and parsed.
+  void StartPayload(uint64_t trailer);
+  // At payload_pos_: a change entry to buffer, the end, or bytes to skip.
+  void NextPayloadPart();
   void Expect(Stage stage, size_t bytes);
   void EndMessage();
 
@@ -100,8 +108,11 @@ class FrameValidator {
   uint64_t entries_left_ = 0;    // AppendEntries descriptors still to come
   uint64_t payload_ = 0;         // payload implied so far
   bool unpadded_entry_ = false;  // a previous entry's length is not 8k
-  uint64_t skip_trailer_ = 0;    // kSkip: header bytes left, then...
-  uint64_t skip_payload_ = 0;    // ...payload bytes left
+  // The (payload offset, length) of this AppendEntries' change entries.
+  std::vector<std::pair<uint64_t, uint32_t>> changes_;
+  size_t next_change_ = 0;
+  uint64_t skip_trailer_ = 0;  // header bytes left to skip
+  uint64_t payload_pos_ = 0;   // payload bytes passed
 };
 
 }  // namespace dedup
