@@ -10,7 +10,10 @@ namespace dedup {
 namespace {
 
 // libraft 0.15's uv encoding (src/uv_encoding.c), as captured between real
-// dedupd nodes; docs/decisions.md has the table.
+// dedupd nodes (tests/unit/capture_raft_frames.py). Header lengths: see
+// HeaderLengthFits. Payload: AppendEntries, the exact sum of its entries'
+// lengths (libraft reads that many bytes, but finds entry i at the sum of
+// the earlier lengths rounded up to 8 each); InstallSnapshot, its data.
 constexpr size_t kPreambleBytes = 16;  // u64 type, u64 header length
 // AppendEntries header: term, prev_log_index, prev_log_term, leader_commit,
 // entry count, then one 16-byte descriptor per entry (u64 term, u8 type,

@@ -8,7 +8,7 @@
 // The stream format is libraft 0.15's uv encoding: a preamble (u64 message
 // type, u64 header length), the header, then the payload whose length the
 // header implies (entry data for AppendEntries, snapshot data for
-// InstallSnapshot), all little endian.
+// InstallSnapshot), all little endian (raft_frame.cc lists the layouts).
 //
 // Thread safety: a FrameValidator belongs to one connection (one thread at a
 // time). The term source may be read from any thread.
@@ -34,15 +34,17 @@ enum class FrameReject {
   kHeaderLength,   // header length impossible for the type
   kEntryCount,     // entry count does not fit the header
   kEntryType,      // an entry that is not a command, barrier or change
-  kConfiguration,  // InstallSnapshot's configuration does not fit / parse
+  kConfiguration,  // a configuration (InstallSnapshot's, or a change
+                   // entry's) does not fit or does not parse
   kTooLarge,       // header + payload above the limit
   kTermJump,       // term above the receiver's term plus the allowed jump
-  kEntryLength,    // an entry libraft would read past the payload for
+  kEntryLength,    // an unpadded entry followed by a non-empty one, which
+                   // libraft would read partly past the payload
 };
 const char* FrameRejectName(FrameReject reason);
 
-// The largest InstallSnapshot header accepted: its configuration is a few
-// servers' ids and addresses, so 64 KiB leaves room for hundreds of them.
+// The largest configuration accepted (InstallSnapshot header, change entry):
+// a few servers' ids and addresses, so 64 KiB leaves room for hundreds.
 inline constexpr uint64_t kMaxSnapshotHeaderBytes = 64 << 10;
 
 struct FrameLimits {
