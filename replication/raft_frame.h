@@ -49,6 +49,10 @@ inline constexpr uint64_t kMaxSnapshotHeaderBytes = 64 << 10;
 
 struct FrameLimits {
   // Largest header plus payload of one message (--max_raft_message_mb).
+  // libraft 0.15 puts every entry from a follower's next index to the end
+  // of the log in one AppendEntries (it has no cap), so this must exceed
+  // what the log can hold (--raft_log_budget_mb plus 16 bytes per entry):
+  // a smaller limit refuses a lagging follower's catch-up at every retry.
   uint64_t max_message_bytes = 64ull << 20;
   // A term may exceed the receiver's current term by at most this much:
   // terms rise by one per election, so a bigger jump is a bug or an attack.
