@@ -285,12 +285,36 @@ def authority_seeds():
     }
 
 
+# --- replication/raft_frame.h -----------------------------------------------
+
+def raft_frame_seeds():
+    """Real libraft 0.15 streams (the unit test's captured vectors), each
+    behind the harness's 9-byte prefix: limits pick, receiver's term."""
+    import re
+    path = os.path.join(HERE, "..", "unit", "raft_frame_vectors.h")
+    text = open(path).read()
+    seeds = {}
+    for m in re.finditer(r'\{"([a-z0-9_]+)",\n((?:\s*"[0-9a-f]+"\n?)+),',
+                         text):
+        data = bytes.fromhex("".join(re.findall(r'"([0-9a-f]+)"',
+                                                m.group(2))))
+        seeds[m.group(1)] = bytes([0]) + u64(3) + data
+    # The issue's crash: AppendEntries, header length 40, 2^32-1 entries;
+    # and a term of 2^64-1 (AppendEntriesResult), under the small limits.
+    seeds["issue_count_crash"] = bytes([0]) + u64(3) + b"".join(
+        map(u64, [1, 40, 3, 7, 3, 6, 0xffffffff]))
+    seeds["issue_term_max"] = bytes([5]) + u64(3) + b"".join(
+        map(u64, [2, 24, 2**64 - 1, 0, 9]))
+    return seeds
+
+
 def main():
     targets = {
         "fuzz_record_codec": record_seeds(),
         "fuzz_log_entry": log_entry_seeds(),
         "fuzz_request_validation": request_seeds(),
         "fuzz_authority_model": authority_seeds(),
+        "fuzz_raft_frame": raft_frame_seeds(),
     }
     for target, seeds in targets.items():
         out = os.path.join(CORPUS, target)
