@@ -8,8 +8,10 @@ extern "C" {
 #include <raft/uv.h>
 }
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -72,11 +74,15 @@ absl::StatusOr<RaftLogSummary> Summarize(raft_term term,
   if (snapshot != nullptr) {
     summary.last_index = snapshot->index;
     summary.last_term = snapshot->term;
+    summary.max_term = snapshot->term;
     summary.members = MembersOf(snapshot->configuration);
   }
   if (n > 0) {
     summary.last_index = start + n - 1;
     summary.last_term = entries[n - 1].term;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    summary.max_term = std::max<uint64_t>(summary.max_term, entries[i].term);
   }
   for (size_t i = n; i-- > 0;) {
     if (entries[i].type != RAFT_CHANGE) continue;
@@ -98,6 +104,44 @@ bool Pristine(const std::string& dir) {
   return !std::filesystem::exists(std::filesystem::path(dir) / "metadata1",
                                   ec) &&
          !std::filesystem::exists(std::filesystem::path(dir) / "metadata2", ec);
+}
+
+// Runs `action` on libraft's disk I/O for `dir` (initialized, not
+// started: nothing is bound or sent), then closes it.
+absl::Status WithRaftIo(const std::string& dir, uint64_t id,
+                        const std::string& raft_address,
+                        const std::function<void(struct raft_io&)>& action) {
+  uv_loop_t loop;
+  if (int rv = uv_loop_init(&loop); rv != 0) {
+    return absl::InternalError(absl::StrCat("uv_loop_init: ", uv_strerror(rv)));
+  }
+  struct raft_uv_transport transport {};
+  struct raft_io io {};
+  if (int rv = raft_uv_tcp_init(&transport, &loop); rv != 0) {
+    uv_loop_close(&loop);
+    return absl::InternalError(absl::StrCat("raft transport: ", rv));
+  }
+  absl::Status status;
+  if (raft_uv_init(&io, &loop, dir.c_str(), &transport) != 0) {
+    raft_uv_tcp_close(&transport);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return absl::InvalidArgumentError(
+        absl::StrCat("raft log in ", dir, ": ", io.errmsg));
+  }
+  if (io.init(&io, id, raft_address.c_str()) != 0) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("raft log in ", dir, ": ", io.errmsg));
+  } else {
+    action(io);
+    io.close(&io, nullptr);
+    uv_run(&loop, UV_RUN_DEFAULT);
+  }
+  raft_uv_close(&io);
+  raft_uv_tcp_close(&transport);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  return status;
 }
 
 }  // namespace
@@ -134,51 +178,40 @@ absl::StatusOr<std::vector<Member>> DecodeRaftConfiguration(
 absl::StatusOr<RaftLogSummary> ReadRaftLog(const std::string& dir, uint64_t id,
                                            const std::string& raft_address) {
   if (Pristine(dir)) return RaftLogSummary();
-  uv_loop_t loop;
-  if (int rv = uv_loop_init(&loop); rv != 0) {
-    return absl::InternalError(absl::StrCat("uv_loop_init: ", uv_strerror(rv)));
-  }
-  struct raft_uv_transport transport {};
-  struct raft_io io {};
   absl::StatusOr<RaftLogSummary> summary =
       absl::InternalError("raft log not read");
-  if (int rv = raft_uv_tcp_init(&transport, &loop); rv != 0) {
-    uv_loop_close(&loop);
-    return absl::InternalError(absl::StrCat("raft transport: ", rv));
-  }
-  if (int rv = raft_uv_init(&io, &loop, dir.c_str(), &transport); rv != 0) {
-    raft_uv_tcp_close(&transport);
-    uv_loop_close(&loop);
-    return absl::InvalidArgumentError(
-        absl::StrCat("raft log in ", dir, ": ", io.errmsg));
-  }
-  if (int rv = io.init(&io, id, raft_address.c_str()); rv != 0) {
-    summary = absl::InvalidArgumentError(
-        absl::StrCat("raft log in ", dir, ": ", io.errmsg));
-  } else {
-    raft_term term = 0;
-    raft_id voted_for = 0;
-    struct raft_snapshot* snapshot = nullptr;
-    raft_index start = 0;
-    struct raft_entry* entries = nullptr;
-    size_t n = 0;
-    if (int rv =
-            io.load(&io, &term, &voted_for, &snapshot, &start, &entries, &n);
-        rv != 0) {
-      summary = absl::DataLossError(
-          absl::StrCat("raft log in ", dir, ": ", io.errmsg));
-    } else {
-      summary = Summarize(term, snapshot, start, entries, n);
-      FreeLoaded(snapshot, entries, n);
-    }
-    io.close(&io, nullptr);
-    uv_run(&loop, UV_RUN_DEFAULT);
-  }
-  raft_uv_close(&io);
-  raft_uv_tcp_close(&transport);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
+  absl::Status io_status =
+      WithRaftIo(dir, id, raft_address, [&](struct raft_io& io) {
+        raft_term term = 0;
+        raft_id voted_for = 0;
+        struct raft_snapshot* snapshot = nullptr;
+        raft_index start = 0;
+        struct raft_entry* entries = nullptr;
+        size_t n = 0;
+        if (io.load(&io, &term, &voted_for, &snapshot, &start, &entries, &n) !=
+            0) {
+          summary = absl::DataLossError(
+              absl::StrCat("raft log in ", dir, ": ", io.errmsg));
+          return;
+        }
+        summary = Summarize(term, snapshot, start, entries, n);
+        FreeLoaded(snapshot, entries, n);
+      });
+  if (!io_status.ok()) return io_status;
   return summary;
+}
+
+absl::Status SetRaftTerm(const std::string& dir, uint64_t id,
+                         const std::string& raft_address, uint64_t term) {
+  absl::Status result;
+  absl::Status io_status =
+      WithRaftIo(dir, id, raft_address, [&](struct raft_io& io) {
+        if (io.set_term(&io, term) != 0) {
+          result = absl::UnavailableError(
+              absl::StrCat("raft term in ", dir, ": ", io.errmsg));
+        }
+      });
+  return io_status.ok() ? result : io_status;
 }
 
 std::string DescribeMembers(const std::vector<Member>& members) {

@@ -1,7 +1,8 @@
 // What a node's Raft log on disk says, read without starting the engine:
 // its terms, last entry and latest configuration. Disaster recovery
 // (server/recovery.h) reads it before forcing a configuration, to compare
-// this node's log with the other members' and to know who they are.
+// this node's log with the other members' and to know who they are, and
+// may reset a term that a bogus message pushed out of reach.
 #ifndef DEDUP_REPLICATION_RAFT_LOG_PROBE_H_
 #define DEDUP_REPLICATION_RAFT_LOG_PROBE_H_
 
@@ -21,6 +22,9 @@ struct RaftLogSummary {
   // Term of the last entry (or of the snapshot that covers it): with
   // last_index, what Raft compares to tell which log is more up to date.
   uint64_t last_term = 0;
+  // The highest term of any entry (or of the snapshot): a forced
+  // configuration's entry has term 1, so it may exceed last_term.
+  uint64_t max_term = 0;
   // The latest configuration in the log, committed or not (what the engine
   // would start with); empty when the log holds none.
   std::vector<Member> members;
@@ -33,6 +37,14 @@ struct RaftLogSummary {
 // this node's (libraft's I/O wants them; nothing is sent or bound).
 [[nodiscard]] absl::StatusOr<RaftLogSummary> ReadRaftLog(
     const std::string& dir, uint64_t id, const std::string& raft_address);
+
+// Persists `term` as the current term of the log in `dir` (and no vote),
+// as libraft would on seeing that term. Same conditions as ReadRaftLog.
+// Only for disaster recovery: lowering a term is safe only on a node about
+// to become the only voter, with every other member gone.
+[[nodiscard]] absl::Status SetRaftTerm(const std::string& dir, uint64_t id,
+                                       const std::string& raft_address,
+                                       uint64_t term);
 
 // Decodes a configuration as libraft 0.15 encodes it in a RAFT_CHANGE
 // entry (raft_configuration_encode): format byte 1, u64 count, then per

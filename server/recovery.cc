@@ -210,6 +210,9 @@ absl::StatusOr<RecoveryDecision> DecideRecovery(
                     "only it holds is lost");
   }
   decision.kind = RecoveryDecision::kForce;
+  if (own.current_term - own.max_term > kMaxTermJump) {
+    decision.reset_term = own.max_term;
+  }
   return decision;
 }
 
@@ -266,12 +269,24 @@ absl::Status PrepareRecovery(ClusterConfig& config,
   if (!decision->note.empty()) {
     LogWarning("--recover_as_sole_voter: ", decision->note);
   }
+  if (decision->reset_term > 0) {
+    if (absl::Status s = SetRaftTerm(raft.dir, raft.id, raft.raft_address,
+                                     decision->reset_term);
+        !s.ok()) {
+      return ExitWith(exit_code::kDataDir,
+                      absl::StrCat("--recover_as_sole_voter: ", s.message()));
+    }
+    LogWarning("--recover_as_sole_voter: the persisted term ",
+               own->current_term, " is out of reach of the log's (at most ",
+               own->max_term, "): reset to ", decision->reset_term);
+  }
   LogAnnouncement(absl::StrCat(
       "RECOVERY: forcing the configuration of node ", raft.id,
       " to itself as the only voter [", raft.id, " voter ", raft.raft_address,
       "], replacing [", DescribeMembers(own->members), "]; this node's last ",
       "log entry: term ", own->last_term, " index ", own->last_index,
-      ", every entry in it will commit. ", DescribePeers(peers),
+      " (current term ", own->current_term,
+      "), every entry in it will commit. ", DescribePeers(peers),
       ". Stop and wipe every other old member; add fresh ones with "
       "`dedupctl cluster add`"));
   raft.force_sole_voter = true;

@@ -45,7 +45,15 @@ struct RecoveryDecision {
   };
   Kind kind = kForce;
   std::string note;  // what to log with the decision
+  // kForce: when > 0, the persisted term to set first. A term far above
+  // every term in the log was pushed there by a bogus message (terms rise by
+  // one per election); left alone, the next election would overflow it.
+  uint64_t reset_term = 0;
 };
+
+// A current term more than this above the log's highest term is never
+// legitimate.
+inline constexpr uint64_t kMaxTermJump = uint64_t{1} << 32;
 
 // True when log (term_a, index_a) is more up to date than (term_b, index_b),
 // by Raft's rule (higher last term, or same term and longer).

@@ -3,6 +3,13 @@
 // its survivor and refilled with fresh members; a survivor that is behind a
 // reachable member refuses; the flag left set does not re-force a group
 // that is alive again.
+#include <uv.h>
+
+extern "C" {
+#include <raft.h>
+#include <raft/uv.h>
+}
+
 #include <filesystem>
 #include <map>
 #include <string>
@@ -19,6 +26,25 @@ namespace {
 using Written = std::map<std::string, std::pair<uint64_t, std::string>>;
 
 constexpr char kRecover[] = "--recover_as_sole_voter";
+
+// Persists `term` in the Raft log of a stopped node (as a message carrying
+// that term would have made it).
+void SetPersistedTerm(const std::string& raft_dir, uint64_t id, uint64_t term) {
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  struct raft_uv_transport transport {};
+  struct raft_io io {};
+  ASSERT_EQ(raft_uv_tcp_init(&transport, &loop), 0);
+  ASSERT_EQ(raft_uv_init(&io, &loop, raft_dir.c_str(), &transport), 0);
+  ASSERT_EQ(io.init(&io, id, "127.0.0.1:1"), 0) << io.errmsg;
+  EXPECT_EQ(io.set_term(&io, term), 0) << io.errmsg;
+  io.close(&io, nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  raft_uv_close(&io);
+  raft_uv_tcp_close(&transport);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+}
 
 class RecoveryTest : public ClusterTest {
  protected:
@@ -80,6 +106,20 @@ class RecoveryTest : public ClusterTest {
     return voters;
   }
 
+  // The voters `via` reports, once they are `want` (the status is
+  // refreshed every few ms: a change just made may not show yet).
+  std::vector<uint64_t> VotersOnceEqual(int via,
+                                        const std::vector<uint64_t>& want) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    std::vector<uint64_t> voters = Voters(via);
+    while (voters != want && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      voters = Voters(via);
+    }
+    return voters;
+  }
+
   // Waits until node `id` reports no leader (its group lost its majority).
   void WaitForNoLeader(int id) {
     const auto deadline =
@@ -116,13 +156,18 @@ TEST_F(RecoveryTest, SurvivorOfALostMajorityServesEveryAcknowledgedWrite) {
   absl::StatusOr<v1::ClusterStatusResponse> status = cluster_.Status(survivor);
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->role(), "leader");
-  EXPECT_EQ(Voters(survivor), std::vector<uint64_t>{uint64_t(survivor)});
+  {
+    const std::vector<uint64_t> want{uint64_t(survivor)};
+    EXPECT_EQ(VotersOnceEqual(survivor, want), want);
+  }
 
   const int fresh_a = AddFreshNode(survivor);
   const int fresh_b = AddFreshNode(survivor);
-  EXPECT_EQ(Voters(survivor),
-            (std::vector<uint64_t>{uint64_t(survivor), uint64_t(fresh_a),
-                                   uint64_t(fresh_b)}));
+  {
+    const std::vector<uint64_t> want{uint64_t(survivor), uint64_t(fresh_a),
+                                     uint64_t(fresh_b)};
+    EXPECT_EQ(VotersOnceEqual(survivor, want), want);
+  }
   ExpectDuplicates(survivor, written);
   ExpectIdenticalReplicas();
 
@@ -136,9 +181,11 @@ TEST_F(RecoveryTest, SurvivorOfALostMajorityServesEveryAcknowledgedWrite) {
   EXPECT_NE(again.message().find("the group is not lost"), std::string::npos)
       << again;
   ASSERT_TRUE(cluster_.Start(survivor).ok());
-  EXPECT_EQ(Voters(survivor),
-            (std::vector<uint64_t>{uint64_t(survivor), uint64_t(fresh_a),
-                                   uint64_t(fresh_b)}));
+  {
+    const std::vector<uint64_t> want{uint64_t(survivor), uint64_t(fresh_a),
+                                     uint64_t(fresh_b)};
+    EXPECT_EQ(VotersOnceEqual(survivor, want), want);
+  }
   ExpectDuplicates(fresh_a, written);
   ExpectIdenticalReplicas();
 }
@@ -166,8 +213,41 @@ TEST_F(RecoveryTest, SurvivorBehindAReachableMemberRefuses) {
   absl::Status forced =
       cluster_.Start(behind, {kRecover, "--recover_even_if_behind"});
   ASSERT_TRUE(forced.ok()) << forced;
-  EXPECT_EQ(Voters(behind), std::vector<uint64_t>{uint64_t(behind)});
+  {
+    const std::vector<uint64_t> want{uint64_t(behind)};
+    EXPECT_EQ(VotersOnceEqual(behind, want), want);
+  }
   ExpectDuplicates(behind, early);
+}
+
+// A survivor whose persisted term was pushed to 2^64-1 (the bogus-message
+// state in which no node ever elects again) recovers too.
+TEST_F(RecoveryTest, SurvivorWithAPoisonedTermRecovers) {
+  const Written written = WriteOneByOne(leader_, 30, "poisoned-");
+  WaitForEqualLogs();
+  const int survivor = leader_;
+  for (int id = 1; id <= 3; ++id) {
+    if (id != survivor) Destroy(id);
+  }
+  ASSERT_TRUE(cluster_.Stop(survivor).ok());
+  SetPersistedTerm(cluster_.data_dir(survivor) + "/raft", survivor,
+                   ~uint64_t{0});
+  absl::Status started = cluster_.Start(survivor, {kRecover});
+  ASSERT_TRUE(started.ok()) << started;
+  absl::StatusOr<v1::ClusterStatusResponse> status = cluster_.Status(survivor);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->role(), "leader")
+      << cluster_.process(survivor)->captured_stderr();
+  EXPECT_LT(status->term(), uint64_t{1} << 32);
+  const int fresh_a = AddFreshNode(survivor);
+  const int fresh_b = AddFreshNode(survivor);
+  {
+    const std::vector<uint64_t> want{uint64_t(survivor), uint64_t(fresh_a),
+                                     uint64_t(fresh_b)};
+    EXPECT_EQ(VotersOnceEqual(survivor, want), want);
+  }
+  ExpectDuplicates(fresh_b, written);
+  ExpectIdenticalReplicas();
 }
 
 }  // namespace

@@ -124,9 +124,31 @@ TEST(ReadRaftLogTest, SeesBootstrapThenTheForcedConfiguration) {
   EXPECT_EQ(after->current_term, 5u);
   EXPECT_EQ(after->last_index, 2u);
   EXPECT_EQ(after->last_term, 1u);
+  EXPECT_EQ(after->max_term, 1u);
   ASSERT_EQ(after->members.size(), 1u);
   EXPECT_EQ(after->members[0].id, 1u);
   EXPECT_EQ(after->members[0].role, MemberRole::kVoter);
+  std::filesystem::remove_all(*dir);
+}
+
+TEST(SetRaftTermTest, PersistsTheTerm) {
+  absl::StatusOr<std::string> dir = testing::MakeTempDir("probe");
+  ASSERT_TRUE(dir.ok());
+  WithIo(*dir, [](struct raft_io& io) {
+    struct raft_configuration conf = ThreeRoles();
+    EXPECT_EQ(io.bootstrap(&io, &conf), 0) << io.errmsg;
+    EXPECT_EQ(io.set_term(&io, ~uint64_t{0}), 0) << io.errmsg;
+    raft_configuration_close(&conf);
+  });
+  absl::StatusOr<RaftLogSummary> before =
+      ReadRaftLog(*dir, 1, "127.0.0.1:7001");
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->current_term, ~uint64_t{0});
+  ASSERT_TRUE(SetRaftTerm(*dir, 1, "127.0.0.1:7001", 3).ok());
+  absl::StatusOr<RaftLogSummary> after = ReadRaftLog(*dir, 1, "127.0.0.1:7001");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->current_term, 3u);
+  EXPECT_EQ(after->last_index, 1u);
   std::filesystem::remove_all(*dir);
 }
 

@@ -22,6 +22,7 @@ RaftLogSummary Own() {
   own.current_term = 6;
   own.last_index = 100;
   own.last_term = 4;
+  own.max_term = 4;
   own.members = {Voter(1), Voter(2), Voter(3)};
   return own;
 }
@@ -102,6 +103,22 @@ TEST(DecideRecoveryTest, NothingToForceOrNothingToRecoverFrom) {
   standby.members[0].role = MemberRole::kStandby;
   EXPECT_TRUE(Refused(DecideRecovery(1, standby, {Down(2), Down(3)}, false),
                       "is not a voter"));
+}
+
+TEST(DecideRecoveryTest, ResetsATermOutOfReachOfTheLog) {
+  RaftLogSummary own = Own();
+  own.max_term = 4;
+  auto d = DecideRecovery(1, own, {}, false);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->reset_term, 0u);  // 6 after 4: two elections, fine
+  own.current_term = 4 + kMaxTermJump;
+  d = DecideRecovery(1, own, {}, false);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->reset_term, 0u);
+  own.current_term = ~uint64_t{0};
+  d = DecideRecovery(1, own, {}, false);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->reset_term, 4u);
 }
 
 TEST(LogIsAheadTest, HigherTermWinsThenLength) {
