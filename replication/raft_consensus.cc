@@ -110,7 +110,7 @@ class RaftConsensus : public Consensus {
         return RaftError(rv, "raft bootstrap", &raft_);
       }
     }
-    if (options_.force_sole_voter) {
+    if (!options_.force_sole_voter_at.empty()) {
       if (int rv = ForceSoleVoter(); rv != 0) {
         return RaftError(rv, "raft recover", &raft_);
       }
@@ -136,7 +136,8 @@ class RaftConsensus : public Consensus {
     struct raft_configuration configuration;
     raft_configuration_init(&configuration);
     int rv = raft_configuration_add(&configuration, options_.id,
-                                    options_.raft_address.c_str(), RAFT_VOTER);
+                                    options_.force_sole_voter_at.c_str(),
+                                    RAFT_VOTER);
     if (rv == 0) rv = raft_recover(&raft_, &configuration);
     raft_configuration_close(&configuration);
     return rv;

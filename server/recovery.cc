@@ -153,12 +153,14 @@ absl::StatusOr<RecoveryDecision> DecideRecovery(
         "this node's Raft log is empty: nothing to recover from (run it on "
         "a surviving member's data)");
   }
+  RecoveryDecision decision;
   bool self_voter = false;
   int other_voters = 0;
   for (const Member& member : own.members) {
     if (member.role != MemberRole::kVoter) continue;
     if (member.id == self) {
       self_voter = true;
+      decision.address = member.raft_address;
     } else {
       ++other_voters;
     }
@@ -168,7 +170,6 @@ absl::StatusOr<RecoveryDecision> DecideRecovery(
         "node ", self, " is not a voter of its latest configuration [",
         DescribeMembers(own.members), "]: recover on a node that is"));
   }
-  RecoveryDecision decision;
   if (other_voters == 0) {
     decision.kind = RecoveryDecision::kAlreadySole;
     decision.note =
@@ -282,14 +283,14 @@ absl::Status PrepareRecovery(ClusterConfig& config,
   }
   LogAnnouncement(absl::StrCat(
       "RECOVERY: forcing the configuration of node ", raft.id,
-      " to itself as the only voter [", raft.id, " voter ", raft.raft_address,
+      " to itself as the only voter [", raft.id, " voter ", decision->address,
       "], replacing [", DescribeMembers(own->members), "]; this node's last ",
       "log entry: term ", own->last_term, " index ", own->last_index,
       " (current term ", own->current_term,
       "), every entry in it will commit. ", DescribePeers(peers),
       ". Stop and wipe every other old member; add fresh ones with "
       "`dedupctl cluster add`"));
-  raft.force_sole_voter = true;
+  raft.force_sole_voter_at = decision->address;
   config.store.consensus = [raft](StateMachine* machine) {
     return StartRaft(raft, machine);
   };

@@ -49,6 +49,9 @@ struct RecoveryDecision {
   // every term in the log was pushed there by a bogus message (terms rise by
   // one per election); left alone, the next election would overflow it.
   uint64_t reset_term = 0;
+  // kForce: this node's Raft address in the configuration it replaces (the
+  // one its peers know it by), for the forced configuration.
+  std::string address;
 };
 
 // A current term more than this above the log's highest term is never
@@ -70,7 +73,7 @@ inline constexpr uint64_t kMaxTermJump = uint64_t{1} << 32;
 // With --recover_as_sole_voter: reads this node's Raft log, asks the other
 // members (through `open_peer`, a few seconds at most per member, and up to
 // a few election timeouts watching for a leader), logs what it found and
-// did, and sets config.store.raft.force_sole_voter (with its consensus
+// did, and sets config.store.raft.force_sole_voter_at (with its consensus
 // factory). Without the flag: nothing. Must run before the store opens (it
 // reads the members' client addresses from the replicated state). An error
 // carries the exit code (server/exit_status.h).

@@ -56,6 +56,8 @@ TEST(DecideRecoveryTest, ForcesWhenEveryoneElseIsGoneOrNotAhead) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->kind, RecoveryDecision::kForce);
   EXPECT_TRUE(d->note.empty());
+  // The address the group knows node 1 by, from its log.
+  EXPECT_EQ(d->address, "127.0.0.1:7001");
   // Equal, shorter, or longer but of an older term: not ahead.
   for (const PeerLogPosition& p :
        {Reached(2, 4, 100), Reached(2, 4, 99), Reached(2, 3, 500)}) {
