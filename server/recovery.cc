@@ -270,6 +270,11 @@ absl::Status PrepareRecovery(ClusterConfig& config,
   if (!decision->note.empty()) {
     LogWarning("--recover_as_sole_voter: ", decision->note);
   }
+  // --peers, resolved at this start, wins over the log: a member Service
+  // recreated with a new IP is reached at the new one.
+  for (const ClusterNode& node : config.store.nodes) {
+    if (node.id == raft.id) decision->address = node.raft_address;
+  }
   if (decision->reset_term > 0) {
     if (absl::Status s = SetRaftTerm(raft.dir, raft.id, raft.raft_address,
                                      decision->reset_term);

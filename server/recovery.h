@@ -50,7 +50,8 @@ struct RecoveryDecision {
   // one per election); left alone, the next election would overflow it.
   uint64_t reset_term = 0;
   // kForce: this node's Raft address in the configuration it replaces (the
-  // one its peers know it by), for the forced configuration.
+  // one its peers know it by), for the forced configuration. PrepareRecovery
+  // prefers this node's --peers entry, resolved at this start.
   std::string address;
 };
 
