@@ -76,6 +76,7 @@ absl::StatusOr<RaftLogSummary> Summarize(raft_term term,
     summary.last_term = snapshot->term;
     summary.max_term = snapshot->term;
     summary.members = MembersOf(snapshot->configuration);
+    summary.config_index = snapshot->configuration_index;
   }
   if (n > 0) {
     summary.last_index = start + n - 1;
@@ -94,6 +95,7 @@ absl::StatusOr<RaftLogSummary> Summarize(raft_term term,
           "configuration entry ", start + i, ": ", members.status().message()));
     }
     summary.members = *std::move(members);
+    summary.config_index = start + i;
     break;
   }
   return summary;

@@ -28,6 +28,8 @@ struct RaftLogSummary {
   // The latest configuration in the log, committed or not (what the engine
   // would start with); empty when the log holds none.
   std::vector<Member> members;
+  // Index of the entry (or snapshot) that set `members`.
+  uint64_t config_index = 0;
 };
 
 // Reads the libraft 0.15 log in `dir` (segments and the last snapshot's

@@ -1,7 +1,13 @@
 #include "server/recovery.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -30,6 +36,38 @@ namespace dedup {
 namespace {
 
 constexpr auto kStatusTimeout = std::chrono::seconds(2);
+constexpr char kRecoveryMarker[] = "recovered_as_sole_voter";
+
+std::filesystem::path MarkerPath(const RaftOptions& raft) {
+  return std::filesystem::path(raft.dir).parent_path() / kRecoveryMarker;
+}
+
+// The index written by WriteMarker; 0 when there is none.
+uint64_t ReadMarker(const RaftOptions& raft) {
+  std::ifstream in(MarkerPath(raft));
+  uint64_t index = 0;
+  if (!(in >> index)) return 0;
+  return index;
+}
+
+// Records, before the engine forces it, the index of the forced
+// configuration (durably: a later start must see it).
+absl::Status WriteMarker(const RaftOptions& raft, uint64_t index) {
+  const std::filesystem::path path = MarkerPath(raft);
+  const std::string text = absl::StrCat(index, "\n");
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 &&
+            ::write(fd, text.data(), text.size()) ==
+                static_cast<ssize_t>(text.size()) &&
+            ::fsync(fd) == 0;
+  if (fd >= 0) ok = (::close(fd) == 0) && ok;
+  if (!ok) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write ", path.string(), ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
 constexpr auto kWatchPoll = std::chrono::milliseconds(200);
 
 // Member id -> client address: --peers, then what the replicated state
@@ -147,7 +185,8 @@ bool LogIsAhead(uint64_t term_a, uint64_t index_a, uint64_t term_b,
 
 absl::StatusOr<RecoveryDecision> DecideRecovery(
     uint64_t self, const RaftLogSummary& own,
-    const std::vector<PeerLogPosition>& peers, bool even_if_behind) {
+    const std::vector<PeerLogPosition>& peers, bool even_if_behind,
+    uint64_t recovered_at) {
   if (own.last_index == 0) {
     return absl::FailedPreconditionError(
         "this node's Raft log is empty: nothing to recover from (run it on "
@@ -176,6 +215,16 @@ absl::StatusOr<RecoveryDecision> DecideRecovery(
         "this node is already the only voter of its configuration: nothing "
         "to force, starting as usual (remove --recover_as_sole_voter)";
     return decision;
+  }
+  if (recovered_at > 0 && own.config_index > recovered_at) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this node already recovered the group (forced configuration at "
+        "index ",
+        recovered_at, ") and its members changed since (index ",
+        own.config_index,
+        "): start without --recover_as_sole_voter (to "
+        "recover again after a new disaster, delete ",
+        kRecoveryMarker, " in the data dir)"));
   }
   for (const PeerLogPosition& peer : peers) {
     if (peer.refused) {
@@ -252,7 +301,7 @@ absl::Status PrepareRecovery(ClusterConfig& config,
       open_peer, peers,
       std::chrono::milliseconds(4 * raft.election_timeout_ms + 1000));
   absl::StatusOr<RecoveryDecision> decision =
-      DecideRecovery(raft.id, *own, peers, even_if_behind);
+      DecideRecovery(raft.id, *own, peers, even_if_behind, ReadMarker(raft));
   const std::string found =
       absl::StrCat("configuration in the log: [", DescribeMembers(own->members),
                    "]; this node's last log entry: term ", own->last_term,
@@ -295,6 +344,10 @@ absl::Status PrepareRecovery(ClusterConfig& config,
       "), every entry in it will commit. ", DescribePeers(peers),
       ". Stop and wipe every other old member; add fresh ones with "
       "`dedupctl cluster add`"));
+  if (absl::Status s = WriteMarker(raft, own->last_index + 1); !s.ok()) {
+    return ExitWith(exit_code::kDataDir,
+                    absl::StrCat("--recover_as_sole_voter: ", s.message()));
+  }
   raft.force_sole_voter_at = decision->address;
   config.store.consensus = [raft](StateMachine* machine) {
     return StartRaft(raft, machine);

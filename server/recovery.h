@@ -8,8 +8,10 @@
 // configuration in its log that it can reach (Cluster.Status) for its log
 // position and leader, and refuses when one is ahead (unless
 // --recover_even_if_behind) or when one knows a leader: a group with a
-// leader is not lost, which also makes the flag harmless when left set on a
-// node that has since recovered and gained members.
+// leader is not lost. The flag is one-shot: forcing leaves a marker in the
+// data dir (the index of the forced configuration), and once members were
+// added after it the node refuses to force again, reachable or not, until
+// the marker is deleted.
 #ifndef DEDUP_SERVER_RECOVERY_H_
 #define DEDUP_SERVER_RECOVERY_H_
 
@@ -66,10 +68,14 @@ inline constexpr uint64_t kMaxTermJump = uint64_t{1} << 32;
 
 // The decision from this node's log and what the others said; an error
 // (to exit with exit_code::kRecoveryRefused) says why recovery is refused.
-// Pure.
+// `recovered_at`: the index of the configuration this node forced before
+// (its recovery marker), 0 if none; a configuration set after it means the
+// group was rebuilt, and forcing again could split it (members that are
+// merely down are indistinguishable from lost ones). Pure.
 [[nodiscard]] absl::StatusOr<RecoveryDecision> DecideRecovery(
     uint64_t self, const RaftLogSummary& own,
-    const std::vector<PeerLogPosition>& peers, bool even_if_behind);
+    const std::vector<PeerLogPosition>& peers, bool even_if_behind,
+    uint64_t recovered_at = 0);
 
 // With --recover_as_sole_voter: reads this node's Raft log, asks the other
 // members (through `open_peer`, a few seconds at most per member, and up to

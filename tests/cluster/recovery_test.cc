@@ -11,6 +11,7 @@ extern "C" {
 }
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -172,7 +173,16 @@ TEST_F(RecoveryTest, SurvivorOfALostMajorityServesEveryAcknowledgedWrite) {
   ExpectIdenticalReplicas();
 
   // The flag left set: the new group elects a leader without the survivor,
-  // so its restart is refused rather than forcing a configuration again.
+  // so its restart is refused rather than forcing a configuration again,
+  // even without the marker of its first recovery.
+  const std::string marker =
+      cluster_.data_dir(survivor) + "/recovered_as_sole_voter";
+  std::string marked;
+  {
+    std::ifstream in(marker);
+    ASSERT_TRUE(std::getline(in, marked)) << marker;
+  }
+  std::filesystem::remove(marker);
   ASSERT_TRUE(cluster_.Stop(survivor).ok());
   absl::Status again = cluster_.Start(survivor, {kRecover});
   ASSERT_FALSE(again.ok());
@@ -180,6 +190,21 @@ TEST_F(RecoveryTest, SurvivorOfALostMajorityServesEveryAcknowledgedWrite) {
       << again;
   EXPECT_NE(again.message().find("the group is not lost"), std::string::npos)
       << again;
+  // Nor when the whole new group is down (its members merely stopped, not
+  // lost): the marker says members were added after the forced
+  // configuration.
+  std::ofstream(marker) << marked << "\n";
+  ASSERT_TRUE(cluster_.Stop(fresh_a).ok());
+  ASSERT_TRUE(cluster_.Stop(fresh_b).ok());
+  absl::Status alone = cluster_.Start(survivor, {kRecover});
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.message().find("exited with code 7"), std::string::npos)
+      << alone;
+  EXPECT_NE(alone.message().find("already recovered the group"),
+            std::string::npos)
+      << alone;
+  ASSERT_TRUE(cluster_.Start(fresh_a).ok());
+  ASSERT_TRUE(cluster_.Start(fresh_b).ok());
   ASSERT_TRUE(cluster_.Start(survivor).ok());
   {
     const std::vector<uint64_t> want{uint64_t(survivor), uint64_t(fresh_a),

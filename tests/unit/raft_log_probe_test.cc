@@ -125,6 +125,8 @@ TEST(ReadRaftLogTest, SeesBootstrapThenTheForcedConfiguration) {
   EXPECT_EQ(after->last_index, 2u);
   EXPECT_EQ(after->last_term, 1u);
   EXPECT_EQ(after->max_term, 1u);
+  EXPECT_EQ(before->config_index, 1u);
+  EXPECT_EQ(after->config_index, 2u);
   ASSERT_EQ(after->members.size(), 1u);
   EXPECT_EQ(after->members[0].id, 1u);
   EXPECT_EQ(after->members[0].role, MemberRole::kVoter);

@@ -123,6 +123,16 @@ TEST(DecideRecoveryTest, ResetsATermOutOfReachOfTheLog) {
   EXPECT_EQ(d->reset_term, 4u);
 }
 
+TEST(DecideRecoveryTest, OneShotOnceMembersWereAddedAfterTheForcedOne) {
+  RaftLogSummary own = Own();
+  own.config_index = 101;  // the forced configuration, then nothing
+  EXPECT_TRUE(DecideRecovery(1, own, {Down(2), Down(3)}, false, 101).ok());
+  own.config_index = 130;  // members added since
+  EXPECT_TRUE(Refused(DecideRecovery(1, own, {Down(2), Down(3)}, false, 101),
+                      "already recovered the group"));
+  EXPECT_TRUE(DecideRecovery(1, own, {Down(2), Down(3)}, false, 0).ok());
+}
+
 TEST(LogIsAheadTest, HigherTermWinsThenLength) {
   EXPECT_TRUE(LogIsAhead(5, 1, 4, 100));
   EXPECT_TRUE(LogIsAhead(4, 101, 4, 100));
