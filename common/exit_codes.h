@@ -44,8 +44,8 @@ inline constexpr ExitCodeInfo kExitCodes[] = {
      "error): make room or fix the disk, then restart the node"},
     {exit_code::kRecoveryRefused, "recovery_refused",
      "(cluster mode) --recover_as_sole_voter refused: the group has a leader, "
-     "another member's log is ahead (see --recover_even_if_behind) or this "
-     "node has no log to recover from"},
+     "another member's log is ahead (see --recover_even_if_behind), this node "
+     "already recovered the group once, or it has no log to recover from"},
 };
 
 }  // namespace dedup

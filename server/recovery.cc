@@ -25,8 +25,10 @@ ABSL_FLAG(bool, recover_as_sole_voter, false,
           "for good: before starting, force this node's configuration to "
           "itself as the only voter, then add fresh members with `dedupctl "
           "cluster add`. Refused (exit code 7) when a reachable member knows "
-          "a leader or has a more up-to-date log; harmless once this node is "
-          "the only voter (README: Disaster recovery)");
+          "a leader or has a more up-to-date log, and once members were added "
+          "after a previous recovery (delete DATA_DIR/recovered_as_sole_voter "
+          "to recover again); does nothing when this node is already the only "
+          "voter (README: Disaster recovery)");
 ABSL_FLAG(bool, recover_even_if_behind, false,
           "with --recover_as_sole_voter: recover even when a reachable "
           "member's log is ahead of this node's (what only that member holds "
