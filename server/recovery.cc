@@ -38,6 +38,7 @@ namespace dedup {
 namespace {
 
 constexpr auto kStatusTimeout = std::chrono::seconds(2);
+constexpr auto kWatchPoll = std::chrono::milliseconds(200);
 constexpr char kRecoveryMarker[] = "recovered_as_sole_voter";
 
 std::filesystem::path MarkerPath(const RaftOptions& raft) {
@@ -70,7 +71,6 @@ absl::Status WriteMarker(const RaftOptions& raft, uint64_t index) {
   }
   return absl::OkStatus();
 }
-constexpr auto kWatchPoll = std::chrono::milliseconds(200);
 
 // Member id -> client address: --peers, then what the replicated state
 // recorded (members added later).
@@ -176,6 +176,51 @@ std::string DescribePeers(const std::vector<PeerLogPosition>& peers) {
   return absl::StrCat(
       "reachable members: ", reachable.empty() ? "none" : reachable,
       "; unreachable members: ", unreachable.empty() ? "none" : unreachable);
+}
+
+// Carries out a kForce decision: resets an unreachable term, logs what is
+// done, leaves the marker and has the engine force the configuration.
+absl::Status Force(ClusterConfig& config, const RaftLogSummary& own,
+                   RecoveryDecision decision,
+                   const std::vector<PeerLogPosition>& peers) {
+  RaftOptions& raft = config.store.raft;
+  if (!decision.note.empty()) {
+    LogWarning("--recover_as_sole_voter: ", decision.note);
+  }
+  // --peers, resolved at this start, wins over the log: a member Service
+  // recreated with a new IP is reached at the new one.
+  for (const ClusterNode& node : config.store.nodes) {
+    if (node.id == raft.id) decision.address = node.raft_address;
+  }
+  if (decision.reset_term > 0) {
+    if (absl::Status s = SetRaftTerm(raft.dir, raft.id, raft.raft_address,
+                                     decision.reset_term);
+        !s.ok()) {
+      return ExitWith(exit_code::kDataDir,
+                      absl::StrCat("--recover_as_sole_voter: ", s.message()));
+    }
+    LogWarning("--recover_as_sole_voter: the persisted term ", own.current_term,
+               " is out of reach of the log's (at most ", own.max_term,
+               "): reset to ", decision.reset_term);
+  }
+  LogAnnouncement(absl::StrCat(
+      "RECOVERY: forcing the configuration of node ", raft.id,
+      " to itself as the only voter [", raft.id, " voter ", decision.address,
+      "], replacing [", DescribeMembers(own.members), "]; this node's last ",
+      "log entry: term ", own.last_term, " index ", own.last_index,
+      " (current term ", own.current_term, "), every entry in it will commit. ",
+      DescribePeers(peers),
+      ". Stop and wipe every other old member; add fresh ones with "
+      "`dedupctl cluster add`"));
+  if (absl::Status s = WriteMarker(raft, own.last_index + 1); !s.ok()) {
+    return ExitWith(exit_code::kDataDir,
+                    absl::StrCat("--recover_as_sole_voter: ", s.message()));
+  }
+  raft.force_sole_voter_at = decision.address;
+  config.store.consensus = [raft](StateMachine* machine) {
+    return StartRaft(raft, machine);
+  };
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -318,42 +363,7 @@ absl::Status PrepareRecovery(ClusterConfig& config,
     LogWarning("--recover_as_sole_voter: ", decision->note, ". ", found);
     return absl::OkStatus();
   }
-  if (!decision->note.empty()) {
-    LogWarning("--recover_as_sole_voter: ", decision->note);
-  }
-  // --peers, resolved at this start, wins over the log: a member Service
-  // recreated with a new IP is reached at the new one.
-  for (const ClusterNode& node : config.store.nodes) {
-    if (node.id == raft.id) decision->address = node.raft_address;
-  }
-  if (decision->reset_term > 0) {
-    if (absl::Status s = SetRaftTerm(raft.dir, raft.id, raft.raft_address,
-                                     decision->reset_term);
-        !s.ok()) {
-      return ExitWith(exit_code::kDataDir,
-                      absl::StrCat("--recover_as_sole_voter: ", s.message()));
-    }
-    LogWarning("--recover_as_sole_voter: the persisted term ",
-               own->current_term, " is out of reach of the log's (at most ",
-               own->max_term, "): reset to ", decision->reset_term);
-  }
-  LogAnnouncement(absl::StrCat(
-      "RECOVERY: forcing the configuration of node ", raft.id,
-      " to itself as the only voter [", raft.id, " voter ", decision->address,
-      "], replacing [", DescribeMembers(own->members), "]; this node's last ",
-      "log entry: term ", own->last_term, " index ", own->last_index,
-      " (current term ", own->current_term,
-      "), every entry in it will commit. ", DescribePeers(peers),
-      ". Stop and wipe every other old member; add fresh ones with "
-      "`dedupctl cluster add`"));
-  if (absl::Status s = WriteMarker(raft, own->last_index + 1); !s.ok()) {
-    return ExitWith(exit_code::kDataDir,
-                    absl::StrCat("--recover_as_sole_voter: ", s.message()));
-  }
-  raft.force_sole_voter_at = decision->address;
-  config.store.consensus = [raft](StateMachine* machine) {
-    return StartRaft(raft, machine);
-  };
+  return Force(config, *own, *std::move(decision), peers);
   return absl::OkStatus();
 }
 
