@@ -44,6 +44,9 @@ struct ConsensusStatus {
   uint64_t commit_index = 0;
   uint64_t applied_index = 0;
   uint64_t last_index = 0;
+  // Term of the entry at last_index: with it, what Raft compares to tell
+  // which of two logs is more up to date.
+  uint64_t last_log_term = 0;
   uint64_t leader_changes = 0;  // seen by this node since it started
   // Append requests to this node's log since it started, and the entries
   // in them. Each request is written and synced (the I/O backend may merge

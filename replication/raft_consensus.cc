@@ -110,6 +110,11 @@ class RaftConsensus : public Consensus {
         return RaftError(rv, "raft bootstrap", &raft_);
       }
     }
+    if (!options_.force_sole_voter_at.empty()) {
+      if (int rv = ForceSoleVoter(); rv != 0) {
+        return RaftError(rv, "raft recover", &raft_);
+      }
+    }
     if (int rv = raft_start(&raft_); rv != 0) {
       return RaftError(rv, "raft start", &raft_);
     }
@@ -124,6 +129,18 @@ class RaftConsensus : public Consensus {
       uv_run(&loop_, UV_RUN_DEFAULT);
     });
     return absl::OkStatus();
+  }
+
+  // Appends the configuration {this node: voter} to the log on disk.
+  int ForceSoleVoter() {
+    struct raft_configuration configuration;
+    raft_configuration_init(&configuration);
+    int rv = raft_configuration_add(&configuration, options_.id,
+                                    options_.force_sole_voter_at.c_str(),
+                                    RAFT_VOTER);
+    if (rv == 0) rv = raft_recover(&raft_, &configuration);
+    raft_configuration_close(&configuration);
+    return rv;
   }
 
   absl::Status Propose(std::string entry, Done done) override {
@@ -466,6 +483,11 @@ class RaftConsensus : public Consensus {
     status.commit_index = raft_.commit_index;
     status.applied_index = raft_last_applied(&raft_);
     status.last_index = raft_last_index(&raft_);
+    const struct raft_log& log = raft_.log;
+    status.last_log_term =
+        log.front == log.back
+            ? log.snapshot.last_term
+            : log.entries[(log.back + log.size - 1) % log.size].term;
     const bool leader = status.role == Role::kLeader;
     for (unsigned i = 0; i < raft_.configuration.n; ++i) {
       const struct raft_server& server = raft_.configuration.servers[i];

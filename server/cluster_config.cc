@@ -257,6 +257,7 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   StateFromSingle(single, store);
   absl::StatusOr<ChannelFactory> open_peer = PeerChannels(security);
   if (!open_peer.ok()) return open_peer.status();
+  config.open_peer = *open_peer;
   store.fetch_checkpoint = [open = *std::move(open_peer)](
                                const std::string& address,
                                uint64_t min_applied_index,
