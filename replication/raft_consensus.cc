@@ -387,6 +387,13 @@ class RaftConsensus : public Consensus {
   // long is as good as one delayed by the network: libraft rejects it if
   // its term is over, and a leader re-sends a snapshot it still needs.
   void ReceiveSnapshot(struct raft_message* message) {
+    // libraft is storing a snapshot (its own, or one handed over below,
+    // whose Restore needs the fetched copy untouched): it ignores this one
+    // (the leader sends it again), and no new fetch may start.
+    if (StoringSnapshot()) {
+      io_.recv(&io_.io, message);
+      return;
+    }
     const struct raft_buffer& data = message->install_snapshot.data;
     const absl::string_view descriptor(static_cast<const char*>(data.base),
                                        data.len);
@@ -405,7 +412,7 @@ class RaftConsensus : public Consensus {
   // Consensus thread, each tick: hands the held snapshot to libraft once
   // its state is here.
   void MaybeDeliverHeldSnapshot() {
-    if (held_ == nullptr || closing_) return;
+    if (held_ == nullptr || closing_ || StoringSnapshot()) return;
     const struct raft_buffer& data = held_->message.install_snapshot.data;
     if (!machine_->PrepareSnapshot(
             absl::string_view(static_cast<const char*>(data.base), data.len))) {
@@ -416,6 +423,10 @@ class RaftConsensus : public Consensus {
     // libraft owns the message's conf and data from here on.
     io_.recv(&io_.io, &held->message);
   }
+
+  // A snapshot_put of libraft's is in flight (r->snapshot.put.data is set
+  // from the put's start to its callback).
+  bool StoringSnapshot() const { return raft_.snapshot.put.data != nullptr; }
 
   void DropHeldSnapshot() {
     if (held_ == nullptr) return;

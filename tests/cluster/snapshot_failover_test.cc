@@ -31,7 +31,7 @@ class SnapshotFailoverTest : public ClusterTest {
  protected:
   SnapshotFailoverTest()
       : ClusterTest({"--snapshot_threshold=16", "--snapshot_trailing=16",
-                     "--checkpoint_fetch_stall_s=2"}) {}
+                     "--checkpoint_fetch_stall_s=5"}) {}
 
   // Incompressible bytes, so that the state on disk is as large as written.
   static std::string RandomBytes(std::mt19937_64& rng, size_t n) {
