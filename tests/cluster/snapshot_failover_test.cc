@@ -149,6 +149,10 @@ TEST_F(SnapshotFailoverTest, LeaderStoppedMidTransferIsReplacedAtOnce) {
   ASSERT_TRUE(wrote);
   EXPECT_TRUE(InstalledASnapshot(follower))
       << cluster_.process(follower)->captured_stderr();
+  // It gave the stopped leader up for want of progress, not by a deadline.
+  EXPECT_NE(cluster_.process(follower)->captured_stderr().find("no data for"),
+            std::string::npos)
+      << cluster_.process(follower)->captured_stderr();
 
   std::move(resume).Invoke();
   ASSERT_TRUE(Write(static_cast<int>(elected), "after-resume", "written"));
