@@ -504,7 +504,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       fetched = prefetch_->TakeFetched(descriptor->index);
     if (fetched.has_value()) {
       InstallFetched(state_.get(), *descriptor, *fetched);
-    } else if (running_.load()) {
+    } else if (running_.load() && prefetch_ != nullptr) {
       // The engine installs only what PrepareSnapshot said was here: never
       // a transfer on the consensus thread, which must keep voting.
       return absl::UnavailableError(
@@ -512,7 +512,8 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
                        " is not fetched yet"));
     } else {
       // A restart behind its own snapshot (stopped between storing it and
-      // swapping the state in): nothing runs yet, fetch it here.
+      // swapping the state in): nothing runs yet, fetch it here. (Without
+      // a way to fetch, this says so at once.)
       absl::Status s = InstallSnapshot(
           state_.get(), *descriptor,
           members_.SnapshotSources(descriptor->taker, options_.node_id),
