@@ -40,6 +40,8 @@ commands:
                              add a node (a voter once it has caught up)
   cluster remove ID          remove a node from the group
   cluster transfer [ID]      hand leadership to node ID (default: any)
+  cluster recover            status, then which node to recover a group
+                             that lost its majority from, and the steps
 )";
 
 namespace {
@@ -82,7 +84,13 @@ cluster commands (dedup.v1.Cluster, cluster mode only):
             lists (by client address), one row each: ID ADDRESS ROLE TERM
             COMMIT APPLIED MATCH LAG LEADER. MATCH and LAG are the leader's
             view (log index stored on the node, entries behind), "-" without
-            a reachable leader; LEADER is the leader id the node knows.
+            a reachable leader; LEADER is the leader id the node knows;
+            LOG_TERM and LOG_INDEX locate the last entry of the node's log
+            (higher LOG_TERM, then higher LOG_INDEX: more up to date).
+  recover   the status table, then, when no node knows a leader, the most
+            up-to-date reachable node and the steps to restart the group from
+            it (dedupd --recover_as_sole_voter); exit 3 when the group has a
+            leader (it is not lost).
   add, remove, transfer
             go to the leader (following dedup-leader) and wait until done
             (add: until the node is a voter); each prints one line
@@ -93,7 +101,7 @@ exit codes:
   0   the call got an answer (any begin status, get with found: false, ...)
   2   gRPC error (message on stderr); cluster status: a node did not answer
   3   complete/release/renew answered STALE_FENCE, NOT_FOUND or
-      ALREADY_COMPLETED
+      ALREADY_COMPLETED; cluster recover: the group has a leader
   64  usage error
 )";
 
@@ -139,7 +147,8 @@ absl::StatusOr<uint64_t> ParseNodeId(const std::string& text) {
 absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
   if (args.size() < 2) {
     return absl::InvalidArgumentError(
-        "'cluster' takes a subcommand: status, add, remove or transfer");
+        "'cluster' takes a subcommand: status, add, remove, transfer or "
+        "recover");
   }
   const std::string& sub = args[1];
   const size_t extra = args.size() - 2;
@@ -150,6 +159,14 @@ absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
           absl::StrCat("'cluster status' takes no arguments, got ", extra));
     }
     inv.command = Command::kClusterStatus;
+    return inv;
+  }
+  if (sub == "recover") {
+    if (extra != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'cluster recover' takes no arguments, got ", extra));
+    }
+    inv.command = Command::kClusterRecover;
     return inv;
   }
   if (sub == "add") {
@@ -196,7 +213,7 @@ absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown cluster subcommand '", sub,
-                   "' (status, add, remove or transfer)"));
+                   "' (status, add, remove, transfer or recover)"));
 }
 
 // Names each flag that is set but not in `allowed`.
@@ -316,6 +333,7 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     case Command::kClusterAdd:
     case Command::kClusterRemove:
     case Command::kClusterTransfer:
+    case Command::kClusterRecover:
       break;
   }
   if (absl::Status s = CheckApplicable(flags, allowed, spec->name); !s.ok()) {

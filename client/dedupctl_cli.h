@@ -47,6 +47,7 @@ enum class Command {
   kClusterAdd,
   kClusterRemove,
   kClusterTransfer,
+  kClusterRecover,
 };
 
 // The per-command flags as given; std::nullopt when not on the command line,

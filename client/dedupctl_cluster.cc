@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/batch_answers.h"
+#include "client/dedupctl_recover.h"
 #include "client/outcome_unknown.h"
 #include "client/retrying_call.h"
 #include "dedup/v1/cluster.grpc.pb.h"
@@ -82,8 +83,11 @@ int Report(const absl::Status& status, std::ostream& err) {
   return kExitRpcError;
 }
 
-int ClusterStatus(LeaderRouter& router, const ClientOptions& options,
-                  std::ostream& out, std::ostream& err) {
+// Asks every --address, then every member the first node to answer lists;
+// empty when no node answered (each error already on `err`).
+std::vector<NodeReport> GatherReports(LeaderRouter& router,
+                                      const ClientOptions& options,
+                                      std::ostream& err) {
   std::vector<NodeReport> reports;
   absl::flat_hash_set<std::string> asked;
   auto ask = [&](const std::string& address) {
@@ -104,14 +108,22 @@ int ClusterStatus(LeaderRouter& router, const ClientOptions& options,
       err << "dedupctl: " << report.address << ": "
           << report.status.status().ToString() << "\n";
     }
-    return kExitRpcError;
+    return {};
   }
   // Copied: ask() grows `reports`, which holds *first.
   const v1::ClusterStatusResponse members = *first;
   for (const v1::ClusterMember& member : members.members()) {
     ask(member.client_address());
   }
+  return reports;
+}
+
+int ClusterStatus(LeaderRouter& router, const ClientOptions& options,
+                  bool recover, std::ostream& out, std::ostream& err) {
+  const std::vector<NodeReport> reports = GatherReports(router, options, err);
+  if (reports.empty()) return kExitRpcError;
   PrintClusterStatus(out, reports);
+  if (recover) return PrintRecoveryAdvice(out, reports);
   int code = kExitOk;
   for (const NodeReport& report : reports) {
     if (!report.status.ok()) {
@@ -167,17 +179,18 @@ void PrintClusterStatus(std::ostream& out,
         match = absl::StrCat(it->second->match_index());
         lag = absl::StrCat(it->second->lag());
       }
-      rows.push_back({s.node_id(),
-                      {absl::StrCat(s.node_id()), report.address, s.role(),
-                       absl::StrCat(s.term()), absl::StrCat(s.commit_index()),
-                       absl::StrCat(s.applied_index()), match, lag,
-                       OrDash(s.leader_id())}});
+      rows.push_back(
+          {s.node_id(),
+           {absl::StrCat(s.node_id()), report.address, s.role(),
+            absl::StrCat(s.term()), absl::StrCat(s.commit_index()),
+            absl::StrCat(s.applied_index()), match, lag, OrDash(s.leader_id()),
+            absl::StrCat(s.last_log_term()), absl::StrCat(s.last_index())}});
     } else {
       const auto it = id_of_address.find(report.address);
       const uint64_t id = it == id_of_address.end() ? 0 : it->second;
       rows.push_back({id,
                       {id == 0 ? "?" : absl::StrCat(id), report.address,
-                       "unreachable", "-", "-", "-", "-", "-", "-"}});
+                       "unreachable", "-", "-", "-", "-", "-", "-", "-", "-"}});
     }
   }
   // By id; nodes whose id is not known (did not answer, and no member has
@@ -186,9 +199,9 @@ void PrintClusterStatus(std::ostream& out,
     if ((a.id == 0) != (b.id == 0)) return b.id == 0;
     return a.id < b.id;
   });
-  std::vector<std::vector<std::string>> table = {{"ID", "ADDRESS", "ROLE",
-                                                  "TERM", "COMMIT", "APPLIED",
-                                                  "MATCH", "LAG", "LEADER"}};
+  std::vector<std::vector<std::string>> table = {
+      {"ID", "ADDRESS", "ROLE", "TERM", "COMMIT", "APPLIED", "MATCH", "LAG",
+       "LEADER", "LOG_TERM", "LOG_INDEX"}};
   for (Row& row : rows) table.push_back(std::move(row.cells));
   PrintTable(out, table);
 }
@@ -198,7 +211,9 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
                       std::ostream& err) {
   switch (inv.command) {
     case Command::kClusterStatus:
-      return ClusterStatus(router, options, out, err);
+    case Command::kClusterRecover:
+      return ClusterStatus(router, options,
+                           inv.command == Command::kClusterRecover, out, err);
     case Command::kClusterAdd: {
       v1::AddNodeRequest request;
       request.set_node_id(inv.node_id);

@@ -23,7 +23,9 @@ struct NodeReport {
 };
 
 // The status table: a header, then one row per node, by node id: ID ADDRESS
-// ROLE TERM COMMIT APPLIED MATCH LAG LEADER. A node that did not answer is
+// ROLE TERM COMMIT APPLIED MATCH LAG LEADER LOG_TERM LOG_INDEX (the term and
+// index of the last entry in the node's log: the most up-to-date log has the
+// highest LOG_TERM, then the highest LOG_INDEX). A node that did not answer is
 // "unreachable", with the id of the member whose client address it is, else
 // "?" (such rows last).
 // MATCH and LAG come from the leader's report (the answering leader with the
@@ -34,9 +36,10 @@ void PrintClusterStatus(std::ostream& out,
 
 // Runs a kCluster* invocation: status asks every address the router was
 // given plus every member (by client address) the first node to answer
-// lists, one attempt each; add, remove and transfer go to the leader through
-// RetryingCall (following "dedup-leader"; an unknown outcome is reported,
-// not retried). Returns the exit code documented in dedupctl_cli.h.
+// lists, one attempt each; recover does the same, then names the node to
+// recover from (dedupctl_recover.h); add, remove and transfer go to the leader
+// through RetryingCall (following "dedup-leader"; an unknown outcome is
+// reported, not retried). Returns the exit code documented in dedupctl_cli.h.
 [[nodiscard]] int RunClusterCommand(LeaderRouter& router,
                                     const ClientOptions& options,
                                     const Invocation& inv, std::ostream& out,

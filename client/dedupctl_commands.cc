@@ -109,6 +109,7 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
     case Command::kClusterAdd:
     case Command::kClusterRemove:
     case Command::kClusterTransfer:
+    case Command::kClusterRecover:
       return RunClusterCommand(cluster, options, inv, out, err);
   }
   err << "dedupctl: unhandled command\n";

@@ -15,6 +15,7 @@ inline constexpr int kDataDir = 3;
 inline constexpr int kListen = 4;
 inline constexpr int kDamagedLogEntry = 5;
 inline constexpr int kStorageFailure = 6;
+inline constexpr int kRecoveryRefused = 7;
 
 }  // namespace exit_code
 
@@ -41,6 +42,10 @@ inline constexpr ExitCodeInfo kExitCodes[] = {
     {exit_code::kStorageFailure, "storage_failure",
      "(cluster mode) a Raft log write or state write failed (disk full, I/O "
      "error): make room or fix the disk, then restart the node"},
+    {exit_code::kRecoveryRefused, "recovery_refused",
+     "(cluster mode) --recover_as_sole_voter refused: the group has a leader, "
+     "another member's log is ahead (see --recover_even_if_behind), this node "
+     "already recovered the group once, or it has no log to recover from"},
 };
 
 }  // namespace dedup

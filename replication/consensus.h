@@ -44,6 +44,9 @@ struct ConsensusStatus {
   uint64_t commit_index = 0;
   uint64_t applied_index = 0;
   uint64_t last_index = 0;
+  // Term of the entry at last_index: with it, what Raft compares to tell
+  // which of two logs is more up to date.
+  uint64_t last_log_term = 0;
   uint64_t leader_changes = 0;  // seen by this node since it started
   // Append requests to this node's log since it started, and the entries
   // in them. Each request is written and synced (the I/O backend may merge
@@ -69,8 +72,15 @@ class StateMachine {
   // state must be durable up to that entry when this returns: the engine
   // then drops the log before it. An error skips this snapshot.
   virtual absl::StatusOr<std::string> Snapshot() = 0;
+  // Called when a leader sends the snapshot described by `descriptor`,
+  // before the engine installs it. True when Restore(descriptor) can run
+  // now without a transfer. Otherwise begins getting that state off the
+  // consensus thread and returns false: the engine holds the snapshot back
+  // (the node votes and times out as usual) and asks again later.
+  virtual bool PrepareSnapshot(absl::string_view descriptor) = 0;
   // Brings the state to (at least) the snapshot described by `descriptor`,
-  // taken by another node or by this one before a restart.
+  // taken by another node or by this one before a restart. While the engine
+  // runs, only for a snapshot PrepareSnapshot said was ready.
   virtual absl::Status Restore(absl::string_view descriptor) = 0;
   // Every few milliseconds, with the engine's current status: role changes,
   // timers.

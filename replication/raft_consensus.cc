@@ -13,6 +13,8 @@ extern "C" {
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -91,6 +93,9 @@ class RaftConsensus : public Consensus {
     io_.self = this;
     io_.append = io_.io.append;
     io_.io.append = &RaftConsensus::CountingAppend;
+    // See every message before libraft does (see ReceiveSnapshot).
+    io_.start = io_.io.start;
+    io_.io.start = &RaftConsensus::StartIo;
     if (!options_.bootstrap.empty()) {
       struct raft_configuration configuration;
       raft_configuration_init(&configuration);
@@ -108,6 +113,11 @@ class RaftConsensus : public Consensus {
         return RaftError(rv, "raft bootstrap", &raft_);
       }
     }
+    if (!options_.force_sole_voter_at.empty()) {
+      if (int rv = ForceSoleVoter(); rv != 0) {
+        return RaftError(rv, "raft recover", &raft_);
+      }
+    }
     if (int rv = raft_start(&raft_); rv != 0) {
       return RaftError(rv, "raft start", &raft_);
     }
@@ -122,6 +132,18 @@ class RaftConsensus : public Consensus {
       uv_run(&loop_, UV_RUN_DEFAULT);
     });
     return absl::OkStatus();
+  }
+
+  // Appends the configuration {this node: voter} to the log on disk.
+  int ForceSoleVoter() {
+    struct raft_configuration configuration;
+    raft_configuration_init(&configuration);
+    int rv = raft_configuration_add(&configuration, options_.id,
+                                    options_.force_sole_voter_at.c_str(),
+                                    RAFT_VOTER);
+    if (rv == 0) rv = raft_recover(&raft_, &configuration);
+    raft_configuration_close(&configuration);
+    return rv;
   }
 
   absl::Status Propose(std::string entry, Done done) override {
@@ -376,6 +398,81 @@ class RaftConsensus : public Consensus {
     cb(req, status);
   }
 
+  static int StartIo(struct raft_io* io, unsigned msecs, raft_io_tick_cb tick,
+                     raft_io_recv_cb recv) {
+    auto* counted = reinterpret_cast<CountedIo*>(io);
+    counted->recv = recv;
+    return counted->start(io, msecs, tick, &RaftConsensus::Receive);
+  }
+
+  static void Receive(struct raft_io* io, struct raft_message* message) {
+    auto* counted = reinterpret_cast<CountedIo*>(io);
+    if (message->type == RAFT_IO_INSTALL_SNAPSHOT && !counted->self->closing_) {
+      counted->self->ReceiveSnapshot(message);
+      return;
+    }
+    counted->recv(io, message);
+  }
+
+  // A leader's InstallSnapshot reaches libraft only once the state it
+  // describes is on this node. libraft would otherwise store the snapshot
+  // and leave the node "installing" until Restore returned: such a node
+  // neither starts an election nor, in later libraft versions, grants a
+  // vote (replicationInstallSnapshotBusy), and Restore would have to fetch
+  // the whole state on this thread. Held back, the message waits while the
+  // state machine fetches on a thread of its own; the node answers
+  // everything else as a follower with its old log. A message held for
+  // long is as good as one delayed by the network: libraft rejects it if
+  // its term is over, and a leader re-sends a snapshot it still needs.
+  void ReceiveSnapshot(struct raft_message* message) {
+    // libraft is storing a snapshot (its own, or one handed over below,
+    // whose Restore needs the fetched copy untouched): it ignores this one
+    // (the leader sends it again), and no new fetch may start.
+    if (StoringSnapshot()) {
+      io_.recv(&io_.io, message);
+      return;
+    }
+    const struct raft_buffer& data = message->install_snapshot.data;
+    const absl::string_view descriptor(static_cast<const char*>(data.base),
+                                       data.len);
+    if (machine_->PrepareSnapshot(descriptor)) {
+      DropHeldSnapshot();
+      io_.recv(&io_.io, message);
+      return;
+    }
+    DropHeldSnapshot();
+    held_ = std::make_unique<HeldSnapshot>();
+    held_->message = *message;  // owns its conf and data from here
+    held_->address =
+        message->server_address != nullptr ? message->server_address : "";
+  }
+
+  // Consensus thread, each tick: hands the held snapshot to libraft once
+  // its state is here.
+  void MaybeDeliverHeldSnapshot() {
+    if (held_ == nullptr || closing_ || StoringSnapshot()) return;
+    const struct raft_buffer& data = held_->message.install_snapshot.data;
+    if (!machine_->PrepareSnapshot(
+            absl::string_view(static_cast<const char*>(data.base), data.len))) {
+      return;
+    }
+    std::unique_ptr<HeldSnapshot> held = std::move(held_);
+    held->message.server_address = held->address.c_str();
+    // libraft owns the message's conf and data from here on.
+    io_.recv(&io_.io, &held->message);
+  }
+
+  // A snapshot_put of libraft's is in flight (r->snapshot.put.data is set
+  // from the put's start to its callback).
+  bool StoringSnapshot() const { return raft_.snapshot.put.data != nullptr; }
+
+  void DropHeldSnapshot() {
+    if (held_ == nullptr) return;
+    raft_configuration_close(&held_->message.install_snapshot.conf);
+    raft_free(held_->message.install_snapshot.data.base);
+    held_.reset();
+  }
+
   static void OnApplied(struct raft_apply* req, int status, void*) {
     auto* request = static_cast<ApplyRequest*>(req->data);
     std::move(request->done)(
@@ -446,6 +543,7 @@ class RaftConsensus : public Consensus {
 
   static void OnRaftClosed(struct raft* r) {
     auto* self = static_cast<RaftConsensus*>(r->data);
+    self->DropHeldSnapshot();
     raft_uv_close(&self->io_.io);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
@@ -467,7 +565,9 @@ class RaftConsensus : public Consensus {
   }
 
   static void OnTimer(uv_timer_t* handle) {
-    static_cast<RaftConsensus*>(handle->data)->RefreshStatus();
+    auto* self = static_cast<RaftConsensus*>(handle->data);
+    self->MaybeDeliverHeldSnapshot();
+    self->RefreshStatus();
   }
 
   // Consensus thread (or the starting thread before the loop runs).
@@ -487,6 +587,11 @@ class RaftConsensus : public Consensus {
     status.applied_index = raft_last_applied(&raft_);
     status.last_index = raft_last_index(&raft_);
     peer_group_->set_term(raft_.current_term);
+    const struct raft_log& log = raft_.log;
+    status.last_log_term =
+        log.front == log.back
+            ? log.snapshot.last_term
+            : log.entries[(log.back + log.size - 1) % log.size].term;
     const bool leader = status.role == Role::kLeader;
     std::vector<uint64_t> member_ids;
     for (unsigned i = 0; i < raft_.configuration.n; ++i) {
@@ -540,6 +645,11 @@ class RaftConsensus : public Consensus {
     // libraft's callback of each append in flight (the backend is given
     // AppendDone instead).
     absl::flat_hash_map<struct raft_io_append*, raft_io_append_cb> callbacks;
+    // The backend's start, and libraft's receive callback (the backend is
+    // given Receive instead).
+    int (*start)(struct raft_io*, unsigned, raft_io_tick_cb,
+                 raft_io_recv_cb) = nullptr;
+    raft_io_recv_cb recv = nullptr;
   };
   CountedIo io_{};
   // The io_ of the loop running on this thread (its callbacks carry no
@@ -547,6 +657,12 @@ class RaftConsensus : public Consensus {
   static thread_local CountedIo* loop_io;
   std::atomic<uint64_t> log_appends_{0};
   std::atomic<uint64_t> log_appended_entries_{0};
+  // A leader's InstallSnapshot waiting for its state (consensus thread).
+  struct HeldSnapshot {
+    struct raft_message message;
+    std::string address;  // the sender's, which the transport may free
+  };
+  std::unique_ptr<HeldSnapshot> held_;
   struct raft_fsm fsm_ {};
   struct raft raft_ {};
   bool closing_ = false;  // consensus thread

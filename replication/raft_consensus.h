@@ -48,6 +48,14 @@ struct RaftOptions {
   std::shared_ptr<PeerPlane> peer_plane;
   // This group's id in the plane (the hello names it).
   uint32_t group_id = 0;
+  // Disaster recovery: when not empty, before starting, append to the log a
+  // configuration naming this node, at this address (the one its peers know
+  // it by, which may differ from raft_address behind a NAT or a Service), as
+  // the only voter (libraft's raft_recover), so that it elects itself and
+  // commits every entry its log holds. Only for a group that lost its
+  // majority for good, on its most up-to-date survivor, once
+  // (server/recovery.h decides); every other member must be gone.
+  std::string force_sole_voter_at;
 };
 
 // Starts the engine and its thread. `machine` is not owned and must outlive

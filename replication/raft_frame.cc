@@ -10,7 +10,10 @@ namespace dedup {
 namespace {
 
 // libraft 0.15's uv encoding (src/uv_encoding.c), as captured between real
-// dedupd nodes; docs/decisions.md has the table.
+// dedupd nodes (tests/unit/capture_raft_frames.py). Header lengths: see
+// HeaderLengthFits. Payload: AppendEntries, the exact sum of its entries'
+// lengths (libraft reads that many bytes, but finds entry i at the sum of
+// the earlier lengths rounded up to 8 each); InstallSnapshot, its data.
 constexpr size_t kPreambleBytes = 16;  // u64 type, u64 header length
 // AppendEntries header: term, prev_log_index, prev_log_term, leader_commit,
 // entry count, then one 16-byte descriptor per entry (u64 term, u8 type,
@@ -28,6 +31,11 @@ constexpr uint64_t kSnapshotFixed = kSnapshotHead + 8 + kUnwrittenTail;
 // id, NUL-terminated address, u8 role; padded with < 8 bytes to 8k.
 constexpr uint8_t kConfigurationFormat = 1;
 constexpr size_t kConfigurationHead = 9;
+constexpr uint64_t kSmallestConfiguration = kConfigurationHead + 8 + 1 + 1;
+// Configuration-change entries checked per AppendEntries (their offsets are
+// kept until the payload passes): a batch holds a handful at most, since
+// each is an operator's membership change.
+constexpr size_t kMaxChangesPerMessage = 256;
 
 uint64_t Load64(const char* p) {
   uint64_t v = 0;
@@ -66,7 +74,8 @@ bool HeaderLengthFits(uint64_t type, uint64_t length, uint64_t max_bytes) {
 }
 
 // True when libraft's configuration decoder stays inside `conf` and gets a
-// configuration a leader could have sent (at least one server, known roles).
+// configuration a leader could have sent (at least one server, ids > 0,
+// known roles).
 bool ConfigurationParses(absl::string_view conf) {
   if (conf.size() < kConfigurationHead ||
       static_cast<uint8_t>(conf[0]) != kConfigurationFormat) {
@@ -78,8 +87,8 @@ bool ConfigurationParses(absl::string_view conf) {
   // Each server takes at least 10 bytes, so the loop ends within
   // conf.size() / 10 rounds whatever `servers` claims.
   for (uint64_t i = 0; i < servers; ++i) {
-    if (conf.size() - pos < 8) return false;
-    pos += 8;  // id
+    if (conf.size() - pos < 8 || Load64(conf.data() + pos) == 0) return false;
+    pos += 8;  // id (libraft requires > 0)
     const size_t nul = conf.find('\0', pos);
     if (nul == absl::string_view::npos) return false;
     pos = nul + 1;
@@ -129,12 +138,20 @@ std::optional<FrameReject> FrameValidator::Feed(absl::string_view bytes) {
 
 std::optional<FrameReject> FrameValidator::Step(absl::string_view* bytes) {
   if (stage_ == Stage::kSkip) {
-    uint64_t& left = skip_trailer_ > 0 ? skip_trailer_ : skip_payload_;
+    const bool trailer = skip_trailer_ > 0;
+    const uint64_t until = next_change_ < changes_.size()
+                               ? changes_[next_change_].first
+                               : payload_;
+    const uint64_t left = trailer ? skip_trailer_ : until - payload_pos_;
     const size_t n =
         static_cast<size_t>(std::min<uint64_t>(left, bytes->size()));
-    left -= n;
     bytes->remove_prefix(n);
-    if (skip_trailer_ == 0 && skip_payload_ == 0) EndMessage();
+    if (trailer) {
+      skip_trailer_ -= n;
+    } else {
+      payload_pos_ += n;
+    }
+    if (n == left) NextPayloadPart();
     return std::nullopt;
   }
   const size_t n = std::min(want_ - buf_.size(), bytes->size());
@@ -148,6 +165,8 @@ std::optional<FrameReject> FrameValidator::Step(absl::string_view* bytes) {
       return OnHeader();
     case Stage::kEntry:
       return OnEntry();
+    case Stage::kChange:
+      return OnChange();
     case Stage::kSkip:
       break;
   }
@@ -204,8 +223,9 @@ std::optional<FrameReject> FrameValidator::OnAppendEntriesHead() {
   entries_left_ = count;
   payload_ = 0;
   unpadded_entry_ = false;
+  changes_.clear();
   if (count == 0) {
-    SkipThen(kUnwrittenTail, 0);
+    StartPayload(kUnwrittenTail);
   } else {
     Expect(Stage::kEntry, kEntryDescriptor);
   }
@@ -226,12 +246,24 @@ std::optional<FrameReject> FrameValidator::OnEntry() {
     if (unpadded_entry_) return FrameReject::kEntryLength;
     unpadded_entry_ = length % 8 != 0;
   }
+  // libraft decodes a change entry's configuration when it appends it: a
+  // bad one (even an empty one, which it reads through a null pointer) is
+  // checked when the payload passes, so its place is kept.
+  if (type == RAFT_CHANGE) {
+    if (length < kSmallestConfiguration || length > kMaxSnapshotHeaderBytes ||
+        changes_.size() == kMaxChangesPerMessage) {
+      return FrameReject::kConfiguration;
+    }
+  }
   // payload_ never exceeds `room`, so neither line can wrap.
   const uint64_t room = limits_.max_message_bytes - header_length_;
   if (length > room - payload_) return FrameReject::kTooLarge;
+  // With only the last non-empty entry unpadded, entries sit at the exact
+  // sums of the lengths before them, as libraft finds them.
+  if (type == RAFT_CHANGE) changes_.emplace_back(payload_, length);
   payload_ += length;
   if (--entries_left_ == 0) {
-    SkipThen(kUnwrittenTail, payload_);
+    StartPayload(kUnwrittenTail);
   } else {
     Expect(Stage::kEntry, kEntryDescriptor);
   }
@@ -251,7 +283,17 @@ std::optional<FrameReject> FrameValidator::OnInstallSnapshot() {
   if (data_length > limits_.max_message_bytes - header_length_) {
     return FrameReject::kTooLarge;
   }
-  SkipThen(0, data_length);
+  payload_ = data_length;
+  changes_.clear();
+  StartPayload(0);
+  return std::nullopt;
+}
+
+std::optional<FrameReject> FrameValidator::OnChange() {
+  if (!ConfigurationParses(buf_)) return FrameReject::kConfiguration;
+  payload_pos_ += buf_.size();
+  ++next_change_;
+  NextPayloadPart();
   return std::nullopt;
 }
 
@@ -264,15 +306,28 @@ uint64_t FrameValidator::Get64(size_t offset) const {
   return Load64(buf_.data() + offset);
 }
 
-void FrameValidator::SkipThen(uint64_t trailer, uint64_t payload) {
-  buf_.clear();
-  if (trailer == 0 && payload == 0) {
-    EndMessage();
-    return;
-  }
-  stage_ = Stage::kSkip;
+void FrameValidator::StartPayload(uint64_t trailer) {
   skip_trailer_ = trailer;
-  skip_payload_ = payload;
+  payload_pos_ = 0;
+  next_change_ = 0;
+  if (trailer > 0) {
+    stage_ = Stage::kSkip;
+    buf_.clear();
+  } else {
+    NextPayloadPart();
+  }
+}
+
+void FrameValidator::NextPayloadPart() {
+  if (next_change_ < changes_.size() &&
+      payload_pos_ == changes_[next_change_].first) {
+    Expect(Stage::kChange, changes_[next_change_].second);
+  } else if (payload_pos_ == payload_) {
+    EndMessage();
+  } else {
+    stage_ = Stage::kSkip;
+    buf_.clear();
+  }
 }
 
 void FrameValidator::Expect(Stage stage, size_t bytes) {

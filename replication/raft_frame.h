@@ -8,7 +8,7 @@
 // The stream format is libraft 0.15's uv encoding: a preamble (u64 message
 // type, u64 header length), the header, then the payload whose length the
 // header implies (entry data for AppendEntries, snapshot data for
-// InstallSnapshot), all little endian.
+// InstallSnapshot), all little endian (raft_frame.cc lists the layouts).
 //
 // Thread safety: a FrameValidator belongs to one connection (one thread at a
 // time). The term source may be read from any thread.
@@ -20,6 +20,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -32,19 +34,25 @@ enum class FrameReject {
   kHeaderLength,   // header length impossible for the type
   kEntryCount,     // entry count does not fit the header
   kEntryType,      // an entry that is not a command, barrier or change
-  kConfiguration,  // InstallSnapshot's configuration does not fit / parse
+  kConfiguration,  // a configuration (InstallSnapshot's, or a change
+                   // entry's) does not fit or does not parse
   kTooLarge,       // header + payload above the limit
   kTermJump,       // term above the receiver's term plus the allowed jump
-  kEntryLength,    // an entry libraft would read past the payload for
+  kEntryLength,    // an unpadded entry followed by a non-empty one, which
+                   // libraft would read partly past the payload
 };
 const char* FrameRejectName(FrameReject reason);
 
-// The largest InstallSnapshot header accepted: its configuration is a few
-// servers' ids and addresses, so 64 KiB leaves room for hundreds of them.
+// The largest configuration accepted (InstallSnapshot header, change entry):
+// a few servers' ids and addresses, so 64 KiB leaves room for hundreds.
 inline constexpr uint64_t kMaxSnapshotHeaderBytes = 64 << 10;
 
 struct FrameLimits {
   // Largest header plus payload of one message (--max_raft_message_mb).
+  // libraft 0.15 puts every entry from a follower's next index to the end
+  // of the log in one AppendEntries (it has no cap), so this must exceed
+  // what the log can hold (--raft_log_budget_mb plus 16 bytes per entry):
+  // a smaller limit refuses a lagging follower's catch-up at every retry.
   uint64_t max_message_bytes = 64ull << 20;
   // A term may exceed the receiver's current term by at most this much:
   // terms rise by one per election, so a bigger jump is a bug or an attack.
@@ -61,9 +69,11 @@ class FrameValidator {
   // over many calls, one call may hold many messages). Returns the first
   // reason to refuse; after one, every later call returns it again.
   // Buffers at most one message header, and of an AppendEntries only its
-  // fixed part and one entry descriptor at a time (entries are checked as
-  // they stream), so memory per connection stays under
-  // kMaxSnapshotHeaderBytes whatever the limits.
+  // fixed part, one entry descriptor at a time (entries are checked as they
+  // stream), the places of its configuration-change entries (a few KiB)
+  // and one such entry's data when the payload passes (libraft parses it),
+  // so memory per connection stays near kMaxSnapshotHeaderBytes whatever
+  // the limits.
   [[nodiscard]] std::optional<FrameReject> Feed(absl::string_view bytes);
 
   // Messages fully seen so far (header and payload), for tests and metrics.
@@ -71,7 +81,7 @@ class FrameValidator {
 
  private:
   // What the bytes in buf_ are, once it holds want_ of them.
-  enum class Stage { kPreamble, kHeader, kEntry, kSkip };
+  enum class Stage { kPreamble, kHeader, kEntry, kChange, kSkip };
 
   std::optional<FrameReject> Step(absl::string_view* bytes);
   std::optional<FrameReject> OnPreamble();
@@ -79,10 +89,14 @@ class FrameValidator {
   std::optional<FrameReject> OnAppendEntriesHead();
   std::optional<FrameReject> OnEntry();
   std::optional<FrameReject> OnInstallSnapshot();
+  std::optional<FrameReject> OnChange();
   std::optional<FrameReject> CheckTerm(uint64_t term) const;
   uint64_t Get64(size_t offset) const;
-  // Skips `trailer` header bytes nobody reads, then `payload` bytes.
-  void SkipThen(uint64_t trailer, uint64_t payload);
+  // Skips `trailer` header bytes nobody reads, then payload_ bytes, less
+  // the change entries', which are buffered and parsed.
+  void StartPayload(uint64_t trailer);
+  // At payload_pos_: a change entry to buffer, the end, or bytes to skip.
+  void NextPayloadPart();
   void Expect(Stage stage, size_t bytes);
   void EndMessage();
 
@@ -100,8 +114,11 @@ class FrameValidator {
   uint64_t entries_left_ = 0;    // AppendEntries descriptors still to come
   uint64_t payload_ = 0;         // payload implied so far
   bool unpadded_entry_ = false;  // a previous entry's length is not 8k
-  uint64_t skip_trailer_ = 0;    // kSkip: header bytes left, then...
-  uint64_t skip_payload_ = 0;    // ...payload bytes left
+  // The (payload offset, length) of this AppendEntries' change entries.
+  std::vector<std::pair<uint64_t, uint32_t>> changes_;
+  size_t next_change_ = 0;
+  uint64_t skip_trailer_ = 0;  // header bytes left to skip
+  uint64_t payload_pos_ = 0;   // payload bytes passed
 };
 
 }  // namespace dedup

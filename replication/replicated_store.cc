@@ -5,6 +5,7 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <utility>
 #include <variant>
@@ -18,6 +19,7 @@
 #include "replication/parked_begins.h"
 #include "replication/pending_op.h"
 #include "replication/replication_tally.h"
+#include "replication/snapshot_prefetch.h"
 #include "replication/snapshot_transfer.h"
 #include "storage/storage_key.h"
 #include "storage/write_health.h"
@@ -33,7 +35,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         state_(std::move(state)),
         incarnation_(std::random_device()() ^
                      (static_cast<uint64_t>(std::random_device()()) << 32)),
-        members_(options_.nodes) {
+        members_(options_.nodes),
+        prefetch_(options_.fetch_checkpoint
+                      ? std::make_unique<SnapshotPrefetch>(
+                            state_->IncomingDir(), options_.fetch_checkpoint)
+                      : nullptr) {
     ReloadMembers();
     if (options_.min_free_disk_bytes > 0) {
       // Only its free-space watch: RocksDB errors here end the process
@@ -56,6 +62,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
         options_.consensus(this);
     if (!consensus.ok()) return consensus.status();
     consensus_ = *std::move(consensus);
+    running_.store(true);
     return absl::OkStatus();
   }
 
@@ -149,6 +156,8 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       });
       consensus_->Stop();
     }
+    // After the engine: nothing asks for a fetch any more.
+    if (prefetch_ != nullptr) prefetch_->Stop();
     // The consensus thread is gone: what it left unanswered is answered
     // here. A proposed entry may still commit elsewhere.
     for (auto& [sequence, ops] : proposed_) {
@@ -473,22 +482,49 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     return EncodeSnapshotDescriptor({*durable, options_.node_id});
   }
 
+  bool PrepareSnapshot(absl::string_view text) override {
+    absl::StatusOr<SnapshotDescriptor> descriptor =
+        DecodeSnapshotDescriptor(text);
+    // Restore reports what is wrong with it.
+    if (!descriptor.ok() || prefetch_ == nullptr) return true;
+    if (state_->applied_index() >= descriptor->index) return true;
+    return prefetch_->Prepare(
+        descriptor->index,
+        members_.SnapshotSources(descriptor->taker, options_.node_id));
+  }
+
   absl::Status Restore(absl::string_view text) override {
     absl::StatusOr<SnapshotDescriptor> descriptor =
         DecodeSnapshotDescriptor(text);
     if (!descriptor.ok()) return descriptor.status();
     const uint64_t before = state_->applied_index();
-    // The consensus thread blocks for a transfer: a follower installing a
-    // snapshot has nothing else to do, and must not apply entries meanwhile.
-    absl::Status s = InstallSnapshot(
-        state_.get(), *descriptor,
-        members_.SnapshotSources(descriptor->taker, options_.node_id),
-        options_.fetch_checkpoint);
-    if (s.ok() && state_->applied_index() != before) {
+    if (before >= descriptor->index) return absl::OkStatus();
+    std::optional<uint64_t> fetched;
+    if (prefetch_ != nullptr)
+      fetched = prefetch_->TakeFetched(descriptor->index);
+    if (fetched.has_value()) {
+      InstallFetched(state_.get(), *descriptor, *fetched);
+    } else if (running_.load() && prefetch_ != nullptr) {
+      // The engine installs only what PrepareSnapshot said was here: never
+      // a transfer on the consensus thread, which must keep voting.
+      return absl::UnavailableError(
+          absl::StrCat("the state of the snapshot at index ", descriptor->index,
+                       " is not fetched yet"));
+    } else {
+      // A restart behind its own snapshot (stopped between storing it and
+      // swapping the state in): nothing runs yet, fetch it here. (Without
+      // a way to fetch, this says so at once.)
+      absl::Status s = InstallSnapshot(
+          state_.get(), *descriptor,
+          members_.SnapshotSources(descriptor->taker, options_.node_id),
+          options_.fetch_checkpoint);
+      if (!s.ok()) return s;
+    }
+    if (state_->applied_index() != before) {
       ReloadMembers();
       tally_.SnapshotInstalled();
     }
-    return s;
+    return absl::OkStatus();
   }
 
   // The directory learns the client addresses the state recorded.
@@ -523,6 +559,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   const uint64_t incarnation_;
   MemberDirectory members_;
   std::unique_ptr<Consensus> consensus_;
+  // Null without a way to fetch.
+  const std::unique_ptr<SnapshotPrefetch> prefetch_;
+  // Set once the engine started: Restore then never fetches.
+  std::atomic<bool> running_{false};
 
   std::atomic<bool> closed_{false};
   static constexpr int64_t kHandOffIntervalMs = 2000;

@@ -26,6 +26,7 @@
 #ifndef DEDUP_REPLICATION_REPLICATED_STORE_H_
 #define DEDUP_REPLICATION_REPLICATED_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <iterator>
@@ -51,10 +52,12 @@ struct ClusterNode {
 
 // Copies a checkpoint covering at least `min_applied_index` from the node
 // serving clients at `address` into `dir` (which it creates), every file
-// durable; returns the copy's applied index. Blocks until done.
+// durable; returns the copy's applied index. Blocks until done, or fails
+// soon after `*cancelled` (if not null) becomes true. Called on a thread of
+// its own while the node runs, on the opening thread at a restart.
 using FetchCheckpointFn = std::function<absl::StatusOr<uint64_t>(
     const std::string& address, uint64_t min_applied_index,
-    const std::string& dir)>;
+    const std::string& dir, const std::atomic<bool>* cancelled)>;
 
 // Starts the consensus engine the store runs on, with the store as its state
 // machine (not owned; the store stops the engine before it goes). Called

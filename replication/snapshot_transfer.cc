@@ -25,6 +25,18 @@ void RemoveAll(const std::string& dir) {
   std::filesystem::remove_all(dir, ignored);
 }
 
+// Makes the checkpoint in the incoming directory the state.
+void SwapIn(ReplicatedState* state, const SnapshotDescriptor& descriptor) {
+  if (absl::Status s = state->ReplaceWith(state->IncomingDir()); !s.ok()) {
+    // The old state is closed and maybe moved: nothing can be applied.
+    // LogError flushes: the line is out before _exit.
+    LogError("FATAL: installing the snapshot at index ", descriptor.index,
+             " failed: ", s.message(),
+             "; stopping (a restart recovers the data dir)");
+    _exit(kExitSnapshotInstall);
+  }
+}
+
 }  // namespace
 
 std::string EncodeSnapshotDescriptor(const SnapshotDescriptor& descriptor) {
@@ -61,7 +73,7 @@ absl::Status InstallSnapshot(ReplicatedState* state,
   for (const std::string& address : sources) {
     RemoveAll(incoming);
     absl::StatusOr<uint64_t> fetched =
-        fetch(address, descriptor.index, incoming);
+        fetch(address, descriptor.index, incoming, nullptr);
     if (!fetched.ok()) {
       last = fetched.status();
       LogWarning("snapshot ", descriptor.index, " from ", address, ": ",
@@ -69,19 +81,20 @@ absl::Status InstallSnapshot(ReplicatedState* state,
       RemoveAll(incoming);
       continue;
     }
-    if (absl::Status s = state->ReplaceWith(incoming); !s.ok()) {
-      // The old state is closed and maybe moved: nothing can be applied.
-      // LogError flushes: the line is out before _exit.
-      LogError("FATAL: installing the snapshot at index ", descriptor.index,
-               " failed: ", s.message(),
-               "; stopping (a restart recovers the data dir)");
-      _exit(kExitSnapshotInstall);
-    }
+    SwapIn(state, descriptor);
     LogInfo("installed a snapshot from ", address, " at index ", *fetched,
             " (needed ", descriptor.index, ")");
     return absl::OkStatus();
   }
   return last;
+}
+
+void InstallFetched(ReplicatedState* state,
+                    const SnapshotDescriptor& descriptor,
+                    uint64_t fetched_index) {
+  SwapIn(state, descriptor);
+  LogInfo("installed a snapshot at index ", fetched_index, " (needed ",
+          descriptor.index, ")");
 }
 
 absl::StatusOr<OutgoingCheckpoint> MakeOutgoingCheckpoint(

@@ -2,8 +2,9 @@
 // descriptor (the state is RocksDB, already durable up to the index), and
 // the copy of a whole state from one replica to another.
 //
-// Thread safety: InstallSnapshot must run where ReplicatedState::ReplaceWith
-// may (the consensus thread); MakeOutgoingCheckpoint on any thread.
+// Thread safety: InstallSnapshot and InstallFetched must run where
+// ReplicatedState::ReplaceWith may (the consensus thread);
+// MakeOutgoingCheckpoint on any thread.
 #ifndef DEDUP_REPLICATION_SNAPSHOT_TRANSFER_H_
 #define DEDUP_REPLICATION_SNAPSHOT_TRANSFER_H_
 
@@ -34,12 +35,20 @@ struct SnapshotDescriptor {
 // Brings `state` to at least `descriptor.index`: nothing to do when it is
 // there already (a restart); otherwise fetches a checkpoint from the first
 // of `sources` (client addresses) that has one and swaps it in. Blocks for
-// the transfer. An error when no source could give one (nothing changed).
-// If the swap itself fails the state is unusable: the process exits with
-// code 3 (a restart recovers the data dir; see state_dir_swap.h).
+// the transfer (used at start-up; a running node fetches with
+// SnapshotPrefetch). An error when no source could give one (nothing
+// changed). If the swap itself fails the state is unusable: the process
+// exits with code 3 (a restart recovers the data dir; see state_dir_swap.h).
 [[nodiscard]] absl::Status InstallSnapshot(
     ReplicatedState* state, const SnapshotDescriptor& descriptor,
     const std::vector<std::string>& sources, const FetchCheckpointFn& fetch);
+
+// Swaps in the checkpoint already fetched into state->IncomingDir(), whose
+// applied index is `fetched_index` (>= descriptor.index). Exits the process
+// as InstallSnapshot does if the swap fails.
+void InstallFetched(ReplicatedState* state,
+                    const SnapshotDescriptor& descriptor,
+                    uint64_t fetched_index);
 
 // A checkpoint of `state` for another node, in `root`/`name` (created;
 // `root` is on the state's file system so files are hard links).

@@ -4,11 +4,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -85,63 +90,145 @@ bool PlainFileName(const std::string& name) {
          name.find('\0') == std::string::npos;
 }
 
+// Cancels a call that stops making progress, runs past its total time or
+// is cancelled by its caller. Its thread wakes a few times a second.
+class FetchWatchdog {
+ public:
+  FetchWatchdog(grpc::ClientContext* context, const FetchLimits& limits,
+                const std::atomic<bool>* cancelled)
+      : context_(context),
+        limits_(limits),
+        cancelled_(cancelled),
+        start_(absl::Now()),
+        last_progress_(start_),
+        thread_([this] { Watch(); }) {}
+
+  ~FetchWatchdog() { Stop(); }
+
+  void Progress() {
+    absl::MutexLock lock(&mu_);
+    last_progress_ = absl::Now();
+  }
+
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Why the call was cancelled; empty if it was not.
+  std::string reason() const {
+    absl::MutexLock lock(&mu_);
+    return reason_;
+  }
+
+ private:
+  void Watch() {
+    const absl::Duration period =
+        std::min(absl::Milliseconds(100), limits_.stall / 4);
+    absl::MutexLock lock(&mu_);
+    while (!stopping_) {
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), period);
+      if (stopping_) return;
+      const absl::Time now = absl::Now();
+      if (cancelled_ != nullptr && cancelled_->load()) {
+        reason_ = "cancelled";
+      } else if (now - last_progress_ > limits_.stall) {
+        reason_ = absl::StrCat("no data for ",
+                               absl::FormatDuration(now - last_progress_));
+      } else if (now - start_ > limits_.total) {
+        reason_ = absl::StrCat("not done after ",
+                               absl::FormatDuration(limits_.total));
+      } else {
+        continue;
+      }
+      context_->TryCancel();
+      return;
+    }
+  }
+
+  grpc::ClientContext* const context_;
+  const FetchLimits limits_;
+  const std::atomic<bool>* const cancelled_;
+  const absl::Time start_;
+  mutable absl::Mutex mu_;
+  absl::Time last_progress_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts once the rest is set
+};
+
+// Writes the stream's chunks as files of `dir`, in order.
+absl::Status ReadChunks(grpc::ClientReader<v1::CheckpointChunk>& reader,
+                        const std::string& dir, FetchWatchdog& watchdog,
+                        FileWriter& file, uint64_t& applied_index) {
+  v1::CheckpointChunk chunk;
+  std::string name;
+  while (reader.Read(&chunk)) {
+    watchdog.Progress();
+    if (chunk.offset() == 0) {
+      if (file.open()) {
+        if (absl::Status s = file.Close(); !s.ok()) return s;
+      }
+      if (!PlainFileName(chunk.file_name())) {
+        return absl::DataLossError(
+            absl::StrCat("bad file name '", chunk.file_name(), "'"));
+      }
+      name = chunk.file_name();
+      applied_index = chunk.applied_index();
+      absl::Status s =
+          file.Open(absl::StrCat(dir, "/", name), chunk.file_size());
+      if (!s.ok()) return s;
+    } else if (!file.open() || chunk.file_name() != name ||
+               chunk.offset() != file.written() ||
+               chunk.applied_index() != applied_index) {
+      return absl::DataLossError(absl::StrCat(
+          "chunk out of order: ", chunk.file_name(), " at ", chunk.offset()));
+    }
+    if (chunk.offset() + chunk.data().size() > file.size()) {
+      return absl::DataLossError(
+          absl::StrCat(name, ": more bytes than its size ", file.size()));
+    }
+    if (absl::Status s = file.Append(chunk.data()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<uint64_t> FetchCheckpoint(const ChannelFactory& open,
                                          const std::string& address,
                                          uint64_t min_applied_index,
                                          const std::string& dir,
-                                         absl::Duration timeout) {
+                                         const FetchLimits& limits,
+                                         const std::atomic<bool>* cancelled) {
   if (::mkdir(dir.c_str(), 0755) != 0) return Errno("cannot create", dir);
   auto stub = v1::Cluster::NewStub(open(address));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + limits.total));
   v1::FetchCheckpointRequest request;
   request.set_min_applied_index(min_applied_index);
+  FetchWatchdog watchdog(&context, limits, cancelled);
   std::unique_ptr<grpc::ClientReader<v1::CheckpointChunk>> reader =
       stub->FetchCheckpoint(&context, request);
-  v1::CheckpointChunk chunk;
   FileWriter file;
-  std::string name;
   uint64_t applied_index = 0;
-  absl::Status failed;
-  while (failed.ok() && reader->Read(&chunk)) {
-    if (chunk.offset() == 0) {
-      if (file.open()) failed = file.Close();
-      if (!failed.ok()) break;
-      if (!PlainFileName(chunk.file_name())) {
-        failed = absl::DataLossError(
-            absl::StrCat("bad file name '", chunk.file_name(), "'"));
-        break;
-      }
-      name = chunk.file_name();
-      applied_index = chunk.applied_index();
-      failed = file.Open(absl::StrCat(dir, "/", name), chunk.file_size());
-      if (!failed.ok()) break;
-    } else if (!file.open() || chunk.file_name() != name ||
-               chunk.offset() != file.written() ||
-               chunk.applied_index() != applied_index) {
-      failed = absl::DataLossError(absl::StrCat(
-          "chunk out of order: ", chunk.file_name(), " at ", chunk.offset()));
-      break;
-    }
-    if (chunk.offset() + chunk.data().size() > file.size()) {
-      failed = absl::DataLossError(
-          absl::StrCat(name, ": more bytes than its size ", file.size()));
-      break;
-    }
-    failed = file.Append(chunk.data());
-  }
+  absl::Status failed = ReadChunks(*reader, dir, watchdog, file, applied_index);
   if (!failed.ok()) {
     context.TryCancel();
     (void)reader->Finish();
     return failed;
   }
   const grpc::Status status = reader->Finish();
+  watchdog.Stop();
   if (!status.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "fetching a checkpoint from ", address, ": ", status.error_message(),
-        " (code ", static_cast<int>(status.error_code()), ")"));
+    const std::string why = watchdog.reason();
+    return absl::UnavailableError(
+        absl::StrCat("fetching a checkpoint from ", address, ": ",
+                     why.empty() ? status.error_message() : why, " (code ",
+                     static_cast<int>(status.error_code()), ")"));
   }
   if (!file.open()) {
     return absl::DataLossError(

@@ -3,6 +3,7 @@
 #ifndef DEDUP_SERVER_CHECKPOINT_FETCH_H_
 #define DEDUP_SERVER_CHECKPOINT_FETCH_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -12,15 +13,27 @@
 
 namespace dedup {
 
+// How long a transfer may take. A transfer is bounded by its progress, so
+// that a source that stops (or stops sending) is given up quickly whatever
+// the state's size, while a slow but moving one is not.
+struct FetchLimits {
+  // Fails when no byte arrived for this long (the first one included).
+  absl::Duration stall = absl::Seconds(10);
+  // Fails after this long in any case.
+  absl::Duration total = absl::Hours(6);
+};
+
 // Fetches a checkpoint covering at least `min_applied_index` from the node
 // serving clients at `address`, over a channel from `open` (TLS and the
 // node's token, see --peer_token_file), into `dir` (created; it must not
 // exist), and makes every file and the directory durable. Returns the
-// checkpoint's applied index. Blocks the calling thread for the whole transfer,
-// at most `timeout`. On error `dir` may hold part of a copy: remove it.
+// checkpoint's applied index. Blocks the calling thread for the transfer,
+// within `limits`; CANCELLED soon after `*cancelled` (if not null) becomes
+// true. On error `dir` may hold part of a copy: remove it.
 [[nodiscard]] absl::StatusOr<uint64_t> FetchCheckpoint(
     const ChannelFactory& open, const std::string& address,
-    uint64_t min_applied_index, const std::string& dir, absl::Duration timeout);
+    uint64_t min_applied_index, const std::string& dir,
+    const FetchLimits& limits, const std::atomic<bool>* cancelled);
 
 }  // namespace dedup
 

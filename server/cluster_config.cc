@@ -59,16 +59,13 @@ ABSL_FLAG(uint32_t, raft_log_budget_mb,
           "cluster mode: MiB of entries the Raft log may hold (in memory as "
           "well as on disk); large entries lower --snapshot_threshold and "
           "--snapshot_trailing to fit, down to 16 entries each");
+ABSL_FLAG(uint32_t, checkpoint_fetch_stall_s, 10,
+          "cluster mode: a node fetching another's state for a snapshot "
+          "gives that source up after this many seconds without data, and "
+          "tries the next member");
 #undef DEDUP_RAFT_DEFAULT
 
 namespace dedup {
-namespace {
-
-// A whole state over the network: generous, as the follower does nothing
-// else meanwhile (10M records are about 1 GB).
-constexpr int kCheckpointFetchTimeoutS = 600;
-
-}  // namespace
 
 absl::StatusOr<std::string> ResolveIpv4(absl::string_view host_port) {
   const size_t colon = host_port.rfind(':');
@@ -264,13 +261,21 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   StateFromSingle(single, store);
   absl::StatusOr<ChannelFactory> open_peer = PeerChannels(security);
   if (!open_peer.ok()) return open_peer.status();
-  store.fetch_checkpoint = [open = *std::move(open_peer)](
-                               const std::string& address,
-                               uint64_t min_applied_index,
-                               const std::string& dir) {
-    return FetchCheckpoint(open, address, min_applied_index, dir,
-                           absl::Seconds(kCheckpointFetchTimeoutS));
-  };
+  config.open_peer = *open_peer;
+  const uint32_t stall_s = absl::GetFlag(FLAGS_checkpoint_fetch_stall_s);
+  if (stall_s == 0) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_fetch_stall_s: must be > 0");
+  }
+  FetchLimits limits;
+  limits.stall = absl::Seconds(stall_s);
+  store.fetch_checkpoint =
+      [open = *std::move(open_peer), limits](
+          const std::string& address, uint64_t min_applied_index,
+          const std::string& dir, const std::atomic<bool>* cancelled) {
+        return FetchCheckpoint(open, address, min_applied_index, dir, limits,
+                               cancelled);
+      };
   return config;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/channel_security.h"
 #include "replication/raft_consensus.h"
 #include "replication/replicated_store.h"
 #include "server/auth.h"
@@ -25,6 +26,8 @@ struct ClusterStoreOptions : ReplicatedStoreOptions {
 struct ClusterConfig {
   bool enabled = false;  // --node_id > 0
   ClusterStoreOptions store;
+  // Opens channels to other nodes' client ports, secured as configured.
+  ChannelFactory open_peer;
 };
 
 // Reads the cluster flags after absl::ParseCommandLine; `single` supplies

@@ -56,6 +56,7 @@ grpc::ServerUnaryReactor* ClusterService::Status(
   response->set_commit_index(c.commit_index);
   response->set_applied_index(status.state_applied_index);
   response->set_last_index(c.last_index);
+  response->set_last_log_term(c.last_log_term);
   response->set_leader_changes(c.leader_changes);
   response->set_replicated_now_ms(status.replicated_now_ms);
   response->set_last_fence(status.last_fence);

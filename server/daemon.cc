@@ -19,6 +19,7 @@
 #include "grpcpp/server_builder.h"
 #include "server/exit_status.h"
 #include "server/metrics_exposer.h"
+#include "server/recovery.h"
 #include "server/tls.h"
 #include "server/transport_limits.h"
 #include "server/unparseable_requests.h"
@@ -95,6 +96,9 @@ absl::Status Daemon::Start() {
   if (!cluster.ok()) return Fail(exit_code::kBadFlags, cluster.status());
   cluster_ = *std::move(cluster);
   if (absl::Status s = PrepareDataDir(config_.store.path); !s.ok()) return s;
+  if (absl::Status s = PrepareRecovery(cluster_, cluster_.open_peer); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = OpenStore(); !s.ok()) return s;
   if (absl::Status s = OpenEventLog(); !s.ok()) return s;
   durability_ = cluster_.enabled ? "raft" : absl::GetFlag(FLAGS_durability);

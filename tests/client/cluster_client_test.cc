@@ -202,6 +202,38 @@ TEST_F(ClusterClientTest, CtlClusterStatusMarksAKilledNodeUnreachable) {
   EXPECT_EQ(row.at("ADDRESS"), cluster_.client_address(victim));
 }
 
+// `cluster recover` refuses a group with a leader, and for a lost one
+// names a node whose log holds everything acknowledged.
+TEST_F(ClusterClientTest, CtlClusterRecoverOnlyForALostGroup) {
+  CtlResult alive = RunCtl({AddressFlag(AllAddresses()), "cluster", "recover"});
+  EXPECT_EQ(alive.exit_code, 3) << alive.out << alive.err;
+  EXPECT_THAT(alive.out, ::testing::HasSubstr("the group is not lost"));
+
+  const int behind = follower_;
+  const int ahead = 6 - leader_ - behind;
+  ASSERT_TRUE(cluster_.Stop(behind).ok());
+  Client client({cluster_.client_address(leader_)});
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(client.Begin("cc", absl::StrCat("lost-", i), "args").ok());
+  }
+  cluster_.Kill(leader_);
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (absl::Now() < deadline) {
+    auto status = cluster_.Status(ahead);
+    if (status.ok() && status->leader_id() == 0) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  CtlResult lost = RunCtl({AddressFlag(AllAddresses()), "cluster", "recover"});
+  EXPECT_EQ(lost.exit_code, 0) << lost.out << lost.err;
+  EXPECT_THAT(lost.out, ::testing::HasSubstr(absl::StrCat(
+                            "Most up-to-date reachable node: ", ahead, " at ",
+                            cluster_.client_address(ahead))));
+  const std::vector<StatusRow> rows = ParseStatusTable(lost.out);
+  ASSERT_GE(rows.size(), 3u) << lost.out;
+  EXPECT_NE(rows[ahead - 1].at("LOG_TERM"), "0") << lost.out;
+  EXPECT_NE(rows[ahead - 1].at("LOG_INDEX"), "0") << lost.out;
+}
+
 TEST_F(ClusterClientTest, CtlTransferMovesLeadership) {
   const int target = follower_ % 3 + 1;
   // Sent to a follower on purpose: transfer must reach the leader.

@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
+#include "client/dedupctl_recover.h"
 #include "common/flag_syntax.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -225,6 +226,8 @@ v1::ClusterStatusResponse NodeStatus(uint64_t id, const std::string& role,
   s.set_leader_id(leader);
   s.set_commit_index(40 + id);
   s.set_applied_index(30 + id);
+  s.set_last_index(50 + id);
+  s.set_last_log_term(term - 1);
   for (uint64_t m = 1; m <= 3; ++m) {
     v1::ClusterMember* member = s.add_members();
     member->set_id(m);
@@ -245,12 +248,16 @@ TEST(PrintClusterStatusTest, RowsByIdWithTheLeadersViewOfLag) {
   reports.push_back({"other:1", NodeStatus(1, "follower", 7, 0)});  // again
   std::ostringstream out;
   PrintClusterStatus(out, reports);
-  EXPECT_EQ(out.str(),
-            "ID  ADDRESS  ROLE         TERM  COMMIT  APPLIED  MATCH  LAG  "
-            "LEADER\n"
-            "1   n1:1     follower     7     41      31       49     1    -\n"
-            "2   n2:1     leader       7     42      32       48     2    2\n"
-            "3   n3:1     unreachable  -     -       -        -      -    -\n");
+  EXPECT_EQ(
+      out.str(),
+      "ID  ADDRESS  ROLE         TERM  COMMIT  APPLIED  MATCH  LAG  "
+      "LEADER  LOG_TERM  LOG_INDEX\n"
+      "1   n1:1     follower     7     41      31       49     1    -       "
+      "6         51\n"
+      "2   n2:1     leader       7     42      32       48     2    2       "
+      "6         52\n"
+      "3   n3:1     unreachable  -     -       -        -      -    -       "
+      "-         -\n");
 }
 
 TEST(PrintClusterStatusTest, NoLeaderNoLag) {
@@ -259,11 +266,61 @@ TEST(PrintClusterStatusTest, NoLeaderNoLag) {
   reports.push_back({"x:1", absl::UnavailableError("down")});
   std::ostringstream out;
   PrintClusterStatus(out, reports);
-  EXPECT_EQ(out.str(),
-            "ID  ADDRESS  ROLE         TERM  COMMIT  APPLIED  MATCH  LAG  "
-            "LEADER\n"
-            "1   n1:1     candidate    9     41      31       -      -    -\n"
-            "?   x:1      unreachable  -     -       -        -      -    -\n");
+  EXPECT_EQ(
+      out.str(),
+      "ID  ADDRESS  ROLE         TERM  COMMIT  APPLIED  MATCH  LAG  "
+      "LEADER  LOG_TERM  LOG_INDEX\n"
+      "1   n1:1     candidate    9     41      31       -      -    -       "
+      "8         51\n"
+      "?   x:1      unreachable  -     -       -        -      -    -       "
+      "-         -\n");
+}
+
+TEST(ParseInvocationTest, ClusterRecoverTakesNoArguments) {
+  absl::StatusOr<Invocation> recover =
+      ParseInvocation({"cluster", "recover"}, {});
+  ASSERT_TRUE(recover.ok()) << recover.status();
+  EXPECT_EQ(recover->command, Command::kClusterRecover);
+  EXPECT_FALSE(ParseInvocation({"cluster", "recover", "2"}, {}).ok());
+}
+
+// A group with no leader: node 3 has the highest last log term although
+// node 1's log is longer; node 2 ties with 3 on term but is shorter.
+TEST(PrintRecoveryAdviceTest, NamesTheMostUpToDateNodeAndTheSteps) {
+  std::vector<NodeReport> reports;
+  v1::ClusterStatusResponse n1 = NodeStatus(1, "candidate", 9, 0);
+  n1.set_last_log_term(4);
+  n1.set_last_index(900);
+  v1::ClusterStatusResponse n2 = NodeStatus(2, "follower", 9, 0);
+  n2.set_last_log_term(5);
+  n2.set_last_index(120);
+  v1::ClusterStatusResponse n3 = NodeStatus(3, "candidate", 9, 0);
+  n3.set_last_log_term(5);
+  n3.set_last_index(121);
+  reports.push_back({"n1:1", n1});
+  reports.push_back({"n2:1", n2});
+  reports.push_back({"n3:1", n3});
+  reports.push_back({"n4:1", absl::UnavailableError("down")});
+  std::ostringstream out;
+  EXPECT_EQ(PrintRecoveryAdvice(out, reports), kExitOk);
+  EXPECT_THAT(out.str(), HasSubstr("Most up-to-date reachable node: 3 at n3:1 "
+                                   "(last log term 5, index 121)"));
+  EXPECT_THAT(out.str(), HasSubstr("restart node 3 with its usual flags plus "
+                                   "--recover_as_sole_voter"));
+  EXPECT_THAT(out.str(),
+              HasSubstr("dedupctl --address=n3:1 cluster add ID RAFT_ADDR"));
+}
+
+TEST(PrintRecoveryAdviceTest, RefusesAGroupWithALeaderOrNoAnswer) {
+  std::vector<NodeReport> reports;
+  reports.push_back({"n1:1", NodeStatus(1, "candidate", 9, 0)});
+  reports.push_back({"n2:1", NodeStatus(2, "follower", 9, 3)});
+  std::ostringstream out;
+  EXPECT_EQ(PrintRecoveryAdvice(out, reports), kExitRejected);
+  EXPECT_THAT(out.str(), HasSubstr("node 2 knows a leader (node 3)"));
+  std::vector<NodeReport> none;
+  none.push_back({"n1:1", absl::UnavailableError("down")});
+  EXPECT_EQ(PrintRecoveryAdvice(out, none), kExitRpcError);
 }
 
 absl::Status Check(std::vector<std::string> args) {

@@ -72,11 +72,16 @@ std::vector<std::string> ClusterHarness::FlagsOf(int id) const {
   return flags;
 }
 
-absl::Status ClusterHarness::Start(int id) {
+absl::Status ClusterHarness::Start(int id) { return Start(id, {}); }
+
+absl::Status ClusterHarness::Start(int id,
+                                   std::vector<std::string> more_flags) {
   Node& node = nodes_[id - 1];
   node.process.reset();
+  std::vector<std::string> flags = FlagsOf(id);
+  flags.insert(flags.end(), more_flags.begin(), more_flags.end());
   absl::StatusOr<std::unique_ptr<ServerProcess>> started =
-      ServerProcess::Start(FlagsOf(id), node.data_dir);
+      ServerProcess::Start(std::move(flags), node.data_dir);
   if (!started.ok()) return started.status();
   node.process = *std::move(started);
   return absl::OkStatus();

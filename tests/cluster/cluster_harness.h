@@ -26,6 +26,9 @@ class ClusterHarness {
   [[nodiscard]] absl::Status StartAll();
   // Node ids are 1..n; index i is node i+1.
   [[nodiscard]] absl::Status Start(int id);
+  // Starts node `id` with `more_flags` after its usual ones (this start
+  // only).
+  [[nodiscard]] absl::Status Start(int id, std::vector<std::string> more_flags);
   void Kill(int id);
   [[nodiscard]] absl::Status Stop(int id);
   bool running(int id) const { return nodes_[id - 1].process != nullptr; }

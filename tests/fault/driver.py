@@ -79,10 +79,32 @@ class Driver:
         self.log = log
         self.faults: list[dict] = []
 
-    def _hold(self, lo: float, hi: float) -> float:
+    def _hold(self, lo: float, hi: float, fault: Optional[dict] = None) -> float:
+        """Sleeps for a random hold; with `fault`, meanwhile watches the
+        other nodes for the first leader other than the faulted one (see
+        _watch_election)."""
         d = self.rng.uniform(lo, hi) * self.hold_scale
-        time.sleep(d)
+        end = time.monotonic() + d
+        if fault is not None:
+            self._watch_election(fault, end)
+        time.sleep(max(0.0, end - time.monotonic()))
         return d
+
+    def _watch_election(self, fault: dict, end: float) -> None:
+        """Records in fault["t_elected"] when a node other than the faulted
+        one first reports a new leader in a higher term, so that a failover
+        splits into the election and the clients' part (failover_figures).
+        Polls every 20 ms until `end`."""
+        old = fault["leader"]
+        others = [node for i, node in self.cluster.nodes.items() if i != fault["node"]]
+        while time.monotonic() < end:
+            for node in others:
+                st = node.status(0.2)
+                if st is not None and st.leader_id not in (0, old):
+                    fault["t_elected"] = self.history.now()
+                    fault["elected_term"] = st.term
+                    return
+            time.sleep(0.02)
 
     def settle(self, what: str, timeout_s: float = 60.0, max_lag: int = 256) -> None:
         reason = self.cluster.wait_settled(timeout_s, max_lag)
@@ -102,13 +124,13 @@ class Driver:
             fault["node"] = leader
             nodes[leader].kill()
             fault["t_inject"] = self.history.now()
-            fault["held_s"] = self._hold(1.0, 3.0)
+            fault["held_s"] = self._hold(1.0, 3.0, fault)
             nodes[leader].start()
         elif kind == "leader_stop":
             fault["node"] = leader
             nodes[leader].signal(signal.SIGSTOP)
             fault["t_inject"] = self.history.now()
-            fault["held_s"] = self._hold(2.0, 4.0)
+            fault["held_s"] = self._hold(2.0, 4.0, fault)
             nodes[leader].signal(signal.SIGCONT)
         elif kind == "follower_kill":
             target = self.rng.choice(followers)
@@ -136,7 +158,8 @@ class Driver:
                                     outbound=kind != "oneway_partition")
             fault["t_inject"] = self.history.now()
             fault["held_s"] = self._hold(*((2.0, 4.0) if kind == "oneway_partition"
-                                           else (3.0, 5.0)))
+                                           else (3.0, 5.0)),
+                                         fault if target == leader else None)
             self.topology.heal(target)
         else:
             raise ValueError(kind)
@@ -192,12 +215,26 @@ def failover_figures(faults: list[dict], ops: list[dict]) -> dict:
         else:
             groups.setdefault(name, []).append(f["first_write_s"])
     out = {}
+    elections: dict[str, list[float]] = {}
+    for f in faults:
+        if "t_elected" in f:
+            name = f["kind"] + ("_leader" if f["kind"] in ("oneway_partition", "node_term")
+                                else "")
+            elections.setdefault(name, []).append(f["t_elected"] - f["t_inject"])
     for name in sorted(set(groups) | set(missing)):
         xs = groups.get(name, [])
         out[name] = {"count": len(xs) + missing.get(name, 0),
                      "p50_s": percentile(xs, 0.5), "p99_s": percentile(xs, 0.99),
                      "max_s": max(xs) if xs else None,
                      "no_write": missing.get(name, 0)}
+        # The election's share: from the fault until another node named a
+        # new leader (the rest is the clients finding it and the write).
+        es = elections.get(name, [])
+        if es:
+            out[name].update({"elected_count": len(es),
+                              "elected_p50_s": percentile(es, 0.5),
+                              "elected_p99_s": percentile(es, 0.99),
+                              "elected_max_s": max(es)})
     leader = [f["first_write_s"] for f in faults
               if f["kind"] in LEADER_KINDS and f["first_write_s"] is not None]
     out["leader_kill+leader_stop"] = {

@@ -277,6 +277,10 @@ def main(argv: list[str]) -> int:
         extra = f"  (target p99 < {fig['target_p99_s']} s)" if "target_p99_s" in fig else ""
         log(f"  {name:<28} n={fig['count']:<3} p50 {fmt(fig['p50_s'])}  "
             f"p99 {fmt(fig['p99_s'])}  max {fmt(fig['max_s'])}{extra}")
+        if "elected_count" in fig:
+            log(f"  {'  of which new leader named':<28} n={fig['elected_count']:<3} "
+                f"p50 {fmt(fig['elected_p50_s'])}  p99 {fmt(fig['elected_p99_s'])}  "
+                f"max {fmt(fig['elected_max_s'])}")
     lead = figures.get("leader_kill+leader_stop", {})
     if lead.get("p99_s") is not None:
         met = "met" if lead["p99_s"] < lead["target_p99_s"] else "NOT met (reported, not asserted)"

@@ -10,12 +10,15 @@
 // byte by byte for short inputs); both equal those of an independent
 // reference that walks the whole buffer the way libraft's decoder would
 // (every read it makes inside the header or payload, every allocation
-// within the limit) and checks the term rule; a rejection is final.
+// within the limit, every configuration it decodes, in snapshots and in
+// change entries) and checks the term rule; a rejection is final.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "replication/raft_frame.h"
@@ -113,6 +116,7 @@ class Reference {
     if (n != (hl - 48) / 16) return FrameReject::kEntryCount;
     // libraft: exact sum of lengths read; entry i found at the padded sum.
     uint64_t sum = 0, padded_at = 0, last_read_end = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> changes;
     for (uint64_t i = 0; i < n; ++i) {
       const size_t d = h + 40 + 16 * i;
       if (!Has(d, 16)) return std::nullopt;
@@ -124,9 +128,23 @@ class Reference {
         last_read_end = padded_at + len;
         padded_at += (len + 7) / 8 * 8;
       }
+      if (last_read_end > sum + len) return FrameReject::kEntryLength;
+      if (et == 3 && (len < 19 || len > kMaxSnapshotHeaderBytes ||
+                      changes.size() == 256)) {
+        return FrameReject::kConfiguration;
+      }
+      if (sum + len > limits_.max_message_bytes - hl) {
+        return FrameReject::kTooLarge;
+      }
+      if (et == 3) changes.emplace_back(sum, len);
       sum += len;
-      if (last_read_end > sum) return FrameReject::kEntryLength;
-      if (sum > limits_.max_message_bytes - hl) return FrameReject::kTooLarge;
+    }
+    // libraft decodes each change entry's configuration when appending.
+    for (const auto& [offset, len] : changes) {
+      if (!Has(h + hl + offset, len)) return std::nullopt;
+      if (!ConfOk(s_.substr(h + hl + offset, len))) {
+        return FrameReject::kConfiguration;
+      }
     }
     if (!Has(h + hl, sum)) return std::nullopt;
     *end = h + hl + sum;
@@ -134,14 +152,14 @@ class Reference {
   }
 
   // libraft's configuration decoder stays inside `c`; one server or more,
-  // known roles, nothing but padding after them.
+  // ids above 0, known roles, nothing but padding after them.
   static bool ConfOk(absl::string_view c) {
     if (c.size() < 9 || c[0] != 1) return false;
     const uint64_t n = Le(c, 1, 8);
     size_t at = 9;
     uint64_t seen = 0;
     while (seen < n) {
-      if (c.size() < at + 8) return false;
+      if (c.size() < at + 8 || Le(c, at, 8) == 0) return false;
       at += 8;
       while (at < c.size() && c[at] != '\0') ++at;
       if (at + 1 >= c.size()) return false;  // no NUL, or no role byte

@@ -395,6 +395,21 @@ describe(`deploy/k8s (${manifestDir})`, () => {
     }
   });
 
+  test('DEDUP_RECOVER_FROM_NODE recovers that node and makes the others join', () => {
+    const set = statefulSet();
+    const dedupd = dedupdContainer(set);
+    const flagsOf = (ordinal) => {
+      const env = { ...containerEnv(dedupd, `${set.metadata.name}-${ordinal}`), DEDUP_RECOVER_FROM_NODE: '2' };
+      const run = runStartCommand(dedupd.command, env);
+      assert.equal(run.status, 0, run.stderr);
+      return run.args;
+    };
+    assert.equal(flagsOf(1).at(-1), '--recover_as_sole_voter');
+    assert.equal(flagsOf(0).at(-1), '--join');
+    assert.equal(flagsOf(2).at(-1), '--join');
+    assert.ok(!flagsOf(0).includes('--recover_as_sole_voter'));
+  });
+
   test('the start command refuses a pod name without an ordinal', () => {
     const dedupd = dedupdContainer(statefulSet());
     const run = runStartCommand(dedupd.command, containerEnv(dedupd, 'dedup-x'));

@@ -4,6 +4,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -46,9 +47,13 @@ std::string Words(std::initializer_list<uint64_t> words) {
 }
 
 struct Entry {
-  uint64_t term = kTerm;
-  uint8_t type = 1;  // RAFT_COMMAND
-  uint32_t length = 8;
+  Entry(uint64_t term = kTerm, uint8_t type = 1, uint32_t length = 8,
+        std::string data = "")
+      : term(term), type(type), length(length), data(std::move(data)) {}
+  uint64_t term;
+  uint8_t type;  // 1: RAFT_COMMAND
+  uint32_t length;
+  std::string data;  // when set, the entry's bytes (and length)
 };
 
 // An AppendEntries with `count` in the header (default: entries.size()).
@@ -63,8 +68,10 @@ std::string AppendEntries(std::vector<Entry> entries, uint64_t term = kTerm,
     Put64(&header, e.term);
     header.push_back(static_cast<char>(e.type));
     header.append(3, '\0');
-    Put32(&header, e.length);
-    if (with_payload) payload.append(e.length, 'x');
+    Put32(&header, e.data.empty() ? e.length : e.data.size());
+    if (with_payload) {
+      payload += e.data.empty() ? std::string(e.length, 'x') : e.data;
+    }
   }
   header.append(8, '\xaa');  // the "leader id" libraft counts, never writes
   return Message(1, header, payload);
@@ -306,14 +313,50 @@ TEST(RaftFrameTest, TheEntryCountMustMatchTheHeaderLength) {
 }
 
 TEST(RaftFrameTest, EntriesAreCommandsBarriersOrChanges) {
-  for (uint8_t type : {1, 2, 3}) {
+  for (uint8_t type : {1, 2}) {
     EXPECT_EQ(FeedAll(AppendEntries({{kTerm, type, 16}})), std::nullopt);
   }
+  EXPECT_EQ(FeedAll(AppendEntries({{kTerm, 3, 0, Configuration(kThree)}})),
+            std::nullopt);
   for (uint8_t type : {0, 4, 0xff}) {
     EXPECT_EQ(FeedAll(AppendEntries({{}, {kTerm, type, 8}})),
               FrameReject::kEntryType)
         << int{type};
   }
+}
+
+// libraft decodes a change entry's configuration as it appends it: one it
+// cannot decode fails the append and leaves the node unavailable.
+TEST(RaftFrameTest, ChangeEntriesCarryADecodableConfiguration) {
+  const std::string good = Configuration(kThree);
+  std::string bad_format = good;
+  bad_format[0] = 2;
+  const Entry command{kTerm, 1, 24};
+  const std::vector<std::pair<const char*, std::vector<Entry>>> refused = {
+      {"empty (read through a null pointer)", {{kTerm, 3, 0}}},
+      {"too short", {{kTerm, 3, 16}}},
+      {"format 2", {command, {kTerm, 3, 0, bad_format}}},
+      {"server id 0", {{kTerm, 3, 0, Configuration({{0, "a"}})}}},
+      {"second change bad",
+       {{kTerm, 3, 0, good}, command, {kTerm, 3, 0, bad_format}, command}},
+  };
+  for (const auto& [name, entries] : refused) {
+    EXPECT_EQ(FeedAll(AppendEntries(entries)), FrameReject::kConfiguration)
+        << name;
+  }
+  const std::string two_changes = AppendEntries(
+      {command, {kTerm, 3, 0, good}, command, {kTerm, 3, 0, good}, command});
+  for (size_t cut = 0; cut <= two_changes.size(); ++cut) {
+    auto [verdict, messages] = FeedSplit(two_changes, cut);
+    ASSERT_EQ(verdict, std::nullopt) << "cut at " << cut;
+    ASSERT_EQ(messages, 1u) << "cut at " << cut;
+  }
+  // Bounded memory: a change entry above 64 KiB, more than 256 of them.
+  EXPECT_EQ(FeedAll(AppendEntries({{kTerm, 3, (64 << 10) + 8}})),
+            FrameReject::kConfiguration);
+  std::vector<Entry> many(257, Entry{kTerm, 3, 24});
+  EXPECT_EQ(FeedAll(AppendEntries(many, kTerm, kTerm, std::nullopt, false)),
+            FrameReject::kConfiguration);
 }
 
 TEST(RaftFrameTest, OnlyTheLastNonEmptyEntryMayBeUnpadded) {
@@ -382,6 +425,7 @@ TEST(RaftFrameTest, RefusesConfigurationsLibraftWouldMisread) {
       {"no server", InstallSnapshot(Configuration({}), 4)},
       {"address without NUL", InstallSnapshot(no_nul, 4)},
       {"role 7", InstallSnapshot(Configuration({{1, "a", 7}}), 4)},
+      {"server id 0", InstallSnapshot(Configuration({{0, "a"}}), 4)},
       {"fewer servers than encoded",
        InstallSnapshot(Configuration(kThree, 1), 4)},
   };
