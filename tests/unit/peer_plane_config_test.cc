@@ -5,9 +5,14 @@
 #include <filesystem>
 #include <string>
 
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_pki.h"
+
+ABSL_DECLARE_FLAG(std::string, peer_tls_cert_file);
+ABSL_DECLARE_FLAG(std::string, peer_tls_key_file);
 
 namespace dedup {
 namespace {
@@ -42,6 +47,15 @@ TEST(PeerPlaneConfigTest, TlsNeedsThePeerCa) {
   EXPECT_TRUE(PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr).ok());
   security.tls_key_file = *pki + "/client-ops.key";  // not the cert's key
   EXPECT_FALSE(PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr).ok());
+  // Dedicated peer files override the client port's, both or neither.
+  absl::SetFlag(&FLAGS_peer_tls_cert_file, *pki + "/server2.pem");
+  EXPECT_TRUE(absl::StrContains(
+      PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr).status().message(),
+      "give both or neither"));
+  absl::SetFlag(&FLAGS_peer_tls_key_file, *pki + "/server2.key");
+  EXPECT_TRUE(PeerPlaneFromFlags(security, "10.1.2.3:7001", nullptr).ok());
+  absl::SetFlag(&FLAGS_peer_tls_cert_file, std::string());
+  absl::SetFlag(&FLAGS_peer_tls_key_file, std::string());
   std::filesystem::remove_all(*pki);
 }
 
