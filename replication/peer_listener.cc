@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "replication/peer_plane.h"
@@ -106,7 +108,13 @@ void PeerPlane::AcceptAll(int epoll_fd,
                            SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // EAGAIN, or out of fds: the next event tries again
+      if (errno == EMFILE || errno == ENFILE) {
+        // The connection stays queued and the socket readable: without a
+        // pause this thread would spin until a descriptor is free.
+        LogRefusal("(not accepted)", "out of file descriptors");
+        std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
+      }
+      return;  // EAGAIN: the next event tries again
     }
     const std::string remote = RemoteOf(from);
     if (pending.size() >= static_cast<size_t>(options_.max_handshakes)) {
