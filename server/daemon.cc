@@ -227,7 +227,16 @@ absl::Status Daemon::StartServer() {
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
-  interceptors.push_back(UnparseableRequestInterceptor(metrics_.get()));
+  std::vector<std::string> served = {v1::Dedup::service_full_name(),
+                                     v1::Admin::service_full_name()};
+  if (cluster_service_ != nullptr) {
+    served.push_back(v1::Cluster::service_full_name());
+  }
+  if (config_.enable_bench_service) {
+    served.push_back(v1::Bench::service_full_name());
+  }
+  interceptors.push_back(
+      UnparseableRequestInterceptor(metrics_.get(), std::move(served)));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(
       std::max<int>(4 << 20, static_cast<int>(config_.limits.max_result_bytes) +

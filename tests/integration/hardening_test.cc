@@ -172,6 +172,32 @@ TEST(HardeningTest, UnparseableRequestsAreInvalidArgumentsAndCounted) {
   c.Disconnect();
 }
 
+// A dedup.v1 service this node does not serve is UNIMPLEMENTED saying why
+// (not "cannot be parsed"); once served, its unparseable requests are
+// INVALID_ARGUMENT like the others'.
+TEST(HardeningTest, ServicesNotServedAreUnimplementedSayingWhy) {
+  DEDUP_START_SERVER(server, {"--durability=none"});
+  grpc::GenericStub stub(grpc::CreateChannel(
+      server->address(), grpc::InsecureChannelCredentials()));
+  const grpc::Status cluster =
+      RawUnaryCall(stub, "/dedup.v1.Cluster/Status", "");
+  EXPECT_EQ(cluster.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_TRUE(absl::StartsWith(cluster.error_message(),
+                               "this node is not in cluster mode"))
+      << cluster.error_message();
+  const grpc::Status bench = RawUnaryCall(stub, "/dedup.v1.Bench/Echo", "");
+  EXPECT_EQ(bench.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(bench.error_message(),
+            "Bench service is off; start dedupd with --enable_bench_service");
+
+  DEDUP_START_SERVER(bench_on, {"--durability=none", "--enable_bench_service"});
+  grpc::GenericStub bench_stub(grpc::CreateChannel(
+      bench_on->address(), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(RawUnaryCall(bench_stub, "/dedup.v1.Bench/Echo", "\xff\xff\xff")
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST(HardeningTest, IdleConnectionsDoNotBlockScrapes) {
   DEDUP_START_SERVER(server,
                      {"--durability=none", "--metrics_address=127.0.0.1:0"});
