@@ -247,8 +247,19 @@ absl::Status Daemon::StartServer() {
                     absl::StrCat("cannot listen on ", config_.address,
                                  " (address in use or invalid?)"));
   }
-  health_.push_back(server_->GetHealthCheckService());
+  AddHealthService(server_->GetHealthCheckService());
   return absl::OkStatus();
+}
+
+// gRPC's default health service knows only "" until told the names the
+// README lists; the watch then sets all of them on every listener.
+void Daemon::AddHealthService(grpc::HealthCheckServiceInterface* health) {
+  health->SetServingStatus(v1::Dedup::service_full_name(), true);
+  health->SetServingStatus(v1::Admin::service_full_name(), true);
+  if (cluster_service_ != nullptr) {
+    health->SetServingStatus(v1::Cluster::service_full_name(), true);
+  }
+  health_.push_back(health);
 }
 
 // Probes that cannot speak TLS get the same health status in plaintext, on
@@ -266,15 +277,8 @@ absl::Status Daemon::StartHealthServer() {
                     absl::StrCat("cannot listen on ", config_.health_address,
                                  " (--health_address: in use or invalid?)"));
   }
-  // It serves none of them, so it must be told their names.
-  grpc::HealthCheckServiceInterface* health =
-      health_server_->GetHealthCheckService();
-  health->SetServingStatus(v1::Dedup::service_full_name(), true);
-  health->SetServingStatus(v1::Admin::service_full_name(), true);
-  if (cluster_service_ != nullptr) {
-    health->SetServingStatus(v1::Cluster::service_full_name(), true);
-  }
-  health_.push_back(health);
+  // It serves none of them, but answers for them.
+  AddHealthService(health_server_->GetHealthCheckService());
   health_address_ = absl::StrCat(HostOf(config_.health_address), ":", port);
   LogInfo("health (plaintext, grpc.health.v1 only) on ", health_address_);
   return absl::OkStatus();
