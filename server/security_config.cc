@@ -1,10 +1,10 @@
 #include "server/security_config.h"
 
 #include "absl/flags/flag.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "server/loopback_address.h"
 
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM certificate chain the server presents; with --tls_key_file "
@@ -25,19 +25,6 @@ ABSL_FLAG(bool, insecure, false,
           "--tenants_file) on a non-loopback --address");
 
 namespace dedup {
-
-bool IsLoopbackAddress(absl::string_view address) {
-  absl::string_view host = address;
-  if (absl::StartsWith(host, "[")) {
-    host = host.substr(1, host.find(']') - 1);
-  } else if (const size_t colon = host.rfind(':');
-             colon != absl::string_view::npos &&
-             host.find(':') == colon) {  // one colon: host:port
-    host = host.substr(0, colon);
-  }
-  if (absl::StartsWith(host, "ipv4:")) host.remove_prefix(5);
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
 
 absl::StatusOr<SecurityConfig> SecurityConfigFromFlags(
     const std::string& address) {
@@ -60,17 +47,20 @@ absl::StatusOr<SecurityConfig> SecurityConfigFromFlags(
   if (config.tls_reload_interval_s < 1) {
     return absl::InvalidArgumentError("--tls_reload_interval_s: must be >= 1");
   }
-  if (IsLoopbackAddress(address)) return config;
   std::vector<std::string> missing;
   if (!config.tls()) missing.push_back("plaintext (no --tls_cert_file)");
   if (config.tenants_file.empty()) {
     missing.push_back("authentication off (no --tenants_file)");
   }
   if (missing.empty()) return config;
+  absl::StatusOr<bool> loopback = BindsOnlyLoopback(address, "--address");
+  if (!loopback.ok()) return loopback.status();
+  if (*loopback) return config;
   const std::string what = absl::StrJoin(missing, " and ");
   if (!config.insecure) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--address ", address, " is not loopback: refusing to serve ", what,
+        "--address ", address,
+        " does not bind only to loopback: refusing to serve ", what,
         " on it; give --tls_cert_file/--tls_key_file and --tenants_file, or "
         "--insecure to accept the risk"));
   }

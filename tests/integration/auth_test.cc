@@ -319,6 +319,13 @@ TEST_F(AuthTest, UnsafeOrBrokenSettingsStopTheStart) {
   ProcessResult r = RunDedupd({"--address=0.0.0.0:0", data});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "--insecure")) << r.output;
+  // Loopback by its spelling only: the name does not resolve.
+  r = RunDedupd({"--address=127.0.0.1.invalid:0", data});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "--address 127.0.0.1.invalid:0: host "
+                                "'127.0.0.1.invalid' does not resolve"))
+      << r.output;
   // TLS but no tenants: still refused off loopback.
   std::vector<std::string> flags = TlsFlags(false);
   flags.push_back("--address=0.0.0.0:0");
