@@ -136,7 +136,8 @@ absl::Status Daemon::LoadTenants() {
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<Authorizer>> loaded =
-      Authorizer::FromFile(security_.tenants_file, metrics_->registry().get());
+      Authorizer::FromFile(security_.tenants_file, metrics_->registry().get(),
+                           security_.auth_failures);
   if (!loaded.ok()) {
     return Fail(exit_code::kBadFlags, loaded.status(), "--tenants_file: ");
   }

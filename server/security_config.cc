@@ -20,6 +20,14 @@ ABSL_FLAG(std::string, tenants_file, "",
           "JSON file of tenants: credentials (token digests, certificate "
           "names), namespace prefixes, roles, limits (see README). Empty: "
           "authentication off. Reloaded on SIGHUP and when it changes");
+ABSL_FLAG(double, auth_failures_per_s, 10,
+          "failed authentications (no credential, an unknown token or "
+          "certificate) each client address regains per second; once it has "
+          "none left, its calls are refused RESOURCE_EXHAUSTED with a retry "
+          "delay before any credential is checked. 0: no limit");
+ABSL_FLAG(int32_t, auth_failure_burst, 100,
+          "failed authentications a client address may make in a row before "
+          "--auth_failures_per_s applies");
 ABSL_FLAG(bool, insecure, false,
           "allow plaintext (no --tls_cert_file) or authentication off (no "
           "--tenants_file) on a non-loopback --address");
@@ -43,6 +51,14 @@ absl::StatusOr<SecurityConfig> SecurityConfigFromFlags(
     return absl::InvalidArgumentError(
         "--tls_client_ca_file: needs --tls_cert_file and --tls_key_file "
         "(client certificates are only asked for over TLS)");
+  }
+  config.auth_failures.per_s = absl::GetFlag(FLAGS_auth_failures_per_s);
+  config.auth_failures.burst = absl::GetFlag(FLAGS_auth_failure_burst);
+  if (!(config.auth_failures.per_s >= 0)) {
+    return absl::InvalidArgumentError("--auth_failures_per_s: must be >= 0");
+  }
+  if (config.auth_failures.burst < 1) {
+    return absl::InvalidArgumentError("--auth_failure_burst: must be >= 1");
   }
   if (config.tls_reload_interval_s < 1) {
     return absl::InvalidArgumentError("--tls_reload_interval_s: must be >= 1");

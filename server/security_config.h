@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/auth_failure_limiter.h"
 
 namespace dedup {
 
@@ -22,6 +23,8 @@ struct SecurityConfig {
   std::string tenants_file;
   // Allows plaintext or authentication off on a non-loopback address.
   bool insecure = false;
+  // Failed authentications allowed per peer address.
+  AuthFailureLimits auth_failures;
 
   bool tls() const { return !tls_cert_file.empty(); }
 };

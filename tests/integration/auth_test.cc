@@ -305,6 +305,48 @@ TEST_F(AuthTest, TenantLimitsRefuseWithRetryInfo) {
   EXPECT_TRUE(Begin(a, Token("parked-token"), "parked:x", "k").ok());
 }
 
+// A flood of wrong tokens from one address is refused after its burst,
+// before any credential is looked at, while a client from another address
+// with a valid token is served. The server listens on every interface (IPv4
+// and IPv6), so the flood comes from ::1 and the tenant from 127.0.0.1.
+TEST_F(AuthTest, FailedAuthenticationFloodsAreRefusedPerAddress) {
+  DEDUP_START_SERVER(
+      server,
+      {"--address=[::]:0", "--insecure", "--tenants_file=" + tenants_file_,
+       "--metrics_address=127.0.0.1:0", "--auth_failure_burst=20",
+       // So slow that no failure comes back during the test.
+       "--auth_failures_per_s=0.001"});
+  const std::string flooder = absl::StrCat("[::1]:", server->port());
+  const std::string tenant = absl::StrCat("127.0.0.1:", server->port());
+  int unauthenticated = 0, exhausted = 0;
+  for (int i = 0; i < 100; ++i) {
+    const grpc::Status s =
+        Begin(flooder, Token("wrong-token"), "billing:x", absl::StrCat("k", i));
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) ++unauthenticated;
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++exhausted;
+      EXPECT_TRUE(absl::StrContains(s.error_message(),
+                                    "too many failed authentications"))
+          << s.error_message();
+    }
+    // The tenant, interleaved, is never refused.
+    const grpc::Status ok =
+        Begin(tenant, kBilling, "billing:x", absl::StrCat("k", i));
+    ASSERT_TRUE(ok.ok()) << i << ": " << ok.error_message();
+  }
+  EXPECT_EQ(unauthenticated, 20);
+  EXPECT_EQ(exhausted, 80);
+  // The address is refused whatever it sends now, a valid token included.
+  EXPECT_EQ(Begin(flooder, kBilling, "billing:x", "k").error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(
+      Metric(*server, "dedup_auth_refusals_total{reason=\"unknown_token\"}"),
+      20);
+  EXPECT_EQ(Metric(*server,
+                   "dedup_auth_refusals_total{reason=\"too_many_failures\"}"),
+            81);
+}
+
 // dedupd run to its exit, as a short-lived process.
 ProcessResult RunDedupd(std::vector<std::string> flags) {
   flags.push_back("--metrics_address=");
