@@ -191,9 +191,16 @@ absl::Status Daemon::OpenEventLog() {
 
 absl::Status Daemon::StartMetrics() {
   if (config_.metrics_address.empty()) return absl::OkStatus();
+  std::string token;
+  if (!config_.metrics_token_file.empty()) {
+    absl::StatusOr<std::string> read =
+        ReadMetricsToken(config_.metrics_token_file);
+    if (!read.ok()) return Fail(exit_code::kBadFlags, read.status());
+    token = *std::move(read);
+  }
   absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
       StartMetricsExposer(config_.metrics_address, *metrics_, store_.get(),
-                          replicated_, build_.version, build_.git_sha);
+                          replicated_, build_.version, build_.git_sha, token);
   if (!started.ok()) return Fail(exit_code::kListen, started.status());
   exposer_ = *std::move(started);
   const std::vector<int> ports = exposer_->GetListeningPorts();

@@ -347,6 +347,39 @@ TEST_F(AuthTest, FailedAuthenticationFloodsAreRefusedPerAddress) {
             81);
 }
 
+// /metrics names the tenants and their stored bytes: with
+// --metrics_token_file only a scrape with that bearer token gets the page.
+TEST_F(AuthTest, MetricsTokenFileGuardsTheMetricsPage) {
+  const std::string token_file = dir_ + "/metrics.token";
+  WriteFileAtomically(token_file, "scrape-secret\n");
+  DEDUP_START_SERVER(server, {"--tenants_file=" + tenants_file_,
+                              "--metrics_address=127.0.0.1:0",
+                              "--metrics_token_file=" + token_file});
+  const int port = server->metrics_port();
+  for (const std::string& headers :
+       {std::string(), std::string("Authorization: Bearer wrong\r\n"),
+        std::string("Authorization: Basic c2NyYXBlLXNlY3JldA==\r\n"),
+        std::string("Authorization: Bearer scrape-secret-and-more\r\n")}) {
+    absl::StatusOr<std::string> refused = HttpGet(port, "/metrics", headers);
+    ASSERT_FALSE(refused.ok()) << headers;
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), " 401 "))
+        << headers << ": " << refused.status();
+  }
+  absl::StatusOr<std::string> page =
+      HttpGet(port, "/metrics", "Authorization: Bearer scrape-secret\r\n");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(SampleValue(*page, "dedup_tenants").value_or(-1), 2);
+  // A token file that holds no token stops the start.
+  WriteFileAtomically(token_file, " \n");
+  ProcessResult r =
+      RunProcess(ServerBinary(), {"--data_dir=" + dir_ + "/other",
+                                  "--metrics_address=127.0.0.1:0",
+                                  "--metrics_token_file=" + token_file})
+          .value_or(ProcessResult{});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "--metrics_token_file")) << r.output;
+}
+
 // dedupd run to its exit, as a short-lived process.
 ProcessResult RunDedupd(std::vector<std::string> flags) {
   flags.push_back("--metrics_address=");
