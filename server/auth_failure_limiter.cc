@@ -55,6 +55,12 @@ absl::Status AuthFailureLimiter::Check(absl::string_view address) const {
     auto it = buckets_.find(address);
     if (it == buckets_.end()) return absl::OkStatus();
     Refill(&it->second, now_ms);
+    if (it->second.failures_left >= limits_.burst) {
+      // Refilled: forgotten, so that calls go back to taking no lock.
+      buckets_.erase(it);
+      peers_.store(buckets_.size(), std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
     if (it->second.failures_left >= 1) return absl::OkStatus();
     missing = 1 - it->second.failures_left;
   }

@@ -8,7 +8,8 @@
 // NAT address shares the limit).
 //
 // Memory is bounded: at most `max_peers` addresses are tracked; an address
-// whose bucket has refilled is forgotten first, then an arbitrary one.
+// whose bucket has refilled is forgotten (when next checked, or to make
+// room), then an arbitrary one.
 #ifndef DEDUP_SERVER_AUTH_FAILURE_LIMITER_H_
 #define DEDUP_SERVER_AUTH_FAILURE_LIMITER_H_
 
@@ -71,7 +72,7 @@ class AuthFailureLimiter {
   mutable absl::flat_hash_map<std::string, Bucket> buckets_
       ABSL_GUARDED_BY(mu_);
   int64_t last_sweep_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<size_t> peers_{0};
+  mutable std::atomic<size_t> peers_{0};
 };
 
 }  // namespace dedup

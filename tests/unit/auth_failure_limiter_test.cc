@@ -40,6 +40,11 @@ TEST(AuthFailureLimiterTest, RefusesAnAddressOverItsFailuresOnly) {
   EXPECT_TRUE(limiter.Check("ipv4:10.0.0.1").ok());
   limiter.RecordFailure("ipv4:10.0.0.1");
   EXPECT_FALSE(limiter.Check("ipv4:10.0.0.1").ok());
+  // Once refilled it is forgotten: checks take no lock again.
+  clock.Advance(1500);
+  EXPECT_EQ(limiter.peers(), 1u);
+  EXPECT_TRUE(limiter.Check("ipv4:10.0.0.1").ok());
+  EXPECT_EQ(limiter.peers(), 0u);
 }
 
 TEST(AuthFailureLimiterTest, ZeroRateIsNoLimit) {
