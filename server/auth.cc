@@ -148,9 +148,11 @@ void Authorizer::Refuse(Refusal reason) const {
   refusals_[static_cast<int>(reason)]->Increment();
 }
 
-void Authorizer::RefuseLogin(Refusal reason, absl::string_view peer) const {
+void Authorizer::RefuseLogin(Refusal reason,
+                             const grpc::ServerContextBase& context,
+                             const std::string& peer) const {
   Refuse(reason);
-  failures_.RecordFailure(PeerAddress(peer));
+  failures_.RecordFailure(PeerAddress(peer.empty() ? context.peer() : peer));
 }
 
 absl::StatusOr<Caller> Authorizer::Authenticate(
@@ -175,7 +177,7 @@ absl::StatusOr<Caller> Authorizer::Authenticate(
     const Tenant* tenant =
         token.empty() ? nullptr : tenants->FindByToken(token);
     if (tenant == nullptr) {
-      RefuseLogin(Refusal::kUnknownToken, peer.empty() ? context.peer() : peer);
+      RefuseLogin(Refusal::kUnknownToken, context, peer);
       return absl::UnauthenticatedError(
           token.empty() ? "authorization: expected \"Bearer <token>\""
                         : "authorization: the bearer token is not known");
@@ -191,15 +193,14 @@ absl::StatusOr<Caller> Authorizer::Authenticate(
     }
   }
   if (sans.empty()) {
-    RefuseLogin(Refusal::kNoCredential, peer.empty() ? context.peer() : peer);
+    RefuseLogin(Refusal::kNoCredential, context, peer);
     return absl::UnauthenticatedError(
         "no credential: send \"authorization: Bearer <token>\" metadata or a "
         "client certificate");
   }
   const Tenant* tenant = tenants->FindBySan(sans);
   if (tenant == nullptr) {
-    RefuseLogin(Refusal::kUnknownCertificate,
-                peer.empty() ? context.peer() : peer);
+    RefuseLogin(Refusal::kUnknownCertificate, context, peer);
     return absl::UnauthenticatedError(
         absl::StrCat("the client certificate's names (",
                      absl::StrJoin(sans, ", "), ") are in no tenant"));

@@ -152,8 +152,10 @@ class Authorizer {
              std::string contents, prometheus::Registry* registry,
              AuthFailureLimits failures);
   void Refuse(Refusal reason) const;
-  // Refuse for a failed authentication from `peer` (gRPC's peer string).
-  void RefuseLogin(Refusal reason, absl::string_view peer) const;
+  // Refuse for a failed authentication, spending a failure of the caller's
+  // address: `peer` (context.peer(), or "" when not read yet).
+  void RefuseLogin(Refusal reason, const grpc::ServerContextBase& context,
+                   const std::string& peer) const;
   std::shared_ptr<const TenantTable> table() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string path_;
