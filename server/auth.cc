@@ -18,8 +18,8 @@ namespace dedup {
 namespace {
 
 constexpr const char* kRefusalNames[kRefusalCount] = {
-    "no_credential", "unknown_token", "unknown_certificate", "role",
-    "namespace"};
+    "no_credential", "unknown_token", "unknown_certificate",
+    "role",          "namespace",     "too_many_failures"};
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -68,14 +68,16 @@ std::string TenantRoleName(TenantRole role) {
 }  // namespace
 
 Authorizer::Authorizer(prometheus::Registry* registry)
-    : Authorizer("", nullptr, "", registry) {}
+    : Authorizer("", nullptr, "", registry, AuthFailureLimits{}) {}
 
 Authorizer::Authorizer(std::string path,
                        std::shared_ptr<const TenantTable> table,
-                       std::string contents, prometheus::Registry* registry)
+                       std::string contents, prometheus::Registry* registry,
+                       AuthFailureLimits failures)
     : path_(std::move(path)),
       table_(std::move(table)),
-      contents_(std::move(contents)) {
+      contents_(std::move(contents)),
+      failures_(failures, RealClock()) {
   auto& refusals = prometheus::BuildCounter()
                        .Name("dedup_auth_refusals_total")
                        .Help(
@@ -118,13 +120,14 @@ Authorizer::Authorizer(std::string path,
 }
 
 absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::FromFile(
-    const std::string& path, prometheus::Registry* registry) {
+    const std::string& path, prometheus::Registry* registry,
+    AuthFailureLimits failures) {
   absl::StatusOr<std::string> contents = ReadFile(path);
   if (!contents.ok()) return contents.status();
   auto table = ParseFile(path, *contents);
   if (!table.ok()) return table.status();
-  return std::unique_ptr<Authorizer>(
-      new Authorizer(path, *std::move(table), *std::move(contents), registry));
+  return std::unique_ptr<Authorizer>(new Authorizer(
+      path, *std::move(table), *std::move(contents), registry, failures));
 }
 
 Authorizer::~Authorizer() {
@@ -165,9 +168,26 @@ absl::Status Authorizer::CheckToken(absl::string_view token,
   return absl::OkStatus();
 }
 
+void Authorizer::RefuseLogin(Refusal reason,
+                             const grpc::ServerContextBase& context,
+                             const std::string& peer) const {
+  Refuse(reason);
+  failures_.RecordFailure(PeerAddress(peer.empty() ? context.peer() : peer));
+}
+
 absl::StatusOr<Caller> Authorizer::Authenticate(
     const grpc::ServerContextBase& context) const {
   if (!enabled()) return Caller();
+  // Before any credential is looked at: an address over its failures costs
+  // a lookup here, not a login attempt. (peer() only once one is tracked.)
+  const std::string peer =
+      failures_.peers() == 0 ? std::string() : context.peer();
+  if (!peer.empty()) {
+    if (absl::Status s = failures_.Check(PeerAddress(peer)); !s.ok()) {
+      Refuse(Refusal::kTooManyFailures);
+      return s;
+    }
+  }
   std::shared_ptr<const TenantTable> tenants = table();
   bool has_token = false;
   const absl::string_view token = BearerToken(context, &has_token);
@@ -177,7 +197,7 @@ absl::StatusOr<Caller> Authorizer::Authenticate(
     const Tenant* tenant =
         token.empty() ? nullptr : tenants->FindByToken(token);
     if (tenant == nullptr) {
-      Refuse(Refusal::kUnknownToken);
+      RefuseLogin(Refusal::kUnknownToken, context, peer);
       return absl::UnauthenticatedError(
           token.empty() ? "authorization: expected \"Bearer <token>\""
                         : "authorization: the bearer token is not known");
@@ -193,14 +213,14 @@ absl::StatusOr<Caller> Authorizer::Authenticate(
     }
   }
   if (sans.empty()) {
-    Refuse(Refusal::kNoCredential);
+    RefuseLogin(Refusal::kNoCredential, context, peer);
     return absl::UnauthenticatedError(
         "no credential: send \"authorization: Bearer <token>\" metadata or a "
         "client certificate");
   }
   const Tenant* tenant = tenants->FindBySan(sans);
   if (tenant == nullptr) {
-    Refuse(Refusal::kUnknownCertificate);
+    RefuseLogin(Refusal::kUnknownCertificate, context, peer);
     return absl::UnauthenticatedError(
         absl::StrCat("the client certificate's names (",
                      absl::StrJoin(sans, ", "), ") are in no tenant"));

@@ -9,6 +9,8 @@
 // Answers:
 //   UNAUTHENTICATED    no credential, an unknown token, or a certificate
 //                      whose names are in no tenant
+//   RESOURCE_EXHAUSTED the caller's address made too many of those lately
+//                      (auth_failure_limiter.h), checked before anything
 //   PERMISSION_DENIED  the tenant lacks the role, or the namespace is outside
 //                      its prefixes (batches: per item)
 // Refusals are counted in dedup_auth_refusals_total{reason}; never by token.
@@ -34,6 +36,7 @@
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
+#include "server/auth_failure_limiter.h"
 #include "server/tenant_limiter.h"
 #include "server/tenants.h"
 #include "storage/namespace_bytes.h"
@@ -63,9 +66,10 @@ enum class Refusal {
   kUnknownToken,
   kUnknownCertificate,
   kRole,
-  kNamespace
+  kNamespace,
+  kTooManyFailures,  // the address's failed authentications
 };
-inline constexpr int kRefusalCount = 5;
+inline constexpr int kRefusalCount = 6;
 
 // How long a tenant over its stored_bytes limit is told to wait: its usage
 // falls only as records expire or are forgotten.
@@ -77,16 +81,19 @@ class Authorizer {
   // Auth off: every call is allowed (local development; dedupd allows it
   // only on a loopback address unless told --insecure).
   explicit Authorizer(prometheus::Registry* registry);
-  // Auth on, from the tenants file at `path`. The error names the file and,
+  // Auth on, from the tenants file at `path`; failed authentications are
+  // limited per peer address by `failures`. The error names the file and,
   // for a bad file, the line.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Authorizer>> FromFile(
-      const std::string& path, prometheus::Registry* registry);
+      const std::string& path, prometheus::Registry* registry,
+      AuthFailureLimits failures = {});
   // Stops the file watcher, if any.
   ~Authorizer();
 
   bool enabled() const { return !path_.empty(); }
 
-  // The caller of `context`, or UNAUTHENTICATED.
+  // The caller of `context`, or UNAUTHENTICATED (RESOURCE_EXHAUSTED with a
+  // retry delay while its address is over its failures).
   [[nodiscard]] absl::StatusOr<Caller> Authenticate(
       const grpc::ServerContextBase& context) const;
   // PERMISSION_DENIED unless `caller` has `role`; `what` names the method
@@ -147,8 +154,13 @@ class Authorizer {
 
  private:
   Authorizer(std::string path, std::shared_ptr<const TenantTable> table,
-             std::string contents, prometheus::Registry* registry);
+             std::string contents, prometheus::Registry* registry,
+             AuthFailureLimits failures);
   void Refuse(Refusal reason) const;
+  // Refuse for a failed authentication, spending a failure of the caller's
+  // address: `peer` (context.peer(), or "" when not read yet).
+  void RefuseLogin(Refusal reason, const grpc::ServerContextBase& context,
+                   const std::string& peer) const;
   std::shared_ptr<const TenantTable> table() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string path_;
@@ -159,6 +171,7 @@ class Authorizer {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watcher_;
   mutable TenantLimiter limiter_{RealClock()};
+  mutable AuthFailureLimiter failures_;
   bool stop_bytes_watch_ ABSL_GUARDED_BY(mu_) = false;
   std::thread bytes_watcher_;
   // Bytes stored per tenant name, as last measured; empty while the figures

@@ -145,7 +145,8 @@ absl::Status Daemon::LoadTenants() {
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<Authorizer>> loaded =
-      Authorizer::FromFile(security_.tenants_file, metrics_->registry().get());
+      Authorizer::FromFile(security_.tenants_file, metrics_->registry().get(),
+                           security_.auth_failures);
   if (!loaded.ok()) {
     return Fail(exit_code::kBadFlags, loaded.status(), "--tenants_file: ");
   }
@@ -199,10 +200,17 @@ absl::Status Daemon::OpenEventLog() {
 
 absl::Status Daemon::StartMetrics() {
   if (config_.metrics_address.empty()) return absl::OkStatus();
+  std::string token;
+  if (!config_.metrics_token_file.empty()) {
+    absl::StatusOr<std::string> read =
+        ReadMetricsToken(config_.metrics_token_file);
+    if (!read.ok()) return Fail(exit_code::kBadFlags, read.status());
+    token = *std::move(read);
+  }
   absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
       StartMetricsExposer(config_.metrics_address, *metrics_, store_.get(),
                           replicated_, cluster_.store.raft.peer_plane,
-                          build_.version, build_.git_sha);
+                          build_.version, build_.git_sha, token);
   if (!started.ok()) return Fail(exit_code::kListen, started.status());
   exposer_ = *std::move(started);
   const std::vector<int> ports = exposer_->GetListeningPorts();
@@ -237,7 +245,16 @@ absl::Status Daemon::StartServer() {
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
-  interceptors.push_back(UnparseableRequestInterceptor(metrics_.get()));
+  std::vector<std::string> served = {v1::Dedup::service_full_name(),
+                                     v1::Admin::service_full_name()};
+  if (cluster_service_ != nullptr) {
+    served.push_back(v1::Cluster::service_full_name());
+  }
+  if (config_.enable_bench_service) {
+    served.push_back(v1::Bench::service_full_name());
+  }
+  interceptors.push_back(
+      UnparseableRequestInterceptor(metrics_.get(), std::move(served)));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(
       std::max<int>(4 << 20, static_cast<int>(config_.limits.max_result_bytes) +
@@ -248,8 +265,19 @@ absl::Status Daemon::StartServer() {
                     absl::StrCat("cannot listen on ", config_.address,
                                  " (address in use or invalid?)"));
   }
-  health_.push_back(server_->GetHealthCheckService());
+  AddHealthService(server_->GetHealthCheckService());
   return absl::OkStatus();
+}
+
+// gRPC's default health service knows only "" until told the names the
+// README lists; the watch then sets all of them on every listener.
+void Daemon::AddHealthService(grpc::HealthCheckServiceInterface* health) {
+  health->SetServingStatus(v1::Dedup::service_full_name(), true);
+  health->SetServingStatus(v1::Admin::service_full_name(), true);
+  if (cluster_service_ != nullptr) {
+    health->SetServingStatus(v1::Cluster::service_full_name(), true);
+  }
+  health_.push_back(health);
 }
 
 // Probes that cannot speak TLS get the same health status in plaintext, on
@@ -267,15 +295,8 @@ absl::Status Daemon::StartHealthServer() {
                     absl::StrCat("cannot listen on ", config_.health_address,
                                  " (--health_address: in use or invalid?)"));
   }
-  // It serves none of them, so it must be told their names.
-  grpc::HealthCheckServiceInterface* health =
-      health_server_->GetHealthCheckService();
-  health->SetServingStatus(v1::Dedup::service_full_name(), true);
-  health->SetServingStatus(v1::Admin::service_full_name(), true);
-  if (cluster_service_ != nullptr) {
-    health->SetServingStatus(v1::Cluster::service_full_name(), true);
-  }
-  health_.push_back(health);
+  // It serves none of them, but answers for them.
+  AddHealthService(health_server_->GetHealthCheckService());
   health_address_ = absl::StrCat(HostOf(config_.health_address), ":", port);
   LogInfo("health (plaintext, grpc.health.v1 only) on ", health_address_);
   return absl::OkStatus();

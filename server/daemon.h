@@ -75,6 +75,9 @@ class Daemon {
   absl::Status StartHealthServer();
   absl::Status AnnounceReady();
   void WatchHealth();
+  // Names the services that health checks may ask about on `health` (a
+  // listener's) and adds it to health_, so every listener answers alike.
+  void AddHealthService(grpc::HealthCheckServiceInterface* health);
   // Stop's steps.
   void HandOffLeadership();
   void Drain();

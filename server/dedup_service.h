@@ -96,12 +96,16 @@ class DedupService final : public v1::Dedup::CallbackService {
                          absl::string_view ns, RpcCall* call,
                          bool may_store_more = false) const;
   // The checks a batch call passes before its items: the caller, the item
-  // count, for `may_store_more` the tenant's stored_bytes limit, its rate
-  // (each item counts; `call` holds the slot) and that this node serves.
-  // The caller, or nullopt once `call` was finished with the refusal.
+  // count, for `may_store_more` the tenant's stored_bytes limit and its rate
+  // (each item counts; `call` holds the slot). The caller, or nullopt once
+  // `call` was finished with the refusal.
   std::optional<Caller> AdmitBatch(const grpc::CallbackServerContext& context,
                                    absl::string_view what, int items,
                                    bool may_store_more, RpcCall* call) const;
+  // NotServing for a batch of `items` whose item checks (all made before
+  // routing) left `to_store` for the store: false without asking when every
+  // item was refused, since those answers do not depend on the leader.
+  bool BatchNotServing(const RpcCall& call, int items, int to_store) const;
   // Judges one batch item: `caller` may use `ns`, then `validate` (the
   // item's own checks against its namespace's limits) passes, a refusal
   // naming the policy and counted as invalid for `method`. Sets *policy.

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/dedup_service.h"
 #include "server/proto_convert.h"
@@ -49,6 +51,26 @@ void SetItemError(v1::ItemError* error, int index, const absl::Status& status,
                          : std::string(status.message()));
 }
 
+// A batch's items as judged before routing: each one's refusal (OK: it goes
+// to the store) and its namespace's policy.
+struct CheckedItems {
+  std::vector<absl::Status> refusals;
+  std::vector<EffectivePolicy> policies;
+  int to_store = 0;
+};
+
+CheckedItems CheckItems(
+    int n, absl::FunctionRef<absl::Status(int, EffectivePolicy*)> check) {
+  CheckedItems checked;
+  checked.refusals.resize(n);
+  checked.policies.resize(n);
+  for (int i = 0; i < n; ++i) {
+    checked.refusals[i] = check(i, &checked.policies[i]);
+    if (checked.refusals[i].ok()) ++checked.to_store;
+  }
+  return checked;
+}
+
 // Answers item `i` with `refusal` (its field prefixed "items[i].").
 void RefuseItem(v1::ItemError* error, int i, const absl::Status& refusal,
                 BatchCompletion* completion) {
@@ -76,8 +98,15 @@ std::optional<Caller> DedupService::AdmitBatch(
   absl::StatusOr<std::shared_ptr<void>> admitted = auth_->Admit(*caller, items);
   if (call->Refused(admitted.status())) return std::nullopt;
   call->Hold(*std::move(admitted));
-  if (NotServing(*call)) return std::nullopt;
   return *std::move(caller);
+}
+
+bool DedupService::BatchNotServing(const RpcCall& call, int items,
+                                   int to_store) const {
+  // Every item refused: the answer is this node's to give, as a leader's
+  // would be (a foreign namespace is PERMISSION_DENIED on any node).
+  if (items > 0 && to_store == 0) return false;
+  return NotServing(call);
 }
 
 absl::Status DedupService::CheckBatchItem(
@@ -100,6 +129,17 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
   const std::optional<Caller> caller =
       AdmitBatch(*context, "BeginBatch", n, /*may_store_more=*/true, &call);
   if (!caller.has_value()) return call.reactor();
+  // Authorized and validated before routing: a follower refuses a foreign
+  // namespace as the leader would, instead of naming the leader.
+  const CheckedItems checked =
+      CheckItems(n, [&](int i, EffectivePolicy* policy) {
+        const v1::BeginRequest& item = request->items(i);
+        return CheckBatchItem(
+            *caller, Method::kBeginBatch, item.namespace_(),
+            [&item](const Limits& l) { return ValidateBatchBegin(item, l); },
+            policy);
+      });
+  if (BatchNotServing(call, n, checked.to_store)) return call.reactor();
   // Every answer slot exists before any callback runs: callbacks on
   // different shard threads then only ever touch their own item.
   for (int i = 0; i < n; ++i) response->add_items();
@@ -110,13 +150,8 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
   for (int i = 0; i < n; ++i) {
     const v1::BeginRequest* item = &request->items(i);
     v1::BeginBatchResponse::Item* out = response->mutable_items(i);
-    EffectivePolicy policy;
-    if (absl::Status s = CheckBatchItem(
-            *caller, Method::kBeginBatch, item->namespace_(),
-            [item](const Limits& l) { return ValidateBatchBegin(*item, l); },
-            &policy);
-        !s.ok()) {
-      RefuseItem(out->mutable_error(), i, s, completion);
+    if (!checked.refusals[i].ok()) {
+      RefuseItem(out->mutable_error(), i, checked.refusals[i], completion);
       continue;
     }
     auto done = [this, completion, item, out,
@@ -139,9 +174,10 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
     // A DUPLICATE past the budget is answered UNAVAILABLE by the store
     // (clients ask again): without it, a small request naming one large
     // result many times makes gigabytes of answers.
-    calls.push_back(Store::BeginCall{
-        item->namespace_(), item->key(), BeginParamsOf(*item, policy),
-        std::move(done), completion->result_budget()});
+    calls.push_back(Store::BeginCall{item->namespace_(), item->key(),
+                                     BeginParamsOf(*item, checked.policies[i]),
+                                     std::move(done),
+                                     completion->result_budget()});
   }
   store_->BeginMany(std::move(calls));
   completion->ItemDone();
@@ -160,6 +196,14 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
   const std::optional<Caller> caller =
       AdmitBatch(*context, "CompleteBatch", n, /*may_store_more=*/false, &call);
   if (!caller.has_value()) return call.reactor();
+  const CheckedItems checked = CheckItems(n, [&](int i,
+                                                 EffectivePolicy* policy) {
+    const v1::CompleteRequest& item = request->items(i);
+    return CheckBatchItem(
+        *caller, Method::kCompleteBatch, item.namespace_(),
+        [&item](const Limits& l) { return ValidateComplete(item, l); }, policy);
+  });
+  if (BatchNotServing(call, n, checked.to_store)) return call.reactor();
   for (int i = 0; i < n; ++i) response->add_items();
   // Complete answers carry no stored result: no budget to keep.
   auto* completion = new BatchCompletion(call, n, /*result_budget=*/0);
@@ -168,13 +212,8 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
   for (int i = 0; i < n; ++i) {
     const v1::CompleteRequest* item = &request->items(i);
     v1::CompleteBatchResponse::Item* out = response->mutable_items(i);
-    EffectivePolicy policy;
-    if (absl::Status s = CheckBatchItem(
-            *caller, Method::kCompleteBatch, item->namespace_(),
-            [item](const Limits& l) { return ValidateComplete(*item, l); },
-            &policy);
-        !s.ok()) {
-      RefuseItem(out->mutable_error(), i, s, completion);
+    if (!checked.refusals[i].ok()) {
+      RefuseItem(out->mutable_error(), i, checked.refusals[i], completion);
       continue;
     }
     auto done = [this, completion, item, out,
@@ -188,9 +227,9 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
       }
       completion->ItemDone();
     };
-    calls.push_back(Store::CompleteCall{item->namespace_(), item->key(),
-                                        CompleteParamsOf(*item, policy),
-                                        std::move(done)});
+    calls.push_back(Store::CompleteCall{
+        item->namespace_(), item->key(),
+        CompleteParamsOf(*item, checked.policies[i]), std::move(done)});
   }
   store_->CompleteMany(std::move(calls));
   completion->ItemDone();
@@ -208,18 +247,22 @@ grpc::ServerUnaryReactor* DedupService::CheckpointBatch(
   const std::optional<Caller> caller = AdmitBatch(
       *context, "CheckpointBatch", n, /*may_store_more=*/false, &call);
   if (!caller.has_value()) return call.reactor();
+  const CheckedItems checked =
+      CheckItems(n, [&](int i, EffectivePolicy* policy) {
+        const v1::CheckpointRequest& item = request->items(i);
+        return CheckBatchItem(
+            *caller, Method::kCheckpointBatch, item.namespace_(),
+            [&item](const Limits& l) { return ValidateCheckpoint(item, l); },
+            policy);
+      });
+  if (BatchNotServing(call, n, checked.to_store)) return call.reactor();
   for (int i = 0; i < n; ++i) response->add_items();
   auto* completion = new BatchCompletion(call, n, /*result_budget=*/0);
   for (int i = 0; i < n; ++i) {
     const v1::CheckpointRequest* item = &request->items(i);
     v1::CheckpointBatchResponse::Item* out = response->mutable_items(i);
-    EffectivePolicy policy;
-    if (absl::Status s = CheckBatchItem(
-            *caller, Method::kCheckpointBatch, item->namespace_(),
-            [item](const Limits& l) { return ValidateCheckpoint(*item, l); },
-            &policy);
-        !s.ok()) {
-      RefuseItem(out->mutable_error(), i, s, completion);
+    if (!checked.refusals[i].ok()) {
+      RefuseItem(out->mutable_error(), i, checked.refusals[i], completion);
       continue;
     }
     // Each item goes to its key's shard as a unary Checkpoint would: the

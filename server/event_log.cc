@@ -64,15 +64,22 @@ absl::StatusOr<std::string> LoadOrCreateEventLogSecret(
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd >= 0) {
     unsigned char secret[kSecretBytes];
+    errno = 0;
     const bool made = RAND_bytes(secret, sizeof(secret)) == 1 &&
                       ::write(fd, secret, sizeof(secret)) ==
                           static_cast<ssize_t>(sizeof(secret)) &&
                       ::fsync(fd) == 0;
+    const int error = errno;
     ::close(fd);
     if (!made) {
       ::unlink(path.c_str());
-      return absl::InvalidArgumentError(
-          absl::StrCat("event log key file ", path, ": cannot write it"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "event log key file ", path, ": cannot write it",
+          error == 0 ? "" : absl::StrCat(": ", std::strerror(error)),
+          error == ENOSPC || error == EDQUOT
+              ? " (its filesystem is full: make room, or give "
+                "--event_log_key_file on another filesystem)"
+              : ""));
     }
   } else if (errno != EEXIST) {
     return absl::InvalidArgumentError(

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel_security.h"
 #include "common/log.h"
+#include "server/loopback_address.h"
 
 ABSL_DECLARE_FLAG(std::string, peer_token_file);
 ABSL_DECLARE_FLAG(std::string, peer_tls_ca_file);
@@ -57,9 +58,11 @@ absl::StatusOr<std::shared_ptr<PeerTls>> PeerTlsFromFlags(
 // Plaintext Raft only where clients may be served plaintext too.
 absl::Status CheckPlaintextAllowed(const SecurityConfig& security,
                                    const std::string& raft_address) {
-  if (security.tls() || IsLoopbackAddress(raft_address)) {
-    return absl::OkStatus();
-  }
+  if (security.tls()) return absl::OkStatus();
+  absl::StatusOr<bool> loopback =
+      BindsOnlyLoopback(raft_address, "--raft_address");
+  if (!loopback.ok()) return loopback.status();
+  if (*loopback) return absl::OkStatus();
   if (!security.insecure) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--raft_address ", raft_address,

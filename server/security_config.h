@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "server/auth_failure_limiter.h"
 
 namespace dedup {
 
@@ -23,17 +23,18 @@ struct SecurityConfig {
   std::string tenants_file;
   // Allows plaintext or authentication off on a non-loopback address.
   bool insecure = false;
+  // Failed authentications allowed per peer address.
+  AuthFailureLimits auth_failures;
 
   bool tls() const { return !tls_cert_file.empty(); }
 };
 
-// True for 127.0.0.0/8, ::1 and "localhost" (with or without a port).
-[[nodiscard]] bool IsLoopbackAddress(absl::string_view address);
-
 // Reads the flags; INVALID_ARGUMENT naming the flag when they are
-// incoherent, including plaintext or no tenants file on a non-loopback
-// `address` without --insecure. Warnings (insecure serving allowed by
-// --insecure) are written to stderr.
+// incoherent, including plaintext or no tenants file on an `address` that
+// does not bind only to loopback (server/loopback_address.h: what its host
+// resolves to; a host that does not resolve is an error) without
+// --insecure. Warnings (insecure serving allowed by --insecure) are written
+// to stderr.
 [[nodiscard]] absl::StatusOr<SecurityConfig> SecurityConfigFromFlags(
     const std::string& address);
 

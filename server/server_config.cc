@@ -11,6 +11,10 @@ ABSL_FLAG(std::string, address, "127.0.0.1:50051",
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "host:port serving Prometheus /metrics; empty disables; port 0 "
           "picks a free port (printed at start)");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "file holding a bearer token: /metrics then answers 401 to every "
+          "request without \"Authorization: Bearer <token>\" (the page "
+          "names tenants and their stored bytes). Read at start");
 ABSL_FLAG(std::string, health_address, "",
           "host:port of a second, plaintext listener serving only the "
           "standard gRPC health service (grpc.health.v1), for probes that "
@@ -239,6 +243,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   }
 
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.metrics_token_file = absl::GetFlag(FLAGS_metrics_token_file);
   config.health_address = absl::GetFlag(FLAGS_health_address);
   config.ready_file = absl::GetFlag(FLAGS_ready_file);
   config.metrics_namespaces = absl::GetFlag(FLAGS_metrics_namespaces);

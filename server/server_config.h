@@ -19,6 +19,8 @@ struct ServerConfig {
   std::string address;
   // host:port of the Prometheus /metrics endpoint; empty disables it.
   std::string metrics_address;
+  // Empty: /metrics needs no credential.
+  std::string metrics_token_file;
   // host:port of the plaintext health-only listener; empty: none.
   std::string health_address;
   // --ready_file: where the ready file goes (server/ready_file.h); empty:

@@ -1,9 +1,12 @@
 #include "server/unparseable_requests.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +32,12 @@ bool DedupMethodOf(absl::string_view name, Method* method) {
   return false;
 }
 
+// "dedup.v1.Dedup" of "/dedup.v1.Dedup/Begin".
+absl::string_view ServiceOf(absl::string_view path) {
+  absl::ConsumePrefix(&path, "/");
+  return path.substr(0, path.rfind('/'));
+}
+
 // Whether `path` ("/dedup.v1.Dedup/Begin") names a method of this binary's
 // protos. Only for those does UNIMPLEMENTED mean a request that did not
 // parse; for any other (a newer client's method, e.g. CheckpointBatch sent
@@ -46,8 +55,9 @@ bool KnownMethod(absl::string_view path) {
 
 class UnparseableRequest final : public grpc::experimental::Interceptor {
  public:
-  UnparseableRequest(const char* method_name, Metrics* metrics)
-      : method_name_(method_name), metrics_(metrics) {}
+  UnparseableRequest(const char* method_name, Metrics* metrics,
+                     const std::vector<std::string>* served)
+      : method_name_(method_name), metrics_(metrics), served_(served) {}
 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -57,38 +67,52 @@ class UnparseableRequest final : public grpc::experimental::Interceptor {
       // (The descriptor lookup only on this rare path, not per call.)
       if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
           KnownMethod(method_name_)) {
-        Method method;
-        if (DedupMethodOf(method_name_, &method)) {
-          metrics_->RecordInvalid(method, "request");
-        }
-        methods->ModifySendStatus(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("request: cannot be parsed as the request of ",
-                         method_name_,
-                         " (malformed protobuf, or a string field that is "
-                         "not valid UTF-8)")));
+        Rewrite(methods);
       }
     }
     methods->Proceed();
   }
 
  private:
+  void Rewrite(grpc::experimental::InterceptorBatchMethods* methods) const {
+    const absl::string_view service = ServiceOf(method_name_);
+    if (std::find(served_->begin(), served_->end(), service) ==
+        served_->end()) {
+      methods->ModifySendStatus(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                             NotServedMessage(service)));
+      return;
+    }
+    Method method;
+    if (DedupMethodOf(method_name_, &method)) {
+      metrics_->RecordInvalid(method, "request");
+    }
+    methods->ModifySendStatus(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("request: cannot be parsed as the request of ",
+                     method_name_,
+                     " (malformed protobuf, or a string field that is "
+                     "not valid UTF-8)")));
+  }
+
   const char* const method_name_;
   Metrics* const metrics_;
+  const std::vector<std::string>* const served_;
 };
 
 class UnparseableRequestFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit UnparseableRequestFactory(Metrics* metrics) : metrics_(metrics) {}
+  UnparseableRequestFactory(Metrics* metrics, std::vector<std::string> served)
+      : metrics_(metrics), served_(std::move(served)) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     if (!absl::StartsWith(info->method(), "/dedup.v1.")) return nullptr;
-    return new UnparseableRequest(info->method(), metrics_);
+    return new UnparseableRequest(info->method(), metrics_, &served_);
   }
 
  private:
   Metrics* const metrics_;
+  const std::vector<std::string> served_;
 };
 
 std::atomic<int64_t> last_line_ms{-60'000};
@@ -119,8 +143,21 @@ void RateLimitedLog(google::protobuf::LogLevel level, const char* filename,
 }  // namespace
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-UnparseableRequestInterceptor(Metrics* metrics) {
-  return std::make_unique<UnparseableRequestFactory>(metrics);
+UnparseableRequestInterceptor(Metrics* metrics,
+                              std::vector<std::string> served) {
+  return std::make_unique<UnparseableRequestFactory>(metrics,
+                                                     std::move(served));
+}
+
+std::string NotServedMessage(absl::string_view service) {
+  if (service == "dedup.v1.Cluster") {
+    return "this node is not in cluster mode (dedup.v1.Cluster is served "
+           "by the members of a group: --node_id, --peers)";
+  }
+  if (service == "dedup.v1.Bench") {
+    return "Bench service is off; start dedupd with --enable_bench_service";
+  }
+  return absl::StrCat(service, " is not served by this node");
 }
 
 void QuietProtobufParseErrors() {

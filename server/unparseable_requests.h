@@ -7,23 +7,36 @@
 // The interceptor here rewrites that answer as INVALID_ARGUMENT "request:
 // cannot be parsed as ..." and counts it in
 // dedup_invalid_requests_total{field="request"}; QuietProtobufParseErrors
-// turns protobuf's log lines into at most one line per minute.
+// turns protobuf's log lines into at most one line per minute. A dedup.v1
+// service this node does not serve (Cluster on a single node, Bench unless
+// --enable_bench_service) stays UNIMPLEMENTED, with a message saying why.
 #ifndef DEDUP_SERVER_UNPARSEABLE_REQUESTS_H_
 #define DEDUP_SERVER_UNPARSEABLE_REQUESTS_H_
 
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/strings/string_view.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "server/metrics.h"
 
 namespace dedup {
 
 // For grpc::ServerBuilder::experimental().SetInterceptorCreators. Does not
-// own `metrics`, which must outlive the server. Our handlers never answer
-// UNIMPLEMENTED, so on a dedup.v1 method that code means "not parsed".
+// own `metrics`, which must outlive the server. `served`: the full names of
+// the services registered on the server ("dedup.v1.Dedup"). Our handlers
+// never answer UNIMPLEMENTED, so on a method of a served dedup.v1 service
+// that code means "not parsed".
 [[nodiscard]] std::unique_ptr<
     grpc::experimental::ServerInterceptorFactoryInterface>
-UnparseableRequestInterceptor(Metrics* metrics);
+UnparseableRequestInterceptor(Metrics* metrics,
+                              std::vector<std::string> served);
+
+// The message of the UNIMPLEMENTED answer to a method of `service`, a
+// dedup.v1 service this node does not serve ("this node is not in cluster
+// mode" for dedup.v1.Cluster).
+[[nodiscard]] std::string NotServedMessage(absl::string_view service);
 
 // Installs protobuf's log handler: lines are written at most once a minute
 // (with the count of those held back). Call once, before serving.

@@ -164,6 +164,16 @@ TEST_F(DedupctlTest, GrpcErrorExitsTwoWithMessageOnStderr) {
   EXPECT_THAT(empty_key.err, StartsWith("dedupctl: INVALID_ARGUMENT"));
 }
 
+// A single node has no dedup.v1.Cluster: the error says so (a gRPC error:
+// exit 2), not that the request could not be parsed.
+TEST_F(DedupctlTest, ClusterStatusOnASingleNodeSaysSo) {
+  CtlResult status = Ctl({"cluster", "status"});
+  EXPECT_EQ(status.exit_code, 2);
+  EXPECT_EQ(status.out, "");
+  EXPECT_THAT(status.err, HasSubstr("UNIMPLEMENTED: this node is not in "
+                                    "cluster mode"));
+}
+
 TEST_F(DedupctlTest, UnreachableServerExitsTwo) {
   CtlResult down = RunCtl(
       {"--address=127.0.0.1:1", "--deadline_ms=500", "get", "ctl-itest", "k"});

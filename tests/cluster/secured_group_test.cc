@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/channel_security.h"
 #include "gtest/gtest.h"
@@ -160,6 +161,98 @@ TEST_F(SecuredGroupTest, RaftPortRefusesPeersWithoutAnOperatorToken) {
   // The group is unharmed.
   const auto keys = BeginAndComplete(leader_, 20, "after-strangers");
   ExpectDuplicates(leader_, keys);
+}
+
+// Authorization comes before routing on every node: a follower refuses
+// another tenant's namespace as the leader does (PERMISSION_DENIED: unary
+// calls whole, batches per item), and still names the leader for the
+// caller's own namespaces.
+TEST_F(SecuredGroupTest, EveryNodeRefusesForeignNamespacesBeforeRouting) {
+  auto deadline = [](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(5));
+  };
+  for (int id = 1; id <= 3; ++id) {
+    SCOPED_TRACE(absl::StrCat("node ", id, id == leader_ ? " (leader)" : ""));
+    auto stub = v1::Dedup::NewStub(
+        Channels("billing.token")(cluster_.client_address(id)));
+    v1::BeginRequest begin;
+    begin.set_namespace_("ops:x");
+    begin.set_key("k");
+    begin.set_args_hash("h");
+    {
+      grpc::ClientContext ctx;
+      deadline(&ctx);
+      v1::BeginResponse response;
+      EXPECT_EQ(stub->Begin(&ctx, begin, &response).error_code(),
+                grpc::StatusCode::PERMISSION_DENIED);
+    }
+    v1::BeginBatchRequest begins;
+    *begins.add_items() = begin;
+    *begins.add_items() = begin;
+    begins.mutable_items(1)->set_key("k2");
+    {
+      grpc::ClientContext ctx;
+      deadline(&ctx);
+      v1::BeginBatchResponse response;
+      const grpc::Status s = stub->BeginBatch(&ctx, begins, &response);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_EQ(response.items_size(), 2);
+      for (const auto& item : response.items()) {
+        EXPECT_EQ(item.error().code(), grpc::StatusCode::PERMISSION_DENIED)
+            << item.error().message();
+      }
+    }
+    v1::CompleteBatchRequest completes;
+    v1::CompleteRequest* complete = completes.add_items();
+    complete->set_namespace_("ops:x");
+    complete->set_key("k");
+    complete->set_fence(1);
+    complete->set_outcome(v1::SUCCESS);
+    {
+      grpc::ClientContext ctx;
+      deadline(&ctx);
+      v1::CompleteBatchResponse response;
+      const grpc::Status s = stub->CompleteBatch(&ctx, completes, &response);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_EQ(response.items_size(), 1);
+      EXPECT_EQ(response.items(0).error().code(),
+                grpc::StatusCode::PERMISSION_DENIED);
+    }
+    v1::CheckpointBatchRequest checkpoints;
+    v1::CheckpointRequest* checkpoint = checkpoints.add_items();
+    checkpoint->set_namespace_("ops:x");
+    checkpoint->set_key("k");
+    checkpoint->set_fence(1);
+    checkpoint->set_step("s1");
+    {
+      grpc::ClientContext ctx;
+      deadline(&ctx);
+      v1::CheckpointBatchResponse response;
+      const grpc::Status s =
+          stub->CheckpointBatch(&ctx, checkpoints, &response);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_EQ(response.items_size(), 1);
+      EXPECT_EQ(response.items(0).error().code(),
+                grpc::StatusCode::PERMISSION_DENIED);
+    }
+    // One item of its own: a follower routes the batch to the leader.
+    begins.mutable_items(1)->set_namespace_("billing:x");
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    v1::BeginBatchResponse response;
+    const grpc::Status mixed = stub->BeginBatch(&ctx, begins, &response);
+    if (id == leader_) {
+      ASSERT_TRUE(mixed.ok()) << mixed.error_message();
+      EXPECT_EQ(response.items(0).error().code(),
+                grpc::StatusCode::PERMISSION_DENIED);
+      EXPECT_EQ(response.items(1).response().status(),
+                v1::BeginResponse::STARTED);
+    } else {
+      EXPECT_EQ(mixed.error_code(), grpc::StatusCode::UNAVAILABLE)
+          << mixed.error_message();
+    }
+  }
 }
 
 }  // namespace

@@ -305,6 +305,81 @@ TEST_F(AuthTest, TenantLimitsRefuseWithRetryInfo) {
   EXPECT_TRUE(Begin(a, Token("parked-token"), "parked:x", "k").ok());
 }
 
+// A flood of wrong tokens from one address is refused after its burst,
+// before any credential is looked at, while a client from another address
+// with a valid token is served. The server listens on every interface (IPv4
+// and IPv6), so the flood comes from ::1 and the tenant from 127.0.0.1.
+TEST_F(AuthTest, FailedAuthenticationFloodsAreRefusedPerAddress) {
+  DEDUP_START_SERVER(
+      server,
+      {"--address=[::]:0", "--insecure", "--tenants_file=" + tenants_file_,
+       "--metrics_address=127.0.0.1:0", "--auth_failure_burst=20",
+       // So slow that no failure comes back during the test.
+       "--auth_failures_per_s=0.001"});
+  const std::string flooder = absl::StrCat("[::1]:", server->port());
+  const std::string tenant = absl::StrCat("127.0.0.1:", server->port());
+  int unauthenticated = 0, exhausted = 0;
+  for (int i = 0; i < 100; ++i) {
+    const grpc::Status s =
+        Begin(flooder, Token("wrong-token"), "billing:x", absl::StrCat("k", i));
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) ++unauthenticated;
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++exhausted;
+      EXPECT_TRUE(absl::StrContains(s.error_message(),
+                                    "too many failed authentications"))
+          << s.error_message();
+    }
+    // The tenant, interleaved, is never refused.
+    const grpc::Status ok =
+        Begin(tenant, kBilling, "billing:x", absl::StrCat("k", i));
+    ASSERT_TRUE(ok.ok()) << i << ": " << ok.error_message();
+  }
+  EXPECT_EQ(unauthenticated, 20);
+  EXPECT_EQ(exhausted, 80);
+  // The address is refused whatever it sends now, a valid token included.
+  EXPECT_EQ(Begin(flooder, kBilling, "billing:x", "k").error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(
+      Metric(*server, "dedup_auth_refusals_total{reason=\"unknown_token\"}"),
+      20);
+  EXPECT_EQ(Metric(*server,
+                   "dedup_auth_refusals_total{reason=\"too_many_failures\"}"),
+            81);
+}
+
+// /metrics names the tenants and their stored bytes: with
+// --metrics_token_file only a scrape with that bearer token gets the page.
+TEST_F(AuthTest, MetricsTokenFileGuardsTheMetricsPage) {
+  const std::string token_file = dir_ + "/metrics.token";
+  WriteFileAtomically(token_file, "scrape-secret\n");
+  DEDUP_START_SERVER(server, {"--tenants_file=" + tenants_file_,
+                              "--metrics_address=127.0.0.1:0",
+                              "--metrics_token_file=" + token_file});
+  const int port = server->metrics_port();
+  for (const std::string& headers :
+       {std::string(), std::string("Authorization: Bearer wrong\r\n"),
+        std::string("Authorization: Basic c2NyYXBlLXNlY3JldA==\r\n"),
+        std::string("Authorization: Bearer scrape-secret-and-more\r\n")}) {
+    absl::StatusOr<std::string> refused = HttpGet(port, "/metrics", headers);
+    ASSERT_FALSE(refused.ok()) << headers;
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), " 401 "))
+        << headers << ": " << refused.status();
+  }
+  absl::StatusOr<std::string> page =
+      HttpGet(port, "/metrics", "Authorization: Bearer scrape-secret\r\n");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(SampleValue(*page, "dedup_tenants").value_or(-1), 2);
+  // A token file that holds no token stops the start.
+  WriteFileAtomically(token_file, " \n");
+  ProcessResult r =
+      RunProcess(ServerBinary(), {"--data_dir=" + dir_ + "/other",
+                                  "--metrics_address=127.0.0.1:0",
+                                  "--metrics_token_file=" + token_file})
+          .value_or(ProcessResult{});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "--metrics_token_file")) << r.output;
+}
+
 // dedupd run to its exit, as a short-lived process.
 ProcessResult RunDedupd(std::vector<std::string> flags) {
   flags.push_back("--metrics_address=");
@@ -319,6 +394,13 @@ TEST_F(AuthTest, UnsafeOrBrokenSettingsStopTheStart) {
   ProcessResult r = RunDedupd({"--address=0.0.0.0:0", data});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "--insecure")) << r.output;
+  // Loopback by its spelling only: the name does not resolve.
+  r = RunDedupd({"--address=127.0.0.1.invalid:0", data});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "--address 127.0.0.1.invalid:0: host "
+                                "'127.0.0.1.invalid' does not resolve"))
+      << r.output;
   // TLS but no tenants: still refused off loopback.
   std::vector<std::string> flags = TlsFlags(false);
   flags.push_back("--address=0.0.0.0:0");

@@ -323,5 +323,140 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.name);
     });
 
+// A filesystem mounted by a test (root only), unmounted on destruction.
+class Mount {
+ public:
+  // A tmpfs of `size` bytes; empty on failure (the reason in *why).
+  static std::unique_ptr<Mount> Tmpfs(size_t size, std::string* why) {
+    auto m = std::unique_ptr<Mount>(new Mount);
+    if (!m->MakeDir(why)) return nullptr;
+    const std::string options = absl::StrCat("size=", size);
+    if (mount("tmpfs", m->dir_.c_str(), "tmpfs", 0, options.c_str()) != 0) {
+      *why = absl::StrCat("mount tmpfs: ", std::strerror(errno));
+      return nullptr;
+    }
+    m->mounted_ = true;
+    return m;
+  }
+  // An ext4 image of `size` bytes on a loop device (mkfs.ext4 and mount
+  // -o loop, as an operator's small disk would be).
+  static std::unique_ptr<Mount> Ext4(size_t size, std::string* why) {
+    auto m = std::unique_ptr<Mount>(new Mount);
+    if (!m->MakeDir(why)) return nullptr;
+    m->image_ = m->dir_ + ".img";
+    std::ofstream(m->image_).close();
+    fs::resize_file(m->image_, size);
+    for (const auto& [binary, args] :
+         std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"/usr/sbin/mkfs.ext4", {"-q", "-F", m->image_}},
+             {"/usr/bin/mount", {"-o", "loop", m->image_, m->dir_}}}) {
+      absl::StatusOr<ProcessResult> r = RunProcess(binary, args);
+      if (!r.ok() || r->exit_code != 0) {
+        *why = absl::StrCat(binary, ": ",
+                            r.ok() ? r->output : r.status().ToString());
+        return nullptr;
+      }
+    }
+    m->mounted_ = true;
+    return m;
+  }
+  ~Mount() {
+    if (mounted_ && umount(dir_.c_str()) != 0) {
+      umount2(dir_.c_str(), MNT_DETACH);
+    }
+    rmdir(dir_.c_str());
+    if (!image_.empty()) unlink(image_.c_str());
+  }
+  const std::string& dir() const { return dir_; }
+
+  // Free bytes for unprivileged writers (df's Avail).
+  uint64_t Available() const {
+    struct statvfs st;
+    if (statvfs(dir_.c_str(), &st) != 0) return 0;
+    return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  }
+  // Writes a file of zeros until `leave` bytes are available (or none).
+  void FillLeaving(uint64_t leave) const {
+    std::ofstream out(dir_ + "/filler", std::ios::binary);
+    const std::string chunk(1 << 20, 'f');
+    while (Available() > leave && out) {
+      const uint64_t n = std::min<uint64_t>(chunk.size(), Available() - leave);
+      out.write(chunk.data(), n);
+      out.flush();
+      sync();  // ext4 counts delayed allocations late
+    }
+  }
+
+ private:
+  Mount() = default;
+  bool MakeDir(std::string* why) {
+    absl::StatusOr<std::string> dir = MakeTempDir("dedup-smallfs");
+    if (!dir.ok()) {
+      *why = dir.status().ToString();
+      return false;
+    }
+    dir_ = *dir;
+    return true;
+  }
+  std::string dir_;
+  std::string image_;
+  bool mounted_ = false;
+};
+
+// On a nearly full ext4 (about 12 MiB left), dedupd starts with its default
+// event log (a key file created in the data dir), measures the space really
+// left, and takes writes when --min_free_disk_mb allows them. RocksDB's WAL
+// preallocation (1.1 x the memtable size) used to take every free block of
+// such a disk at the first write, so the free figure read 0.0 MiB, the key
+// file could not be written (exit 2), and every restart did it again.
+TEST(NearlyFullDiskTest, Ext4WithTwelveMibLeftStartsAndTakesWrites) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts an ext4 image";
+  std::string why;
+  std::unique_ptr<Mount> disk = Mount::Ext4(96 << 20, &why);
+  if (disk == nullptr) GTEST_SKIP() << "no loop-mounted ext4 here: " << why;
+  disk->FillLeaving(12 << 20);
+  ASSERT_LE(disk->Available(), 13u << 20);
+  const std::string data_dir = disk->dir() + "/data";
+  for (int start = 0; start < 2; ++start) {
+    SCOPED_TRACE(absl::StrCat("start ", start));
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+        ServerProcess::Start(
+            {"--min_free_disk_mb=2", "--metrics_address=127.0.0.1:0"},
+            data_dir);
+    ASSERT_TRUE(server.ok()) << server.status();
+    TestClient c((*server)->address());
+    const BeginResponse began = c.Begin(absl::StrCat("k", start), "w");
+    EXPECT_EQ(began.status(), BeginResponse::STARTED);
+    // RocksDB's preallocations (the WAL's, the MANIFEST's) hold at most a
+    // few MiB of what is left.
+    EXPECT_GE(disk->Available(), 3u << 20);
+    c.Disconnect();
+    ASSERT_TRUE((*server)->Stop().ok()) << (*server)->captured_stderr();
+  }
+}
+
+// A key file that cannot be written for want of space says so.
+TEST(NearlyFullDiskTest, EventLogKeyOnAFullFilesystemSaysItIsFull) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts a tmpfs";
+  std::string why;
+  std::unique_ptr<Mount> disk = Mount::Tmpfs(256 << 10, &why);
+  if (disk == nullptr) GTEST_SKIP() << why;
+  disk->FillLeaving(0);
+  ASSERT_EQ(disk->Available(), 0u);
+  absl::StatusOr<std::string> data_dir = MakeTempDir("dedup-keyfull");
+  ASSERT_TRUE(data_dir.ok());
+  absl::StatusOr<ProcessResult> r = RunProcess(
+      ServerBinary(),
+      {"--address=127.0.0.1:0", "--data_dir=" + *data_dir,
+       "--metrics_address=", "--event_log_key_file=" + disk->dir() + "/key"});
+  fs::remove_all(*data_dir);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 2) << r->output;
+  EXPECT_TRUE(absl::StrContains(r->output, "No space left on device"))
+      << r->output;
+  EXPECT_TRUE(absl::StrContains(r->output, "its filesystem is full"))
+      << r->output;
+}
+
 }  // namespace
 }  // namespace dedup::testing

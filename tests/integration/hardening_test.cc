@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/integration/integration_util.h"
@@ -170,6 +171,87 @@ TEST(HardeningTest, UnparseableRequestsAreInvalidArgumentsAndCounted) {
   }
   EXPECT_LE(lines, 2u) << log;
   c.Disconnect();
+}
+
+// A dedup.v1 service this node does not serve is UNIMPLEMENTED saying why
+// (not "cannot be parsed"); once served, its unparseable requests are
+// INVALID_ARGUMENT like the others'.
+TEST(HardeningTest, ServicesNotServedAreUnimplementedSayingWhy) {
+  DEDUP_START_SERVER(server, {"--durability=none"});
+  grpc::GenericStub stub(grpc::CreateChannel(
+      server->address(), grpc::InsecureChannelCredentials()));
+  const grpc::Status cluster =
+      RawUnaryCall(stub, "/dedup.v1.Cluster/Status", "");
+  EXPECT_EQ(cluster.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_TRUE(absl::StartsWith(cluster.error_message(),
+                               "this node is not in cluster mode"))
+      << cluster.error_message();
+  const grpc::Status bench = RawUnaryCall(stub, "/dedup.v1.Bench/Echo", "");
+  EXPECT_EQ(bench.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(bench.error_message(),
+            "Bench service is off; start dedupd with --enable_bench_service");
+
+  DEDUP_START_SERVER(bench_on, {"--durability=none", "--enable_bench_service"});
+  grpc::GenericStub bench_stub(grpc::CreateChannel(
+      bench_on->address(), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(RawUnaryCall(bench_stub, "/dedup.v1.Bench/Echo", "\xff\xff\xff")
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+namespace health = ::grpc::health::v1;
+
+// The health status of `service` at `address`; NOT_FOUND's code as
+// SERVICE_UNKNOWN.
+health::HealthCheckResponse::ServingStatus HealthOf(
+    const std::string& address, const std::string& service) {
+  auto stub = health::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  health::HealthCheckRequest request;
+  request.set_service(service);
+  health::HealthCheckResponse response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, 3000);
+  const grpc::Status s = stub->Check(&ctx, request, &response);
+  if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+    return health::HealthCheckResponse::SERVICE_UNKNOWN;
+  }
+  EXPECT_TRUE(s.ok()) << address << " " << service << ": " << s.error_message();
+  return response.status();
+}
+
+// The client port answers for the services the README names, as the health
+// port does, and both follow the node's state (here: draining).
+TEST(HardeningTest, BothPortsAnswerHealthForTheNamedServices) {
+  DEDUP_START_SERVER(server,
+                     {"--durability=none", "--health_address=127.0.0.1:0",
+                      "--lame_duck_ms=3000"});
+  const std::vector<std::string> ports = {server->address(),
+                                          server->ready().health_address};
+  for (const std::string& port : ports) {
+    for (const char* service : {"", "dedup.v1.Dedup", "dedup.v1.Admin"}) {
+      EXPECT_EQ(HealthOf(port, service), health::HealthCheckResponse::SERVING)
+          << port << " '" << service << "'";
+    }
+    // A single node serves no Cluster service.
+    EXPECT_EQ(HealthOf(port, "dedup.v1.Cluster"),
+              health::HealthCheckResponse::SERVICE_UNKNOWN)
+        << port;
+  }
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  for (const std::string& port : ports) {
+    for (const char* service : {"", "dedup.v1.Dedup", "dedup.v1.Admin"}) {
+      health::HealthCheckResponse::ServingStatus status =
+          health::HealthCheckResponse::SERVING;
+      for (int i = 0; i < 40 && status == health::HealthCheckResponse::SERVING;
+           ++i) {
+        status = HealthOf(port, service);
+        if (status == health::HealthCheckResponse::SERVING) SleepMs(25);
+      }
+      EXPECT_EQ(status, health::HealthCheckResponse::NOT_SERVING)
+          << port << " '" << service << "'";
+    }
+  }
 }
 
 TEST(HardeningTest, IdleConnectionsDoNotBlockScrapes) {

@@ -15,7 +15,8 @@
 
 namespace dedup::testing {
 
-absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
+absl::StatusOr<std::string> HttpGet(int port, const std::string& path,
+                                    const std::string& headers) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(std::strerror(errno));
   timeval timeout{10, 0};
@@ -29,8 +30,8 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
     close(fd);
     return absl::UnavailableError(absl::StrCat("connect: ", error));
   }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string request = absl::StrCat(
+      "GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n", headers, "\r\n");
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     close(fd);

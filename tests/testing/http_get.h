@@ -8,9 +8,11 @@
 
 namespace dedup::testing {
 
-// GETs http://127.0.0.1:<port><path> and returns the body of a 200 answer.
-[[nodiscard]] absl::StatusOr<std::string> HttpGet(int port,
-                                                  const std::string& path);
+// GETs http://127.0.0.1:<port><path> and returns the body of a 200 answer
+// (another answer: an error quoting its start, "bad HTTP answer: HTTP/1.1
+// 401 ..."). `headers`: more header lines, each ending in "\r\n".
+[[nodiscard]] absl::StatusOr<std::string> HttpGet(
+    int port, const std::string& path, const std::string& headers = "");
 
 // The value of the sample whose name-and-labels text is exactly `series`
 // (e.g. `dedup_begin_total{outcome="started"}`) in Prometheus text format;

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/lined_json.h"
+#include "server/loopback_address.h"
 #include "server/security_config.h"
 
 namespace dedup {
@@ -137,14 +138,31 @@ TEST(LinedJsonTest, ValuesKnowTheirLines) {
 }
 
 TEST(SecurityConfigTest, LoopbackAddresses) {
-  for (const char* a : {"127.0.0.1:50051", "127.0.0.3:0", "localhost:1",
-                        "[::1]:50051", "::1", "ipv4:127.0.0.1:5"}) {
-    EXPECT_TRUE(IsLoopbackAddress(a)) << a;
+  for (const char* a :
+       {"127.0.0.1:50051", "127.0.0.3:0", "localhost:1", "[::1]:50051", "::1",
+        "ipv4:127.0.0.1:5", "ipv6:[::1]:5", "[::ffff:127.0.0.2]:1"}) {
+    const absl::StatusOr<bool> loopback = BindsOnlyLoopback(a, "--address");
+    ASSERT_TRUE(loopback.ok()) << a << ": " << loopback.status();
+    EXPECT_TRUE(*loopback) << a;
   }
-  for (const char* a : {"0.0.0.0:50051", "[::]:50051", "10.0.0.1:1",
-                        "dedup.example.com:50051", "128.0.0.1:1"}) {
-    EXPECT_FALSE(IsLoopbackAddress(a)) << a;
+  for (const char* a : {"0.0.0.0:50051", "[::]:50051", ":50051", "10.0.0.1:1",
+                        "128.0.0.1:1", "[::ffff:10.0.0.1]:1", "unix:/tmp/s"}) {
+    const absl::StatusOr<bool> loopback = BindsOnlyLoopback(a, "--address");
+    ASSERT_TRUE(loopback.ok()) << a << ": " << loopback.status();
+    EXPECT_FALSE(*loopback) << a;
   }
+}
+
+// Judged by what the host resolves to, not by how it is spelt: a name that
+// merely starts with "127." does not resolve, and says so naming the flag.
+TEST(SecurityConfigTest, UnresolvableHostIsAnErrorNamingTheFlag) {
+  const absl::StatusOr<bool> loopback =
+      BindsOnlyLoopback("127.0.0.1.invalid:50051", "--address");
+  ASSERT_FALSE(loopback.ok());
+  EXPECT_EQ(loopback.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loopback.status().message()),
+              HasSubstr("--address 127.0.0.1.invalid:50051: host "
+                        "'127.0.0.1.invalid' does not resolve"));
 }
 
 }  // namespace
