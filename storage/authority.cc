@@ -136,12 +136,21 @@ std::optional<FencedDecision> CheckFence(const std::optional<Record>& live,
 
 FencedDecision DecideComplete(const std::optional<Record>& stored,
                               const CompleteParams& params, int64_t now_ms) {
+  return DecideComplete(stored,
+                        stored.has_value() ? absl::string_view(stored->result)
+                                           : absl::string_view(),
+                        params, now_ms);
+}
+
+FencedDecision DecideComplete(const std::optional<Record>& stored,
+                              absl::string_view stored_result,
+                              const CompleteParams& params, int64_t now_ms) {
   std::optional<Record> live = LiveRecord(stored, now_ms);
   if (std::optional<FencedDecision> refusal = CheckFence(live, params.fence)) {
     // Complete is itself idempotent: the same outcome again is success.
     if (refusal->status == FencedStatus::kAlreadyCompleted &&
         refusal->record.outcome == params.outcome &&
-        refusal->record.result == params.result) {
+        stored_result == params.result) {
       refusal->status = FencedStatus::kOk;
     }
     return *std::move(refusal);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "storage/record.h"
 
 namespace dedup {
@@ -83,6 +84,14 @@ struct CompleteParams {
 };
 
 [[nodiscard]] FencedDecision DecideComplete(const std::optional<Record>& stored,
+                                            const CompleteParams& params,
+                                            int64_t now_ms);
+
+// DecideComplete on a record decoded without its result (RecordView):
+// `stored_result` is the stored result, `stored->result` is not read. The
+// decision's record then carries no result unless this Complete writes one.
+[[nodiscard]] FencedDecision DecideComplete(const std::optional<Record>& stored,
+                                            absl::string_view stored_result,
                                             const CompleteParams& params,
                                             int64_t now_ms);
 

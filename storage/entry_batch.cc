@@ -7,12 +7,15 @@
 
 namespace dedup {
 
-EntryBatch::EntryBatch(rocksdb::DB* db, const std::vector<LogOp>& ops)
+EntryBatch::EntryBatch(rocksdb::DB* db, const std::vector<LogOp>& ops,
+                       bool read_gets)
     : slot_of_(ops.size(), kNoSlot) {
   std::vector<uint32_t> order;
   order.reserve(ops.size());
   for (uint32_t i = 0; i < ops.size(); ++i) {
-    if (KeyOf(ops[i]) != nullptr) order.push_back(i);
+    if (KeyOf(ops[i]) == nullptr) continue;
+    if (!read_gets && TypeOf(ops[i]) == OpType::kGet) continue;
+    order.push_back(i);
   }
   std::sort(order.begin(), order.end(), [&ops](uint32_t a, uint32_t b) {
     return *KeyOf(ops[a]) < *KeyOf(ops[b]);
@@ -45,13 +48,19 @@ EntryBatch::EntryBatch(rocksdb::DB* db, const std::vector<LogOp>& ops)
   }
 }
 
-absl::StatusOr<std::optional<Record>> EntryBatch::Read(size_t i) const {
+absl::StatusOr<EntryBatch::Found> EntryBatch::Read(size_t i) const {
   const Slot& slot = slots_[slot_of_[i]];
   if (!slot.status.ok()) return slot.status;
-  if (!slot.value.has_value()) return std::optional<Record>();
-  absl::StatusOr<Record> record = DecodeRecord(*slot.value);
-  if (!record.ok()) return record.status();
-  return std::optional<Record>(*std::move(record));
+  Found found;
+  if (!slot.value.has_value()) return found;
+  absl::StatusOr<RecordView> view = DecodeRecordView(*slot.value);
+  if (!view.ok()) return view.status();
+  found.result = view->result;
+  found.record = std::move(view->record);
+  if (found.record->state != RecordState::kCompleted) {
+    found.record->result = std::string(found.result);
+  }
+  return found;
 }
 
 void EntryBatch::Apply(size_t i, WriteKind kind, const Record& record) {
@@ -63,15 +72,25 @@ void EntryBatch::Apply(size_t i, WriteKind kind, const Record& record) {
       slot.value = EncodeRecord(record);
       slot.status = absl::OkStatus();
       slot.written = true;
-      batch_.Put(*slot.skey, *slot.value);
       return;
     case WriteKind::kDelete:
       slot.value.reset();
       slot.status = absl::OkStatus();
       slot.written = true;
-      batch_.Delete(*slot.skey);
       return;
   }
+}
+
+rocksdb::WriteBatch& EntryBatch::Finish() {
+  for (const Slot& slot : slots_) {
+    if (!slot.written) continue;
+    if (slot.value.has_value()) {
+      batch_.Put(*slot.skey, *slot.value);
+    } else {
+      batch_.Delete(*slot.skey);
+    }
+  }
+  return batch_;
 }
 
 std::vector<LeaseTracker::Write> EntryBatch::Writes() const {

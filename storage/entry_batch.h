@@ -29,18 +29,33 @@ namespace dedup {
 // once, and each sees the earlier ones' writes.
 class EntryBatch {
  public:
-  // Reads the records `ops` name. `ops` must outlive the batch.
-  EntryBatch(rocksdb::DB* db, const std::vector<LogOp>& ops);
+  // Reads the records `ops` name (a kGet's only with `read_gets`; Read of
+  // an unread kGet must not be called). `ops` must outlive the batch.
+  EntryBatch(rocksdb::DB* db, const std::vector<LogOp>& ops, bool read_gets);
 
-  // The record operation `i` finds: stored, or written by an earlier
-  // operation of the entry. UNAVAILABLE when its read failed.
-  [[nodiscard]] absl::StatusOr<std::optional<Record>> Read(size_t i) const;
+  // What operation `i` finds at its key: the record stored, or written by
+  // an earlier operation of the entry, without copying a completed record's
+  // result (decisions never write it back: a completed record is only ever
+  // replaced by a fresh claim or a tombstone); `result` views that result
+  // in place until the next Apply to the key. An in-flight record is
+  // decoded whole (it holds no result, but whatever it holds is kept).
+  struct Found {
+    std::optional<Record> record;
+    absl::string_view result;
+  };
+  // UNAVAILABLE when the key's read failed; DATA_LOSS when its record does
+  // not decode.
+  [[nodiscard]] absl::StatusOr<Found> Read(size_t i) const;
 
   // Operation `i` writes `record` to its key, or deletes it.
   void Apply(size_t i, WriteKind kind, const Record& record);
 
-  // The writes so far, for the entry's one RocksDB write.
+  // The entry's RocksDB write, for writes that are not records'.
   rocksdb::WriteBatch& batch() { return batch_; }
+  // Stages each written key's final value (once per key, however many of
+  // the entry's operations wrote it) and returns the entry's write. Call
+  // once, after the last Apply.
+  rocksdb::WriteBatch& Finish();
 
   // Calls fn(skey, delta) per written key: the bytes its final value stores
   // less those it held before the entry (namespace_bytes.h).
