@@ -13,7 +13,6 @@
 #include <string>
 
 #include "absl/functional/function_ref.h"
-#include "absl/strings/string_view.h"
 #include "storage/record.h"
 
 namespace dedup {
@@ -87,13 +86,14 @@ struct CompleteParams {
                                             const CompleteParams& params,
                                             int64_t now_ms);
 
-// DecideComplete on a record decoded without its result (RecordView):
-// `stored_result` is the stored result, `stored->result` is not read. The
-// decision's record then carries no result unless this Complete writes one.
-[[nodiscard]] FencedDecision DecideComplete(const std::optional<Record>& stored,
-                                            absl::string_view stored_result,
-                                            const CompleteParams& params,
-                                            int64_t now_ms);
+// DecideComplete on a record decoded without its result (RecordView,
+// `stored->result` is not read): `same_result()` says whether the stored
+// result equals `params.result`, and is called only when the decision
+// depends on it. The decision's record then carries no result unless this
+// Complete writes one.
+[[nodiscard]] FencedDecision DecideComplete(
+    const std::optional<Record>& stored, const CompleteParams& params,
+    int64_t now_ms, absl::FunctionRef<bool()> same_result);
 
 [[nodiscard]] FencedDecision DecideRelease(const std::optional<Record>& stored,
                                            uint64_t fence, int64_t now_ms);

@@ -106,31 +106,67 @@ struct OpContext {
   uint64_t& result_bytes;  // stored results copied into answers
 };
 
-void ApplyBegin(const LogBegin& begin, size_t i, EntryBatch::Found found,
-                OpContext& c) {
+// A stored result copied for operation `i`'s answer, counted.
+absl::StatusOr<std::string> CopyResult(size_t i, OpContext& c) {
+  absl::StatusOr<std::string> result = c.batch.Result(i);
+  if (result.ok()) c.result_bytes += result->size();
+  return result;
+}
+
+absl::Status ApplyBegin(const LogBegin& begin, size_t i,
+                        EntryBatch::Found found, OpContext& c) {
   uint64_t& fence = c.fence;
   BeginDecision d = DecideBegin(found.record, begin.params, c.now,
                                 [&fence] { return ++fence; });
   c.batch.Apply(i, d.write, d.record);
-  if (c.gate == nullptr) return;
+  if (c.gate == nullptr) return absl::OkStatus();
   if (d.status == BeginStatus::kDuplicate) {
-    // A DUPLICATE writes nothing: `found.result` is still the stored one.
-    absl::Status admitted = c.gate->Admit(i, found.result.size());
+    // A DUPLICATE writes nothing: the result is still the one found.
+    absl::Status admitted = c.gate->Admit(i, found.result_bytes);
     if (!admitted.ok()) {
       c.out.answers.emplace_back(std::move(admitted));
-      return;
+      return absl::OkStatus();
     }
-    d.record.result = std::string(found.result);
-    c.result_bytes += found.result.size();
+    absl::StatusOr<std::string> result = CopyResult(i, c);
+    if (!result.ok()) return result.status();
+    d.record.result = *std::move(result);
   }
   c.out.answers.emplace_back(std::move(d));
+  return absl::OkStatus();
 }
 
-void ApplyFenced(const LogOp& op, size_t i, const EntryBatch::Found& found,
-                 OpContext& c) {
+// Complete's idempotence (the same result again is OK) decides only its
+// answer: without one to give, the stored result is not read.
+absl::StatusOr<FencedDecision> DecideCompleteOp(const LogComplete& complete,
+                                                size_t i,
+                                                const EntryBatch::Found& found,
+                                                OpContext& c) {
+  absl::Status read;
+  FencedDecision d =
+      DecideComplete(found.record, complete.params, c.now, [&]() -> bool {
+        if (c.gate == nullptr ||
+            found.result_bytes != complete.params.result.size()) {
+          return false;
+        }
+        absl::StatusOr<std::string> stored = c.batch.Result(i);
+        if (!stored.ok()) {
+          read = stored.status();
+          return false;
+        }
+        return *stored == complete.params.result;
+      });
+  if (!read.ok()) return read;
+  return d;
+}
+
+absl::Status ApplyFenced(const LogOp& op, size_t i,
+                         const EntryBatch::Found& found, OpContext& c) {
   FencedDecision d;
   if (const auto* complete = std::get_if<LogComplete>(&op)) {
-    d = DecideComplete(found.record, found.result, complete->params, c.now);
+    absl::StatusOr<FencedDecision> decided =
+        DecideCompleteOp(*complete, i, found, c);
+    if (!decided.ok()) return decided.status();
+    d = *std::move(decided);
   } else if (const auto* release = std::get_if<LogRelease>(&op)) {
     d = DecideRelease(found.record, release->fence, c.now);
   } else if (const auto* checkpoint = std::get_if<LogCheckpoint>(&op)) {
@@ -147,6 +183,18 @@ void ApplyFenced(const LogOp& op, size_t i, const EntryBatch::Found& found,
     c.out.settled_keys.push_back(*KeyOf(op));
   }
   if (c.gate != nullptr) c.out.answers.emplace_back(std::move(d));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyGet(size_t i, const EntryBatch::Found& found, OpContext& c) {
+  std::optional<Record> live = LiveRecord(found.record, c.now);
+  if (live.has_value() && live->state == RecordState::kCompleted) {
+    absl::StatusOr<std::string> result = CopyResult(i, c);
+    if (!result.ok()) return result.status();
+    live->result = *std::move(result);
+  }
+  c.out.answers.emplace_back(std::move(live));
+  return absl::OkStatus();
 }
 
 // Applies `op`, the entry's operation `i`: decides it on its stored record,
@@ -176,23 +224,14 @@ absl::Status ApplyOp(const LogOp& op, size_t i, OpContext& c) {
   }
   switch (TypeOf(op)) {
     case OpType::kBegin:
-      ApplyBegin(std::get<LogBegin>(op), i, *std::move(found), c);
-      break;
+      return ApplyBegin(std::get<LogBegin>(op), i, *std::move(found), c);
     case OpType::kComplete:
     case OpType::kRelease:
     case OpType::kRenew:
     case OpType::kCheckpoint:
-      ApplyFenced(op, i, *found, c);
-      break;
-    case OpType::kGet: {
-      std::optional<Record> live = LiveRecord(found->record, c.now);
-      if (live.has_value()) {
-        live->result = std::string(found->result);
-        c.result_bytes += found->result.size();
-      }
-      c.out.answers.emplace_back(std::move(live));
-      break;
-    }
+      return ApplyFenced(op, i, *found, c);
+    case OpType::kGet:
+      return ApplyGet(i, *found, c);
     case OpType::kSetMember:  // handled above
       break;
     case OpType::kForget: {
@@ -282,6 +321,7 @@ class RocksReplicatedState : public ReplicatedState {
       }
     }
     result_bytes_answered_.fetch_add(result_bytes);
+    out.held_record_bytes = batch.held_bytes();
     rocksdb::WriteBatch& wb = batch.Finish();
     wb.Put(AppliedIndexKey(), EncodeU64(index));
     if (now != prior_now) wb.Put(NowKey(), EncodeU64(now));

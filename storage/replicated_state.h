@@ -96,6 +96,10 @@ struct AppliedEntry {
   std::vector<std::string> settled_keys;
   // A kSetMember changed Members().
   bool members_changed = false;
+  // Bytes of stored records the apply read and held: each record the
+  // entry names (a completed one without its result) plus the results it
+  // copied into answers.
+  uint64_t held_record_bytes = 0;
 };
 
 // A digest of the replicated state at one applied index: equal on replicas

@@ -274,6 +274,49 @@ class CountingGate : public ResultGate {
   int left_;
 };
 
+// An entry naming many keys with large results holds their records
+// without the results: none where nobody is answered, and on the answering
+// replica only those its gate admits.
+TEST_F(ReplicatedStateTest, AnEntryHoldsRecordsWithoutTheirResults) {
+  auto answering = Open("answering");
+  auto silent = Open("silent");
+  ASSERT_NE(answering, nullptr);
+  ASSERT_NE(silent, nullptr);
+  const std::string large(256 << 10, 'r');
+  constexpr int kKeys = 40;
+  for (int k = 0; k < kKeys; ++k) {
+    const std::string key = absl::StrCat("k", k);
+    const LogEntry entry =
+        Entry(1000, {BeginOp(key, "o"), CompleteOp(key, k + 1, large)});
+    ASSERT_TRUE(answering->Apply(k + 1, entry).ok());
+    ASSERT_TRUE(silent->Apply(k + 1, entry, nullptr).ok());
+  }
+  std::vector<LogOp> reads;
+  for (int k = 0; k < kKeys; ++k) {
+    reads.push_back(BeginOp(absl::StrCat("k", k), "x"));
+  }
+  absl::StatusOr<AppliedEntry> quiet =
+      silent->Apply(kKeys + 1, Entry(2000, reads), nullptr);
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_LT(quiet->held_record_bytes, kKeys * 1024u);
+  CountingGate gate(2);
+  absl::StatusOr<AppliedEntry> answered =
+      answering->Apply(kKeys + 1, Entry(2000, reads), &gate);
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_GE(answered->held_record_bytes, 2 * large.size());
+  EXPECT_LT(answered->held_record_bytes, 2 * large.size() + kKeys * 1024u);
+  for (int k = 0; k < kKeys; ++k) {
+    const auto* d = std::get_if<BeginDecision>(&answered->answers[k]);
+    if (k < 2) {
+      ASSERT_NE(d, nullptr) << k;
+      EXPECT_EQ(d->status, BeginStatus::kDuplicate);
+      EXPECT_EQ(d->record.result, large);
+    } else {
+      EXPECT_EQ(d, nullptr) << k;
+    }
+  }
+}
+
 // The gate is asked for each DUPLICATE, in order, and a refusal answers
 // the operation instead of its result, which is then never copied.
 TEST_F(ReplicatedStateTest, AGateRefusalAnswersInsteadOfTheResult) {

@@ -612,6 +612,8 @@ TEST_F(ReadAmplificationTest, OnlyTheLeaderCopiesResultsAndWithinTheBudget) {
       Complete("k", begun.get()->decision.record.fence, large);
   Reply<FencedDecision> other =
       Complete("k", begun.get()->decision.record.fence, "other");
+  Reply<FencedDecision> same_size = Complete(
+      "k", begun.get()->decision.record.fence, std::string(large.size(), 'x'));
   fake_->RunPosted();
   ASSERT_EQ(Pending().size(), 1u);
   SettleBoth();
@@ -640,6 +642,8 @@ TEST_F(ReadAmplificationTest, OnlyTheLeaderCopiesResultsAndWithinTheBudget) {
   EXPECT_EQ(again.get()->status, FencedStatus::kOk);
   ASSERT_TRUE(other.status().ok()) << other.status();
   EXPECT_EQ(other.get()->status, FencedStatus::kAlreadyCompleted);
+  ASSERT_TRUE(same_size.status().ok()) << same_size.status();
+  EXPECT_EQ(same_size.get()->status, FencedStatus::kAlreadyCompleted);
 
   // The leader copied three results for the batch and one for the Get; the
   // follower, which answers nobody, none.
