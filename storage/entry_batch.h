@@ -31,8 +31,8 @@ namespace dedup {
 // A stored completed record is kept without its result, which decisions
 // never need (a completed record is only ever replaced by a fresh claim or
 // a tombstone, never written back): Result reads it again, for the answers
-// that carry it. What a batch holds is thus one record header per key plus
-// the values its operations write, whatever the results stored.
+// that carry it. What a batch holds is thus each named record without its
+// result plus the values its operations write, whatever the results stored.
 class EntryBatch {
  public:
   // Reads the records `ops` name (a kGet's only with `read_gets`; Read of
