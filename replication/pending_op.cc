@@ -13,11 +13,6 @@ void PendingOp::Deliver(OpAnswer answer) && {
     case OpType::kBegin: {
       auto& begin_done = std::get<StoreCallback<BeginResult>>(done);
       BeginDecision& d = std::get<BeginDecision>(answer);
-      if (d.status == BeginStatus::kDuplicate && result_budget != nullptr &&
-          !result_budget->Take(d.record.result.size())) {
-        std::move(begin_done)(ResultBudgetExceeded(*result_budget));
-        return;
-      }
       std::move(begin_done)(BeginResult{std::move(d), waited});
       return;
     }

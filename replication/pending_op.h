@@ -39,7 +39,7 @@ struct PendingOp {
   int64_t wait_deadline_ms = 0;  // Begin: park until then while IN_USE
   bool waited = false;
   // Begin of a batch: its answer's share of the batch's stored results
-  // (see Store::BeginCall); null: unbounded.
+  // (see Store::BeginCall), taken when its entry applies; null: unbounded.
   ResultBudget* result_budget = nullptr;
 
   // `op`, answered through `done` (whose answer type must be the one `op`
@@ -56,9 +56,9 @@ struct PendingOp {
 
   // Hands the applied operation's answer to whoever waits for it: an error
   // or the decision its type calls for. A Begin is answered as decided
-  // (parking an IN_USE one is the store's choice, made before); a DUPLICATE
-  // whose result does not fit the batch's budget is refused instead
-  // (ResultBudgetExceeded).
+  // (parking an IN_USE one is the store's choice, made before; a DUPLICATE
+  // past the batch's budget was refused by the apply, through
+  // `result_budget`).
   void Deliver(OpAnswer answer) &&;
 
   void Fail(const absl::Status& status) && {

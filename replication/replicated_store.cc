@@ -27,6 +27,25 @@
 namespace dedup {
 namespace {
 
+// The result budgets of an entry's callers (PendingOp::result_budget), as
+// its apply on the proposer consults them: a DUPLICATE past its batch's
+// budget is answered "ask again" without its result ever being copied.
+class BudgetGate : public ResultGate {
+ public:
+  explicit BudgetGate(const std::vector<PendingOp>& ops) : ops_(ops) {}
+
+  absl::Status Admit(size_t i, size_t bytes) override {
+    ResultBudget* budget = ops_[i].result_budget;
+    if (budget == nullptr || budget->Take(static_cast<int64_t>(bytes))) {
+      return absl::OkStatus();
+    }
+    return ResultBudgetExceeded(*budget);
+  }
+
+ private:
+  const std::vector<PendingOp>& ops_;
+};
+
 class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
  public:
   ReplicatedStoreImpl(ReplicatedStoreOptions options,
@@ -198,6 +217,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     status.state_applied_index = state_->applied_index();
     status.replicated_now_ms = state_->now_ms();
     status.last_fence = state_->last_fence();
+    status.result_bytes_answered = state_->result_bytes_answered();
     status.counters = tally_.Read();
     return status;
   }
@@ -417,19 +437,26 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     if (index <= state_->applied_index()) return absl::OkStatus();
     absl::StatusOr<LogEntry> entry = DecodeLogEntry(bytes);
     if (!entry.ok()) return entry.status();
-    absl::StatusOr<AppliedEntry> applied = state_->Apply(index, *entry);
-    if (!applied.ok()) return applied.status();
-    if (applied->skipped) return absl::OkStatus();
+    // Only the proposer, whose callers wait, builds answers: every other
+    // replica (and this one for another node's entry) applies the state
+    // changes alone, so reads cost no replica anything it will not answer.
+    auto mine = proposed_.end();
     if (entry->proposer == options_.node_id &&
         entry->incarnation == incarnation_) {
-      auto it = proposed_.find(entry->sequence);
-      if (it != proposed_.end()) {
-        std::vector<PendingOp> ops = std::move(it->second);
-        proposed_.erase(it);
-        for (size_t i = 0; i < ops.size(); ++i) {
-          Answer(std::move(ops[i]), std::move(applied->answers[i]),
-                 applied->now_ms);
-        }
+      mine = proposed_.find(entry->sequence);
+    }
+    std::optional<BudgetGate> gate;
+    if (mine != proposed_.end()) gate.emplace(mine->second);
+    absl::StatusOr<AppliedEntry> applied =
+        state_->Apply(index, *entry, gate.has_value() ? &*gate : nullptr);
+    if (!applied.ok()) return applied.status();
+    if (applied->skipped) return absl::OkStatus();
+    if (mine != proposed_.end()) {
+      std::vector<PendingOp> ops = std::move(mine->second);
+      proposed_.erase(mine);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        Answer(std::move(ops[i]), std::move(applied->answers[i]),
+               applied->now_ms);
       }
     }
     for (const std::string& skey : applied->settled_keys) WakeKey(skey);

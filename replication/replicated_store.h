@@ -6,7 +6,11 @@
 // every replica applies it in log order through ReplicatedState, and the
 // leader answers the entry's callers from that apply. Reads (Get, and the
 // DUPLICATE answers of Begin) go through the log too, so every answer is
-// linearizable: a deposed leader can never answer from a stale state.
+// linearizable: a deposed leader can never answer from a stale state. Only
+// the proposer builds answers (the other replicas apply the state changes
+// alone and never read a stored result), and it copies a DUPLICATE's result
+// only while the caller's batch has result budget left: what an entry costs
+// a replica does not grow with the results its reads name.
 //
 // Errors, beyond the Store contract:
 // - UNAVAILABLE with kLeaderAddressPayload: this node is not the leader
@@ -144,6 +148,9 @@ struct ClusterStatus {
   uint64_t state_applied_index = 0;
   int64_t replicated_now_ms = 0;
   uint64_t last_fence = 0;
+  // Bytes of stored results this node's applies copied into answers (only
+  // for entries it proposed), since it started.
+  uint64_t result_bytes_answered = 0;
   ReplicationCounters counters;
 };
 

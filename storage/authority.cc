@@ -136,12 +136,19 @@ std::optional<FencedDecision> CheckFence(const std::optional<Record>& live,
 
 FencedDecision DecideComplete(const std::optional<Record>& stored,
                               const CompleteParams& params, int64_t now_ms) {
+  return DecideComplete(stored, params, now_ms, [&] {
+    return stored.has_value() && stored->result == params.result;
+  });
+}
+
+FencedDecision DecideComplete(const std::optional<Record>& stored,
+                              const CompleteParams& params, int64_t now_ms,
+                              absl::FunctionRef<bool()> same_result) {
   std::optional<Record> live = LiveRecord(stored, now_ms);
   if (std::optional<FencedDecision> refusal = CheckFence(live, params.fence)) {
     // Complete is itself idempotent: the same outcome again is success.
     if (refusal->status == FencedStatus::kAlreadyCompleted &&
-        refusal->record.outcome == params.outcome &&
-        refusal->record.result == params.result) {
+        refusal->record.outcome == params.outcome && same_result()) {
       refusal->status = FencedStatus::kOk;
     }
     return *std::move(refusal);

@@ -86,6 +86,15 @@ struct CompleteParams {
                                             const CompleteParams& params,
                                             int64_t now_ms);
 
+// DecideComplete on a record decoded without its result (RecordView,
+// `stored->result` is not read): `same_result()` says whether the stored
+// result equals `params.result`, and is called only when the decision
+// depends on it. The decision's record then carries no result unless this
+// Complete writes one.
+[[nodiscard]] FencedDecision DecideComplete(
+    const std::optional<Record>& stored, const CompleteParams& params,
+    int64_t now_ms, absl::FunctionRef<bool()> same_result);
+
 [[nodiscard]] FencedDecision DecideRelease(const std::optional<Record>& stored,
                                            uint64_t fence, int64_t now_ms);
 

@@ -1,5 +1,7 @@
 #include "storage/record.h"
 
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "storage/coding.h"
@@ -105,6 +107,13 @@ std::string EncodeRecord(const Record& r) {
 }
 
 absl::StatusOr<Record> DecodeRecord(absl::string_view value) {
+  absl::StatusOr<RecordView> view = DecodeRecordView(value);
+  if (!view.ok()) return view.status();
+  view->record.result = std::string(view->result);
+  return std::move(view->record);
+}
+
+absl::StatusOr<RecordView> DecodeRecordView(absl::string_view value) {
   if (value.size() < kRecordHeaderSize) {
     return absl::DataLossError(absl::StrCat(
         "record: ", value.size(), " bytes, header needs ", kRecordHeaderSize));
@@ -165,8 +174,7 @@ absl::StatusOr<Record> DecodeRecord(absl::string_view value) {
   rest.remove_prefix(step_len);
   r.checkpoint_data = std::string(rest.substr(0, data_len));
   rest.remove_prefix(data_len);
-  r.result = std::string(rest);
-  return r;
+  return RecordView{std::move(r), rest};
 }
 
 std::optional<int64_t> PeekExpireAt(absl::string_view value) {

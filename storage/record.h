@@ -111,6 +111,19 @@ inline constexpr size_t kRetainUntilOffset = 56;
 // an invalid state/outcome byte.
 [[nodiscard]] absl::StatusOr<Record> DecodeRecord(absl::string_view value);
 
+// A decoded record whose result was not copied: `record.result` is empty and
+// `result` views the result in the encoded value (valid while it is).
+struct RecordView {
+  Record record;
+  absl::string_view result;
+};
+
+// DecodeRecord without copying the result, which may be the bulk of the
+// value: for deciding on a record, which never needs it. Fails as
+// DecodeRecord.
+[[nodiscard]] absl::StatusOr<RecordView> DecodeRecordView(
+    absl::string_view value);
+
 // Reads only expire_at; nullopt when the value is too short or of an unknown
 // version. Cheap enough for the compaction filter's hot loop.
 [[nodiscard]] std::optional<int64_t> PeekExpireAt(absl::string_view value);

@@ -94,81 +94,164 @@ void FnvMixSized(uint64_t& h, absl::string_view bytes) {
   FnvMix(h, bytes);
 }
 
-// Applies `op`, the entry's operation `i`, at replicated time `now`: decides
-// it on its stored record, stages its write in `batch` and appends its answer
-// (and the key it settled, if any) to `out`; numbers new fences from `fence`.
-// An error fails the whole entry (a storage failure); a record that does not
-// decode fails this operation alone, in its answer.
-absl::Status ApplyOp(const LogOp& op, size_t i, int64_t now, uint64_t& fence,
-                     EntryBatch& batch, AppliedEntry& out) {
-  if (const auto* member = std::get_if<LogSetMember>(&op)) {
-    batch.batch().Put(MemberKey(member->member_id), member->client_address);
-    out.members_changed = true;
-    out.answers.emplace_back(true);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::optional<Record>> stored = batch.Read(i);
-  if (!stored.ok()) {
-    // A record that does not decode is refused alone, and kept as it is.
-    if (absl::IsDataLoss(stored.status())) {
-      out.answers.emplace_back(stored.status());
+// What applying one operation needs besides the operation: the entry's
+// replicated time, its fence counter, its batch, the gate of whoever is
+// answered (null: nobody) and the outputs.
+struct OpContext {
+  int64_t now = 0;
+  uint64_t& fence;
+  EntryBatch& batch;
+  ResultGate* gate;
+  AppliedEntry& out;
+  uint64_t& result_bytes;  // stored results copied into answers
+};
+
+// A stored result copied for operation `i`'s answer, counted.
+absl::StatusOr<std::string> CopyResult(size_t i, OpContext& c) {
+  absl::StatusOr<std::string> result = c.batch.Result(i);
+  if (result.ok()) c.result_bytes += result->size();
+  return result;
+}
+
+absl::Status ApplyBegin(const LogBegin& begin, size_t i,
+                        EntryBatch::Found found, OpContext& c) {
+  uint64_t& fence = c.fence;
+  BeginDecision d = DecideBegin(found.record, begin.params, c.now,
+                                [&fence] { return ++fence; });
+  c.batch.Apply(i, d.write, d.record);
+  if (c.gate == nullptr) return absl::OkStatus();
+  if (d.status == BeginStatus::kDuplicate) {
+    // A DUPLICATE writes nothing: the result is still the one found.
+    absl::Status admitted = c.gate->Admit(i, found.result_bytes);
+    if (!admitted.ok()) {
+      c.out.answers.emplace_back(std::move(admitted));
       return absl::OkStatus();
     }
-    return stored.status();
+    absl::StatusOr<std::string> result = CopyResult(i, c);
+    if (!result.ok()) return result.status();
+    d.record.result = *std::move(result);
   }
-  const std::string& skey = *KeyOf(op);
-  switch (TypeOf(op)) {
-    case OpType::kBegin: {
-      BeginDecision d = DecideBegin(*stored, std::get<LogBegin>(op).params, now,
-                                    [&fence] { return ++fence; });
-      batch.Apply(i, d.write, d.record);
-      out.answers.emplace_back(std::move(d));
-      break;
+  c.out.answers.emplace_back(std::move(d));
+  return absl::OkStatus();
+}
+
+// Complete's idempotence (the same result again is OK) decides only its
+// answer: without one to give, the stored result is not read.
+absl::StatusOr<FencedDecision> DecideCompleteOp(const LogComplete& complete,
+                                                size_t i,
+                                                const EntryBatch::Found& found,
+                                                OpContext& c) {
+  absl::Status read;
+  FencedDecision d =
+      DecideComplete(found.record, complete.params, c.now, [&]() -> bool {
+        if (c.gate == nullptr ||
+            found.result_bytes != complete.params.result.size()) {
+          return false;
+        }
+        absl::StatusOr<std::string> stored = c.batch.Result(i);
+        if (!stored.ok()) {
+          read = stored.status();
+          return false;
+        }
+        return *stored == complete.params.result;
+      });
+  if (!read.ok()) return read;
+  return d;
+}
+
+absl::Status ApplyFenced(const LogOp& op, size_t i,
+                         const EntryBatch::Found& found, OpContext& c) {
+  FencedDecision d;
+  if (const auto* complete = std::get_if<LogComplete>(&op)) {
+    absl::StatusOr<FencedDecision> decided =
+        DecideCompleteOp(*complete, i, found, c);
+    if (!decided.ok()) return decided.status();
+    d = *std::move(decided);
+  } else if (const auto* release = std::get_if<LogRelease>(&op)) {
+    d = DecideRelease(found.record, release->fence, c.now);
+  } else if (const auto* checkpoint = std::get_if<LogCheckpoint>(&op)) {
+    d = DecideCheckpoint(found.record, checkpoint->params, c.now);
+  } else {
+    const LogRenew& renew = std::get<LogRenew>(op);
+    d = DecideRenew(found.record, renew.fence, renew.lease_ms, c.now);
+  }
+  c.batch.Apply(i, d.write, d.record);
+  // Parked Begins wait for an outcome or a release, not for a renewed
+  // lease or a checkpoint.
+  if (d.write != WriteKind::kNone && !std::holds_alternative<LogRenew>(op) &&
+      !std::holds_alternative<LogCheckpoint>(op)) {
+    c.out.settled_keys.push_back(*KeyOf(op));
+  }
+  if (c.gate != nullptr) c.out.answers.emplace_back(std::move(d));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyGet(size_t i, const EntryBatch::Found& found, OpContext& c) {
+  std::optional<Record> live = LiveRecord(found.record, c.now);
+  if (live.has_value() && live->state == RecordState::kCompleted) {
+    absl::StatusOr<std::string> result = CopyResult(i, c);
+    if (!result.ok()) return result.status();
+    live->result = *std::move(result);
+  }
+  c.out.answers.emplace_back(std::move(live));
+  return absl::OkStatus();
+}
+
+// Applies `op`, the entry's operation `i`: decides it on its stored record,
+// stages its write in the batch and, when someone is answered, appends its
+// answer; records the key it settled, if any. An error fails the whole
+// entry (a storage failure); a record that does not decode fails this
+// operation alone, in its answer.
+absl::Status ApplyOp(const LogOp& op, size_t i, OpContext& c) {
+  if (const auto* member = std::get_if<LogSetMember>(&op)) {
+    c.batch.batch().Put(MemberKey(member->member_id), member->client_address);
+    c.out.members_changed = true;
+    if (c.gate != nullptr) c.out.answers.emplace_back(true);
+    return absl::OkStatus();
+  }
+  // A read changes nothing: with nobody to answer, its key is not read.
+  if (c.gate == nullptr && std::holds_alternative<LogGet>(op)) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<EntryBatch::Found> found = c.batch.Read(i);
+  if (!found.ok()) {
+    // A record that does not decode is refused alone, and kept as it is.
+    if (absl::IsDataLoss(found.status())) {
+      if (c.gate != nullptr) c.out.answers.emplace_back(found.status());
+      return absl::OkStatus();
     }
+    return found.status();
+  }
+  switch (TypeOf(op)) {
+    case OpType::kBegin:
+      return ApplyBegin(std::get<LogBegin>(op), i, *std::move(found), c);
     case OpType::kComplete:
     case OpType::kRelease:
     case OpType::kRenew:
-    case OpType::kCheckpoint: {
-      FencedDecision d;
-      if (const auto* c = std::get_if<LogComplete>(&op)) {
-        d = DecideComplete(*stored, c->params, now);
-      } else if (const auto* r = std::get_if<LogRelease>(&op)) {
-        d = DecideRelease(*stored, r->fence, now);
-      } else if (const auto* k = std::get_if<LogCheckpoint>(&op)) {
-        d = DecideCheckpoint(*stored, k->params, now);
-      } else {
-        const LogRenew& renew = std::get<LogRenew>(op);
-        d = DecideRenew(*stored, renew.fence, renew.lease_ms, now);
-      }
-      batch.Apply(i, d.write, d.record);
-      // Parked Begins wait for an outcome or a release, not for a
-      // renewed lease or a checkpoint.
-      if (d.write != WriteKind::kNone &&
-          !std::holds_alternative<LogRenew>(op) &&
-          !std::holds_alternative<LogCheckpoint>(op)) {
-        out.settled_keys.push_back(skey);
-      }
-      out.answers.emplace_back(std::move(d));
-      break;
-    }
+    case OpType::kCheckpoint:
+      return ApplyFenced(op, i, *found, c);
     case OpType::kGet:
-      out.answers.emplace_back(LiveRecord(*stored, now));
-      break;
+      return ApplyGet(i, *found, c);
     case OpType::kSetMember:  // handled above
       break;
     case OpType::kForget: {
-      const bool existed = LiveRecord(*stored, now).has_value();
+      const bool existed = LiveRecord(found->record, c.now).has_value();
       // Delete even an expired leftover so Forget always frees space.
-      if (stored->has_value()) {
-        batch.Apply(i, WriteKind::kDelete, Record());
-        out.settled_keys.push_back(skey);
+      if (found->record.has_value()) {
+        c.batch.Apply(i, WriteKind::kDelete, Record());
+        c.out.settled_keys.push_back(*KeyOf(op));
       }
-      out.answers.emplace_back(existed);
+      if (c.gate != nullptr) c.out.answers.emplace_back(existed);
       break;
     }
   }
   return absl::OkStatus();
 }
+
+class AdmitAll : public ResultGate {
+ public:
+  absl::Status Admit(size_t, size_t) override { return absl::OkStatus(); }
+};
 
 class RocksReplicatedState : public ReplicatedState {
  public:
@@ -214,8 +297,8 @@ class RocksReplicatedState : public ReplicatedState {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<AppliedEntry> Apply(uint64_t index,
-                                     const LogEntry& entry) override {
+  absl::StatusOr<AppliedEntry> Apply(uint64_t index, const LogEntry& entry,
+                                     ResultGate* gate) override {
     absl::ReaderMutexLock lock(&db_mu_);
     if (closed_) return absl::UnavailableError("state is closed");
     AppliedEntry out;
@@ -228,15 +311,18 @@ class RocksReplicatedState : public ReplicatedState {
     const int64_t now = out.now_ms;
     uint64_t fence = fence_.load();
     const uint64_t first_fence = fence;
-    EntryBatch batch(db_.get(), entry.ops);
-    out.answers.reserve(entry.ops.size());
+    EntryBatch batch(db_.get(), entry.ops, /*read_gets=*/gate != nullptr);
+    if (gate != nullptr) out.answers.reserve(entry.ops.size());
+    uint64_t result_bytes = 0;
+    OpContext context{now, fence, batch, gate, out, result_bytes};
     for (size_t i = 0; i < entry.ops.size(); ++i) {
-      if (absl::Status s = ApplyOp(entry.ops[i], i, now, fence, batch, out);
-          !s.ok()) {
+      if (absl::Status s = ApplyOp(entry.ops[i], i, context); !s.ok()) {
         return s;
       }
     }
-    rocksdb::WriteBatch& wb = batch.batch();
+    result_bytes_answered_.fetch_add(result_bytes);
+    out.held_record_bytes = batch.held_bytes();
+    rocksdb::WriteBatch& wb = batch.Finish();
     wb.Put(AppliedIndexKey(), EncodeU64(index));
     if (now != prior_now) wb.Put(NowKey(), EncodeU64(now));
     if (fence != first_fence) wb.Put(FenceKey(), EncodeU64(fence));
@@ -261,6 +347,9 @@ class RocksReplicatedState : public ReplicatedState {
   int64_t now_ms() const override { return clock_.now_ms.load(); }
   const Clock* clock() const override { return &clock_; }
   uint64_t last_fence() const override { return fence_.load(); }
+  uint64_t result_bytes_answered() const override {
+    return result_bytes_answered_.load();
+  }
 
   absl::StatusOr<uint64_t> SyncWal() override {
     absl::ReaderMutexLock lock(&db_mu_);
@@ -505,6 +594,7 @@ class RocksReplicatedState : public ReplicatedState {
   std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
   std::atomic<uint64_t> applied_{0};
   std::atomic<uint64_t> fence_{0};
+  std::atomic<uint64_t> result_bytes_answered_{0};
   std::atomic<bool> closed_{false};
   LeaseTracker leases_;
   StoredBytesAccount stored_bytes_;
@@ -513,6 +603,11 @@ class RocksReplicatedState : public ReplicatedState {
 };
 
 }  // namespace
+
+ResultGate* AdmitAllResults() {
+  static ResultGate* const gate = new AdmitAll();
+  return gate;
+}
 
 absl::StatusOr<std::unique_ptr<ReplicatedState>> ReplicatedState::Open(
     ReplicatedStateOptions options) {

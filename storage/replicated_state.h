@@ -58,12 +58,28 @@ struct ReplicatedStateOptions {
 
 // The answer to one operation of an entry, by its type: BeginDecision
 // (kBegin), FencedDecision (kComplete, kRelease, kRenew, kCheckpoint), the
-// live record or
-// nullopt (kGet), whether a live record was removed (kForget), true
-// (kSetMember), or the error
-// that refused this operation alone.
+// live record or nullopt (kGet), whether a live record was removed
+// (kForget), true (kSetMember), or the error that refused this operation
+// alone. Only the answers that give a stored result to the caller carry it
+// (a DUPLICATE Begin's record, a Get's): in the others, a completed
+// record's `result` is left empty.
 using OpAnswer = std::variant<BeginDecision, FencedDecision,
                               std::optional<Record>, bool, absl::Status>;
+
+// Decides, on the one node that answers an entry's callers, which stored
+// results the answers may copy: a small request must not make the node
+// hold one large result many times. Called on Apply's thread.
+class ResultGate {
+ public:
+  virtual ~ResultGate() = default;
+  // A DUPLICATE answer to operation `i` would copy `bytes` of stored
+  // result: OK to copy them, or the error that answers operation `i`
+  // instead (nothing is copied).
+  [[nodiscard]] virtual absl::Status Admit(size_t i, size_t bytes) = 0;
+};
+
+// A gate that admits every result. Never destroyed.
+[[nodiscard]] ResultGate* AdmitAllResults();
 
 struct AppliedEntry {
   // The entry's index was at or below applied_index(): nothing was done
@@ -72,12 +88,18 @@ struct AppliedEntry {
   // The replicated time the entry was decided at: max(entry.now_ms, the
   // replicated time before it).
   int64_t now_ms = 0;
-  std::vector<OpAnswer> answers;  // one per operation, in order
+  // One per operation, in order; empty when nobody answers (Apply without
+  // a gate).
+  std::vector<OpAnswer> answers;
   // Keys whose owner finished with them in this entry (Complete, Release,
   // Forget wrote them): what parked Begins wait for.
   std::vector<std::string> settled_keys;
   // A kSetMember changed Members().
   bool members_changed = false;
+  // Bytes of stored records the apply read and held: each record the
+  // entry names (a completed one without its result) plus the results it
+  // copied into answers.
+  uint64_t held_record_bytes = 0;
 };
 
 // A digest of the replicated state at one applied index: equal on replicas
@@ -103,8 +125,19 @@ class ReplicatedState {
   // Applies `entry` as log entry `index` (see the class comment). An error
   // means nothing of the entry was written (a storage failure): the caller
   // must not go on to later entries.
+  //
+  // With a `gate`, the answers are built for the entry's callers, copying
+  // stored results only as the gate admits. Without one (null: a replica
+  // that answers nobody for this entry) only the state changes: no answer
+  // is built and no stored result is read or copied, so what an entry
+  // costs a replica does not grow with the results its operations name.
   [[nodiscard]] virtual absl::StatusOr<AppliedEntry> Apply(
-      uint64_t index, const LogEntry& entry) = 0;
+      uint64_t index, const LogEntry& entry, ResultGate* gate) = 0;
+  // Apply, answering every operation with every result.
+  [[nodiscard]] absl::StatusOr<AppliedEntry> Apply(uint64_t index,
+                                                   const LogEntry& entry) {
+    return Apply(index, entry, AdmitAllResults());
+  }
 
   [[nodiscard]] virtual uint64_t applied_index() const = 0;
   // The replicated time: the decision time of the last applied entry.
@@ -113,6 +146,9 @@ class ReplicatedState {
   [[nodiscard]] virtual const Clock* clock() const = 0;
   // The highest fence issued so far.
   [[nodiscard]] virtual uint64_t last_fence() const = 0;
+  // Bytes of stored results Apply copied into answers since the state was
+  // opened. Any thread.
+  [[nodiscard]] virtual uint64_t result_bytes_answered() const = 0;
 
   // Makes every entry applied before the call durable (an fsync of the
   // WAL; Apply may go on meanwhile); returns an index it covers, at least

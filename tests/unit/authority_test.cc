@@ -213,6 +213,41 @@ TEST_F(AuthorityTest, CompleteIsIdempotentForSameOutcome) {
             FencedStatus::kAlreadyCompleted);
 }
 
+// On a record decoded without its result, the caller says whether the
+// results match, and is asked only when the answer depends on it.
+TEST_F(AuthorityTest, CompleteWithoutTheStoredResultAsksOnlyWhenItMatters) {
+  Record done = Completed(Outcome::kSuccess, "r");
+  done.result.clear();
+  int asked = 0;
+  auto same = [&asked] {
+    ++asked;
+    return true;
+  };
+  auto different = [&asked] {
+    ++asked;
+    return false;
+  };
+  CompleteParams again{done.fence, Outcome::kSuccess, "r", 0};
+  EXPECT_EQ(DecideComplete(done, again, kT0 + 300, same).status,
+            FencedStatus::kOk);
+  EXPECT_EQ(DecideComplete(done, again, kT0 + 300, different).status,
+            FencedStatus::kAlreadyCompleted);
+  EXPECT_EQ(asked, 2);
+  CompleteParams other_outcome{done.fence, Outcome::kError, "r", 0};
+  EXPECT_EQ(DecideComplete(done, other_outcome, kT0 + 300, same).status,
+            FencedStatus::kAlreadyCompleted);
+  CompleteParams stale{done.fence + 1, Outcome::kSuccess, "r", 0};
+  EXPECT_EQ(DecideComplete(done, stale, kT0 + 300, same).status,
+            FencedStatus::kStaleFence);
+  const Record claimed = InFlight();
+  CompleteParams first{claimed.fence, Outcome::kSuccess, "r", 0};
+  FencedDecision d = DecideComplete(claimed, first, kT0 + 300, same);
+  EXPECT_EQ(d.status, FencedStatus::kOk);
+  EXPECT_EQ(d.write, WriteKind::kPut);
+  EXPECT_EQ(d.record.result, "r");
+  EXPECT_EQ(asked, 2);
+}
+
 TEST_F(AuthorityTest, FencedCallsOnAbsentOrExpiredRecordAreNotFound) {
   CompleteParams c{7, Outcome::kSuccess, "", 0};
   EXPECT_EQ(DecideComplete(std::nullopt, c, kT0).status,

@@ -118,6 +118,18 @@ absl::Status FakeConsensus::Commit(size_t n) {
   return absl::OkStatus();
 }
 
+absl::Status FakeConsensus::Follow(const std::string& entry) {
+  uint64_t index = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    index = status_.applied_index + 1;
+  }
+  if (absl::Status s = machine_->Apply(index, entry); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  status_.commit_index = status_.applied_index = index;
+  return absl::OkStatus();
+}
+
 void FakeConsensus::BecomeLeader() {
   {
     absl::MutexLock lock(&mu_);

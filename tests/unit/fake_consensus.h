@@ -78,6 +78,9 @@ class FakeConsensus : public Consensus {
   // error and returns it (the entry stays pending).
   absl::Status Commit(size_t n);
   absl::Status CommitAll() { return Commit(SIZE_MAX); }
+  // Applies `entry`, which another node proposed (this one follows it), at
+  // the next index, as a follower's engine does once it is committed.
+  absl::Status Follow(const std::string& entry);
 
   // This node leads (a new term); the store hears it through Tick.
   void BecomeLeader();

@@ -195,6 +195,169 @@ TEST_F(ReplicatedStateTest, AnEntryDecidesAsItsOperationsOneEntryEach) {
   }
 }
 
+// A replica that answers nobody (no gate) makes the same state changes as
+// one that answers, without building answers or copying stored results.
+TEST_F(ReplicatedStateTest, WithoutAGateAnEntryChangesTheSameStateOnly) {
+  auto answering = Open("answering");
+  auto silent = Open("silent");
+  ASSERT_NE(answering, nullptr);
+  ASSERT_NE(silent, nullptr);
+  const std::string large(64 << 10, 'r');
+  std::vector<LogOp> seed;
+  for (int k = 0; k < 20; ++k) {
+    seed.push_back(BeginOp(absl::StrCat("k", k), "o"));
+  }
+  for (int k = 0; k < 10; ++k) {
+    seed.push_back(CompleteOp(absl::StrCat("k", k), k + 1, large));
+  }
+  ASSERT_TRUE(answering->Apply(1, Entry(1000, seed)).ok());
+  absl::StatusOr<AppliedEntry> quiet =
+      silent->Apply(1, Entry(1000, seed), nullptr);
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_TRUE(quiet->answers.empty());
+
+  std::mt19937 random(11);
+  for (uint64_t index = 2; index < 6; ++index) {
+    std::vector<LogOp> ops;
+    for (int i = 0; i < 300; ++i) {
+      const std::string key = absl::StrCat("k", random() % 30);
+      switch (random() % 4) {
+        case 0:
+          ops.push_back(BeginOp(key, absl::StrCat("o", random() % 2)));
+          break;
+        case 1:
+          ops.push_back(CompleteOp(key, 1 + random() % 30,
+                                   random() % 2 == 0 ? large : "other"));
+          break;
+        case 2:
+          ops.push_back(GetOp(key));
+          break;
+        default:
+          ops.push_back(random() % 8 == 0 ? ForgetOp(key)
+                                          : BeginOp(key, "o", 1));
+          break;
+      }
+    }
+    const int64_t now = 1000 + static_cast<int64_t>(index) * 500;
+    absl::StatusOr<AppliedEntry> a = answering->Apply(index, Entry(now, ops));
+    absl::StatusOr<AppliedEntry> b =
+        silent->Apply(index, Entry(now, ops), nullptr);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(a->answers.size(), ops.size());
+    EXPECT_TRUE(b->answers.empty());
+    EXPECT_EQ(a->settled_keys, b->settled_keys);
+  }
+  absl::StatusOr<StateDigest> da = answering->ComputeDigest();
+  absl::StatusOr<StateDigest> db = silent->ComputeDigest();
+  ASSERT_TRUE(da.ok() && db.ok());
+  EXPECT_EQ(da->hash, db->hash);
+  EXPECT_EQ(da->live_records, db->live_records);
+  EXPECT_EQ(answering->last_fence(), silent->last_fence());
+  EXPECT_GT(answering->result_bytes_answered(), 0u);
+  EXPECT_EQ(silent->result_bytes_answered(), 0u);
+}
+
+// Admits the first `left` results, then refuses.
+class CountingGate : public ResultGate {
+ public:
+  explicit CountingGate(int left) : left_(left) {}
+  absl::Status Admit(size_t i, size_t bytes) override {
+    asked_.push_back(i);
+    if (left_ == 0) return absl::UnavailableError("no room");
+    --left_;
+    return absl::OkStatus();
+  }
+  std::vector<size_t> asked_;
+
+ private:
+  int left_;
+};
+
+// An entry naming many keys with large results holds their records
+// without the results: none where nobody is answered, and on the answering
+// replica only those its gate admits.
+TEST_F(ReplicatedStateTest, AnEntryHoldsRecordsWithoutTheirResults) {
+  auto answering = Open("answering");
+  auto silent = Open("silent");
+  ASSERT_NE(answering, nullptr);
+  ASSERT_NE(silent, nullptr);
+  const std::string large(256 << 10, 'r');
+  constexpr int kKeys = 40;
+  for (int k = 0; k < kKeys; ++k) {
+    const std::string key = absl::StrCat("k", k);
+    const LogEntry entry =
+        Entry(1000, {BeginOp(key, "o"), CompleteOp(key, k + 1, large)});
+    ASSERT_TRUE(answering->Apply(k + 1, entry).ok());
+    ASSERT_TRUE(silent->Apply(k + 1, entry, nullptr).ok());
+  }
+  std::vector<LogOp> reads;
+  for (int k = 0; k < kKeys; ++k) {
+    reads.push_back(BeginOp(absl::StrCat("k", k), "x"));
+  }
+  absl::StatusOr<AppliedEntry> quiet =
+      silent->Apply(kKeys + 1, Entry(2000, reads), nullptr);
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_LT(quiet->held_record_bytes, kKeys * 1024u);
+  CountingGate gate(2);
+  absl::StatusOr<AppliedEntry> answered =
+      answering->Apply(kKeys + 1, Entry(2000, reads), &gate);
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_GE(answered->held_record_bytes, 2 * large.size());
+  EXPECT_LT(answered->held_record_bytes, 2 * large.size() + kKeys * 1024u);
+  for (int k = 0; k < kKeys; ++k) {
+    const auto* d = std::get_if<BeginDecision>(&answered->answers[k]);
+    if (k < 2) {
+      ASSERT_NE(d, nullptr) << k;
+      EXPECT_EQ(d->status, BeginStatus::kDuplicate);
+      EXPECT_EQ(d->record.result, large);
+    } else {
+      EXPECT_EQ(d, nullptr) << k;
+    }
+  }
+}
+
+// The gate is asked for each DUPLICATE, in order, and a refusal answers
+// the operation instead of its result, which is then never copied.
+TEST_F(ReplicatedStateTest, AGateRefusalAnswersInsteadOfTheResult) {
+  auto state = Open("state");
+  ASSERT_NE(state, nullptr);
+  const std::string large(1 << 20, 'r');
+  ASSERT_TRUE(state
+                  ->Apply(1, Entry(1000, {BeginOp("k", "o"),
+                                          CompleteOp("k", 1, large)}))
+                  .ok());
+  std::vector<LogOp> ops = {BeginOp("fresh", "o")};
+  for (int i = 0; i < 100; ++i) ops.push_back(BeginOp("k", "x"));
+  ops.push_back(GetOp("k"));
+  CountingGate gate(2);
+  absl::StatusOr<AppliedEntry> applied =
+      state->Apply(2, Entry(2000, ops), &gate);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  ASSERT_EQ(applied->answers.size(), ops.size());
+  for (size_t i = 1; i <= 100; ++i) {
+    if (i <= 2) {
+      const auto* d = std::get_if<BeginDecision>(&applied->answers[i]);
+      ASSERT_NE(d, nullptr) << i;
+      EXPECT_EQ(d->status, BeginStatus::kDuplicate);
+      EXPECT_EQ(d->record.result, large);
+    } else {
+      EXPECT_EQ(Describe(applied->answers[i]),
+                absl::UnavailableError("no room").ToString())
+          << i;
+    }
+  }
+  std::vector<size_t> duplicates;
+  for (size_t i = 1; i <= 100; ++i) duplicates.push_back(i);
+  EXPECT_EQ(gate.asked_, duplicates);
+  // A Get is answered whole (one caller, one result).
+  const auto* got = std::get_if<std::optional<Record>>(&applied->answers[101]);
+  ASSERT_NE(got, nullptr);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->result, large);
+  EXPECT_EQ(state->result_bytes_answered(), 3 * large.size());
+}
+
 // Lease statistics come from memory (seeded by a scan after each open), so
 // waits here are for that scan, bounded.
 StoreStats SeededStats(ReplicatedState& state) {
