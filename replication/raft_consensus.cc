@@ -238,6 +238,9 @@ class RaftConsensus : public Consensus {
     if (plane == nullptr) {
       PeerPlaneOptions plane_options;
       plane_options.listen_address = options_.raft_address;
+      // A lagging follower gets its whole backlog in one message.
+      plane_options.frame_limits.max_message_bytes =
+          options_.log_budget_bytes + (64 << 20);
       absl::StatusOr<std::shared_ptr<PeerPlane>> created =
           PeerPlane::Create(std::move(plane_options));
       if (!created.ok()) return created.status();

@@ -249,8 +249,8 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   if (absl::Status s = MembershipFromFlags(id, store); !s.ok()) return s;
   store.raft.dir = (std::filesystem::path(single.path) / "raft").string();
   if (absl::Status s = RaftTuningFromFlags(store.raft); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<PeerPlane>> plane =
-      PeerPlaneFromFlags(security, store.raft.raft_address, auth);
+  absl::StatusOr<std::shared_ptr<PeerPlane>> plane = PeerPlaneFromFlags(
+      security, store.raft.raft_address, store.raft.log_budget_bytes, auth);
   if (!plane.ok()) return plane.status();
   store.raft.peer_plane = *std::move(plane);
   store.node_id = id;

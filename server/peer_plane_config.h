@@ -15,16 +15,17 @@
 namespace dedup {
 
 // A plane listening (once Listen is called) on `raft_address` (an IPv4
-// literal). With TLS on (--tls_cert_file) peers must present a certificate
-// signed by the peer CA (--peer_tls_ca_file, default --tls_client_ca_file)
-// and are verified against it; with tenants on, their hello must carry a
-// token of a tenant with the operator role (--peer_token_file is this
-// node's). Plaintext only with no TLS and a loopback raft address, or
-// --insecure. `auth` is not owned: the plane must be stopped before it goes.
-// INVALID_ARGUMENT naming the flag.
+// literal). With TLS on (--tls_cert_file, or --peer_tls_cert_file alone)
+// peers must present a certificate signed by the peer CA
+// (--peer_tls_ca_file, default --tls_client_ca_file) and are verified
+// against it; with tenants on, their hello must carry a token of a tenant
+// with the operator role (--peer_token_file is this node's). Plaintext only
+// with no TLS and a loopback raft address, or --insecure. `auth` is not owned: the plane must be stopped before it goes.
+// `log_budget_bytes` is the Raft log's byte budget: the message limit must
+// exceed it (see FrameLimits). INVALID_ARGUMENT naming the flag.
 [[nodiscard]] absl::StatusOr<std::shared_ptr<PeerPlane>> PeerPlaneFromFlags(
     const SecurityConfig& security, const std::string& raft_address,
-    const Authorizer* auth);
+    uint64_t log_budget_bytes, const Authorizer* auth);
 
 }  // namespace dedup
 

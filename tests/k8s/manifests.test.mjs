@@ -390,6 +390,9 @@ describe(`deploy/k8s (${manifestDir})`, () => {
         `--health_address=0.0.0.0:${HEALTH_PORT}`,
         '--data_dir=/var/lib/dedup/data',
         '--shutdown_grace_ms=10000',
+        '--peer_tls_cert_file=/etc/dedup/peer-tls/tls.crt',
+        '--peer_tls_key_file=/etc/dedup/peer-tls/tls.key',
+        '--peer_tls_ca_file=/etc/dedup/peer-tls/ca.crt',
         '--insecure',
       ]);
     }
@@ -408,6 +411,20 @@ describe(`deploy/k8s (${manifestDir})`, () => {
     assert.equal(flagsOf(0).at(-1), '--join');
     assert.equal(flagsOf(2).at(-1), '--join');
     assert.ok(!flagsOf(0).includes('--recover_as_sole_voter'));
+  });
+
+  test('members talk mTLS with the files of a mounted Secret', () => {
+    const set = statefulSet();
+    const dedupd = dedupdContainer(set);
+    const { args } = runStartCommand(dedupd.command, containerEnv(dedupd, `${set.metadata.name}-0`));
+    const peerFiles = args.filter((a) => /^--peer_tls_(cert|key|ca)_file=/.test(a)).map((a) => a.split('=')[1]);
+    assert.equal(peerFiles.length, 3, args.join(' '));
+    const secretVolumes = new Set((set.spec.template.spec.volumes ?? []).filter((v) => v.secret).map((v) => v.name));
+    for (const file of peerFiles) {
+      const mount = (dedupd.volumeMounts ?? []).find((m) => file.startsWith(`${m.mountPath}/`));
+      assert.ok(mount && secretVolumes.has(mount.name), `${file} is not on a mounted Secret`);
+      assert.equal(mount.readOnly, true, `${mount.name} is writable`);
+    }
   });
 
   test('the start command refuses a pod name without an ordinal', () => {
