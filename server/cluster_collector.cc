@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/collectors.h"
 
 namespace dedup {
 namespace {
@@ -14,17 +15,9 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-MetricFamily Family(std::string name, std::string help, MetricType type) {
-  MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  return family;
-}
-
 MetricFamily One(std::string name, std::string help, MetricType type,
                  double value) {
-  MetricFamily family = Family(std::move(name), std::move(help), type);
+  MetricFamily family = NewFamily(std::move(name), std::move(help), type);
   ClientMetric metric;
   if (type == MetricType::Counter) {
     metric.counter.value = value;
@@ -52,8 +45,8 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
   std::vector<MetricFamily> out;
 
   MetricFamily role =
-      Family("dedup_raft_role", "1 for this node's current Raft role",
-             MetricType::Gauge);
+      NewFamily("dedup_raft_role", "1 for this node's current Raft role",
+                MetricType::Gauge);
   for (Role r :
        {Role::kLeader, Role::kFollower, Role::kCandidate, Role::kUnavailable}) {
     ClientMetric metric;
@@ -76,7 +69,7 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
   out.push_back(Counter("dedup_raft_leader_changes_total",
                         "Leader changes seen by this node", c.leader_changes));
 
-  MetricFamily lag = Family(
+  MetricFamily lag = NewFamily(
       "dedup_raft_follower_lag_entries",
       "Leader only: entries each other member is behind the leader's log",
       MetricType::Gauge);
@@ -132,10 +125,10 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
                         n.snapshots_sent));
 
   MetricFamily leaderless =
-      Family("dedup_raft_leaderless_seconds",
-             "Spells this node went without a known leader (failover time "
-             "as this node saw it)",
-             MetricType::Histogram);
+      NewFamily("dedup_raft_leaderless_seconds",
+                "Spells this node went without a known leader (failover time "
+                "as this node saw it)",
+                MetricType::Histogram);
   ClientMetric histogram;
   uint64_t cumulative = 0;
   for (size_t i = 0; i < n.leaderless_buckets.size(); ++i) {

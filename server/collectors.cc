@@ -9,6 +9,15 @@
 #include <utility>
 
 namespace dedup {
+
+prometheus::MetricFamily NewFamily(std::string name, std::string help,
+                                   prometheus::MetricType type) {
+  prometheus::MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = type;
+  return family;
+}
 namespace {
 
 prometheus::MetricFamily Single(std::string name, std::string help,

@@ -11,6 +11,10 @@
 
 namespace dedup {
 
+// An empty family of scrape-time metrics, for the collectors to fill.
+prometheus::MetricFamily NewFamily(std::string name, std::string help,
+                                   prometheus::MetricType type);
+
 // Exposes the store's gauges (records, leases, RocksDB sizes) and the
 // compaction filter's drop counter, read from Store::Stats() at scrape time.
 // Does not own `store`, which must outlive it.

@@ -3,20 +3,14 @@
 #include <string>
 #include <utility>
 
+#include "server/collectors.h"
+
 namespace dedup {
 namespace {
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
-
-MetricFamily Family(std::string name, std::string help, MetricType type) {
-  MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  return family;
-}
 
 void AddLabelled(MetricFamily& family, const char* label, const char* value,
                  double count) {
@@ -32,17 +26,17 @@ std::vector<MetricFamily> PeerCollector::Collect() const {
   const PeerMetrics& m = plane_->metrics();
   std::vector<MetricFamily> out;
   MetricFamily handshakes =
-      Family("dedup_peer_handshakes_total",
-             "Inbound Raft peer connections by how their TLS handshake and "
-             "hello ended",
-             MetricType::Counter);
+      NewFamily("dedup_peer_handshakes_total",
+                "Inbound Raft peer connections by how their TLS handshake and "
+                "hello ended",
+                MetricType::Counter);
   for (int i = 0; i < kHandshakeResults; ++i) {
     AddLabelled(handshakes, "result",
                 HandshakeResultName(static_cast<HandshakeResult>(i)),
                 static_cast<double>(m.handshakes[i].load()));
   }
   out.push_back(std::move(handshakes));
-  MetricFamily rejected = Family(
+  MetricFamily rejected = NewFamily(
       "dedup_peer_frames_rejected_total",
       "Raft messages from authenticated peers refused before libraft read "
       "them (the connection is closed)",
@@ -54,9 +48,9 @@ std::vector<MetricFamily> PeerCollector::Collect() const {
   }
   out.push_back(std::move(rejected));
   MetricFamily connections =
-      Family("dedup_peer_connections",
-             "Raft peer connections open now (inbound and outbound)",
-             MetricType::Gauge);
+      NewFamily("dedup_peer_connections",
+                "Raft peer connections open now (inbound and outbound)",
+                MetricType::Gauge);
   ClientMetric metric;
   metric.gauge.value = static_cast<double>(m.connections.load());
   connections.metric.push_back(std::move(metric));
