@@ -20,9 +20,10 @@ namespace dedup {
 // (--peer_tls_ca_file, default --tls_client_ca_file) and are verified
 // against it; with tenants on, their hello must carry a token of a tenant
 // with the operator role (--peer_token_file is this node's). Plaintext only
-// with no TLS and a loopback raft address, or --insecure. `auth` is not owned: the plane must be stopped before it goes.
-// `log_budget_bytes` is the Raft log's byte budget: the message limit must
-// exceed it (see FrameLimits). INVALID_ARGUMENT naming the flag.
+// with no TLS and a loopback raft address, or --insecure. `auth` is not owned:
+// the plane must be stopped before it goes. `log_budget_bytes` is the Raft
+// log's byte budget: the message limit must exceed it (see FrameLimits).
+// INVALID_ARGUMENT naming the flag.
 [[nodiscard]] absl::StatusOr<std::shared_ptr<PeerPlane>> PeerPlaneFromFlags(
     const SecurityConfig& security, const std::string& raft_address,
     uint64_t log_budget_bytes, const Authorizer* auth);
