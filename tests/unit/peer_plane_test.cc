@@ -46,8 +46,8 @@ class Inbox {
   }
   std::optional<Delivered> Wait(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
-    auto some = [this] { return !got_.empty(); };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&some), timeout)) {
+    if (!mu_.AwaitWithTimeout(absl::Condition(this, &Inbox::HasSome),
+                              timeout)) {
       return std::nullopt;
     }
     Delivered d = got_.front();
@@ -56,6 +56,10 @@ class Inbox {
   }
 
  private:
+  bool HasSome() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !got_.empty();
+  }
+
   absl::Mutex mu_;
   std::vector<Delivered> got_ ABSL_GUARDED_BY(mu_);
 };
@@ -71,12 +75,16 @@ class DialResult {
   }
   int Wait() {
     absl::MutexLock lock(&mu_);
-    auto set = [this] { return fd_.has_value(); };
-    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&set), absl::Seconds(10)));
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(this, &DialResult::IsSet),
+                                     absl::Seconds(10)));
     return fd_.value_or(-2);
   }
 
  private:
+  bool IsSet() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return fd_.has_value();
+  }
+
   absl::Mutex mu_;
   std::optional<int> fd_ ABSL_GUARDED_BY(mu_);
 };
