@@ -128,6 +128,25 @@ class ClusterTest : public ::testing::Test {
   }
 
   // Every key answers DUPLICATE with its result when asked through `via`.
+  // Begins and Completes `key` with `result` through node `via` (following
+  // the leader); true once both were acknowledged.
+  bool StoreResult(int via, const std::string& key, const std::string& result) {
+    v1::BeginResponse begun;
+    grpc::Status s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Begin,
+                          BeginOf(key, "w"), &begun);
+    if (!s.ok() || begun.status() != v1::BeginResponse::STARTED) return false;
+    v1::CompleteRequest complete;
+    complete.set_namespace_("cluster");
+    complete.set_key(key);
+    complete.set_fence(begun.fence());
+    complete.set_outcome(v1::SUCCESS);
+    complete.set_result(result);
+    v1::CompleteResponse completed;
+    s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Complete, complete,
+             &completed);
+    return s.ok() && completed.status() == v1::CompleteResponse::OK;
+  }
+
   void ExpectDuplicates(
       int via,
       const std::map<std::string, std::pair<uint64_t, std::string>>& keys) {

@@ -56,22 +56,7 @@ class ReadAmplificationTest : public ClusterTest {
  protected:
   // Begins and Completes `key` with `result`, through the leader.
   void Store(const std::string& key, const std::string& result) {
-    v1::BeginResponse begun;
-    grpc::Status s = Call(cluster_.client_address(leader_),
-                          &v1::Dedup::Stub::Begin, BeginOf(key, "w"), &begun);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    ASSERT_EQ(begun.status(), v1::BeginResponse::STARTED);
-    v1::CompleteRequest complete;
-    complete.set_namespace_("cluster");
-    complete.set_key(key);
-    complete.set_fence(begun.fence());
-    complete.set_outcome(v1::SUCCESS);
-    complete.set_result(result);
-    v1::CompleteResponse completed;
-    s = Call(cluster_.client_address(leader_), &v1::Dedup::Stub::Complete,
-             complete, &completed);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    ASSERT_EQ(completed.status(), v1::CompleteResponse::OK);
+    ASSERT_TRUE(StoreResult(leader_, key, result)) << key;
   }
 
   // Waits until every node has applied what the leader has now (writes may

@@ -43,25 +43,6 @@ class SnapshotFailoverTest : public ClusterTest {
     return out;
   }
 
-  // Begins and Completes one key with `result` through whichever node
-  // leads (starting at `via`); true once both were acknowledged.
-  bool Write(int via, const std::string& key, const std::string& result) {
-    v1::BeginResponse begun;
-    grpc::Status s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Begin,
-                          BeginOf(key, "w"), &begun);
-    if (!s.ok() || begun.status() != v1::BeginResponse::STARTED) return false;
-    v1::CompleteRequest complete;
-    complete.set_namespace_("cluster");
-    complete.set_key(key);
-    complete.set_fence(begun.fence());
-    complete.set_outcome(v1::SUCCESS);
-    complete.set_result(result);
-    v1::CompleteResponse completed;
-    s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Complete, complete,
-             &completed);
-    return s.ok() && completed.status() == v1::CompleteResponse::OK;
-  }
-
   static uint64_t DirBytes(const std::string& dir) {
     uint64_t total = 0;
     std::error_code ec;
@@ -84,12 +65,12 @@ TEST_F(SnapshotFailoverTest, LeaderStoppedMidTransferIsReplacedAtOnce) {
   const int follower = leader_ == 3 ? 2 : 3;
   const int other = 6 - leader_ - follower;
   std::mt19937_64 rng(27);
-  ASSERT_TRUE(Write(leader_, "before", "small"));
+  ASSERT_TRUE(StoreResult(leader_, "before", "small"));
   ASSERT_TRUE(cluster_.Stop(follower).ok());
   const auto start_writes = Clock::now();
   for (int i = 0; i < kLargeKeys; ++i) {
-    ASSERT_TRUE(Write(leader_, absl::StrCat("large", i),
-                      RandomBytes(rng, kResultBytes)))
+    ASSERT_TRUE(StoreResult(leader_, absl::StrCat("large", i),
+                            RandomBytes(rng, kResultBytes)))
         << i;
   }
   const uint64_t state_bytes = DirBytes(cluster_.data_dir(leader_) + "/state");
@@ -141,7 +122,7 @@ TEST_F(SnapshotFailoverTest, LeaderStoppedMidTransferIsReplacedAtOnce) {
   // that still runs).
   bool wrote = false;
   while (!wrote && Clock::now() - cut < std::chrono::seconds(60)) {
-    wrote = Write(static_cast<int>(elected), "after-cut", "written");
+    wrote = StoreResult(static_cast<int>(elected), "after-cut", "written");
   }
   std::cerr << "first write after the cut acknowledged after "
             << std::chrono::duration<double>(Clock::now() - cut).count()
@@ -155,7 +136,8 @@ TEST_F(SnapshotFailoverTest, LeaderStoppedMidTransferIsReplacedAtOnce) {
       << cluster_.process(follower)->captured_stderr();
 
   std::move(resume).Invoke();
-  ASSERT_TRUE(Write(static_cast<int>(elected), "after-resume", "written"));
+  ASSERT_TRUE(
+      StoreResult(static_cast<int>(elected), "after-resume", "written"));
   ExpectIdenticalReplicas();
   absl::StatusOr<v1::DigestResponse> digest = cluster_.Digest(follower);
   ASSERT_TRUE(digest.ok()) << digest.status();
