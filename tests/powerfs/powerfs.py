@@ -46,8 +46,9 @@ def _detach(mount: str) -> None:
 
 class PowerFs:
     def __init__(self, binary: str, backing: str, mount: str,
-                 log_path: str) -> None:
+                 log_path: str, lying_sync: bool = False) -> None:
         self.binary = binary
+        self.lying_sync = lying_sync
         self.backing = backing
         self.mount = mount
         self.log_path = log_path
@@ -71,7 +72,8 @@ class PowerFs:
             self.proc = subprocess.Popen(
                 ["setpriv", "--pdeathsig", "KILL", self.binary,
                  "--backing", self.backing, "--mount", self.mount,
-                 "--log", self.log_path],
+                 "--log", self.log_path,
+                 *(["--lying_sync"] if self.lying_sync else [])],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
         deadline = time.monotonic() + timeout_s
         while not os.path.ismount(self.mount):
