@@ -3,14 +3,24 @@
 
 Node N serves clients on 10.77.S.N:50051 and Raft on 10.77.S.N:7001 (each
 namespace has its own ports, so the numbers never collide), keeps its data in
-<run dir>/nN, appends its stderr to <run dir>/nN.log across restarts and
-writes its ready file to <run dir>/nN.ready.json.
+<run dir>/nN (--data_dir: RocksDB in state/, libraft's log and snapshots in
+raft/), appends its stderr to <run dir>/nN.log across restarts and writes its
+ready file to <run dir>/nN.ready.json. With power loss on (power.py), <run
+dir>/nN is a powerfs mount of <run dir>/nN.backing, mounted before the node
+starts.
 
 Each node runs as `ip netns exec NS dedupd ...`, which execs dedupd, under
 history.process's setpriv and prlimit: the Popen PID is dedupd's, and the
 node dies with this runner even when the runner is killed with SIGKILL.
 Nodes must therefore be started from the main thread (the death signal
 follows the thread that forked).
+
+`ip netns exec` also gives the node a mount namespace of its own: a copy of
+the root one when the node starts (the root mount is private here, so
+nothing propagates either way afterwards). A powerfs mount made before the
+start is therefore what the node sees; after a power cut the node keeps the
+dead mount (ENOTCONN) until it is killed, and the next start sees the new
+mount.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ RAFT_PORT = 7001
 
 class Node(DedupdProcess):
     def __init__(self, node_id: int, topology, run_dir: str, dedupd: str,
-                 peers: str, extra_flags: list[str]) -> None:
+                 peers: str, extra_flags: list[str], power=None) -> None:
         # The working directory: where a crash leaves its core file (with
         # the usual core_pattern "core").
         super().__init__(f"node {node_id}", dedupd,
@@ -45,6 +55,11 @@ class Node(DedupdProcess):
         self.ip = topology.ip(node_id)
         self.client_address = f"{self.ip}:{CLIENT_PORT}"
         self.peers = peers
+        # A PowerFs mounted at data_dir (power.py), or None.
+        self.power = power
+        # Fsync data_dir once the node serves (--sync-data-dir: stands in for
+        # a dedupd that makes its raft/ and state/ names durable itself).
+        self.sync_data_dir = False
         self._channel = grpc.insecure_channel(
             self.client_address,
             options=[("grpc.initial_reconnect_backoff_ms", 100),
@@ -67,7 +82,15 @@ class Node(DedupdProcess):
                 *self.extra_flags]
 
     def start(self, timeout_s: float = 30.0) -> dict:
+        if self.power is not None and not self.power.running:
+            self.power.start()  # power back on: mount what survived
         ready = super().start(timeout_s)
+        if self.power is not None and self.sync_data_dir:
+            fd = os.open(self.data_dir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         if ready["address"] != self.client_address:
             raise NodeFailure(f"node {self.id} serves on {ready['address']}, "
                               f"not {self.client_address}")
@@ -94,13 +117,20 @@ class Node(DedupdProcess):
 
 class Cluster:
     def __init__(self, topology, run_dir: str, dedupd: str,
-                 extra_flags: Optional[list[str]] = None) -> None:
+                 extra_flags: Optional[list[str]] = None,
+                 make_power=None) -> None:
+        """make_power(node_id, data_dir): the PowerFs to mount at the node's
+        data dir, or None (no power loss)."""
         ids = range(1, topology.nodes + 1)
         peers = ",".join(
             f"{n}={topology.ip(n)}:{RAFT_PORT}={topology.ip(n)}:{CLIENT_PORT}"
             for n in ids)
-        self.nodes = {n: Node(n, topology, run_dir, dedupd, peers, extra_flags or [])
-                      for n in ids}
+        self.nodes = {}
+        for n in ids:
+            data_dir = os.path.join(run_dir, f"n{n}")
+            power = make_power(n, data_dir) if make_power is not None else None
+            self.nodes[n] = Node(n, topology, run_dir, dedupd, peers,
+                                 extra_flags or [], power)
         self.topology = topology
 
     @property
@@ -112,7 +142,8 @@ class Cluster:
             node.start()
 
     def stop_all(self) -> None:
-        """SIGKILL every node (cleanup); never raises."""
+        """SIGKILL every node, then unmount its powerfs cleanly (cleanup);
+        never raises."""
         for node in self.nodes.values():
             try:
                 if node.running:
@@ -120,6 +151,22 @@ class Cluster:
             except Exception:  # noqa: BLE001 - cleanup goes on
                 pass
             node.close()
+        for node in self.nodes.values():
+            if node.power is None:
+                continue
+            try:
+                node.power.stop()
+            except Exception:  # noqa: BLE001 - cleanup goes on
+                try:
+                    node.power.kill()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    @property
+    def mounted(self) -> list[str]:
+        """The nodes' data dirs still mounted (none after stop_all)."""
+        return [n.data_dir for n in self.nodes.values()
+                if n.power is not None and os.path.ismount(n.data_dir)]
 
     def leader(self) -> Optional[int]:
         """The node that reports itself leader in the highest term among the

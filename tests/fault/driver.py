@@ -13,6 +13,9 @@ Kinds (the schedule shuffles each round of all seven):
   oneway_partition    drop what the peers send to a random node (it can
                       still send to them) for 2-4 s
 
+With --power-loss, power.py adds power_one, power_all, power_snapshot and
+power_truncate (a node, or all three, lose every write they had not synced).
+
 Clients keep running throughout and reach every node, isolated or not.
 After each fault the driver waits for an acknowledged write invoked after
 the fault (liveness: a group that never recovers fails the run). A fault's
@@ -32,9 +35,11 @@ from typing import Optional
 
 from cluster import Cluster
 from history.client import History, is_write_ack
+from power import POWER_KINDS
 
 KINDS = ["leader_kill", "leader_stop", "follower_kill", "node_term",
          "leader_partition", "follower_partition", "oneway_partition"]
+ALL_KINDS = KINDS + POWER_KINDS
 # Kinds whose failover is the acceptance figure (p99 < 2 s), and the other
 # leader-affecting ones reported beside it.
 LEADER_KINDS = ["leader_kill", "leader_stop"]
@@ -78,6 +83,8 @@ class Driver:
         self.hold_scale = hold_scale
         self.log = log
         self.faults: list[dict] = []
+        # power.PowerFaults when the nodes' data dirs are powerfs mounts.
+        self.power = None
 
     def _hold(self, lo: float, hi: float, fault: Optional[dict] = None) -> float:
         """Sleeps for a random hold; with `fault`, meanwhile watches the
@@ -161,6 +168,10 @@ class Driver:
                                            else (3.0, 5.0)),
                                          fault if target == leader else None)
             self.topology.heal(target)
+        elif kind in POWER_KINDS:
+            if self.power is None:
+                raise ValueError(f"{kind} needs --power-loss")
+            self.power.run(kind, fault, leader, followers)
         else:
             raise ValueError(kind)
         fault["was_leader"] = fault["node"] == leader
@@ -177,11 +188,31 @@ class Driver:
         fault["first_write_s"] = None if w is None else w["t_done"] - fault["t_inject"]
         self.faults.append(fault)
         role = "leader" if fault["was_leader"] else "follower"
+        who = "all nodes" if kind == "power_all" else f"node {fault['node']} ({role})"
         fw = fault["first_write_s"]
-        self.log(f"fault {n}/{total} {kind:<18} node {fault['node']} ({role}) "
+        self.log(f"fault {n}/{total} {kind:<18} {who} "
                  f"held {fault['held_s']:.1f} s; first write after "
-                 f"{'-' if fw is None else f'{fw:.2f} s'}")
+                 f"{'-' if fw is None else f'{fw:.2f} s'}{power_note(fault)}")
         return fault
+
+
+def power_note(fault: dict) -> str:
+    """What a power fault's cuts dropped, for its log line."""
+    cuts = fault.get("cuts")
+    if not cuts:
+        return ""
+    parts = []
+    for c in cuts:
+        r = c["report"]
+        parts.append(f"n{c['node']} {r.get('bytes_lost', 0)} B, "
+                     f"{r.get('names_restored', 0)}+{r.get('names_removed', 0)} names"
+                     + ("" if c.get("exit") in (None, -signal.SIGKILL)
+                        else f", exited {c['exit']}"))
+    note = "; cut lost " + " / ".join(parts)
+    for key in ("mode", "suffix"):
+        if key in fault:
+            note += f"; {key} {fault[key]}"
+    return note
 
 
 def percentile(xs: list[float], q: float) -> Optional[float]:
@@ -202,7 +233,7 @@ def failover_figures(faults: list[dict], ops: list[dict]) -> dict:
     missing: dict[str, int] = {}
     for f in faults:
         name = f["kind"]
-        if name in ("oneway_partition", "node_term"):
+        if name in ("oneway_partition", "node_term", "power_one"):
             name += "_leader" if f["was_leader"] else "_follower"
         best = None
         for o in writes[bisect.bisect_left(starts, f["t_inject"]):]:
@@ -218,7 +249,8 @@ def failover_figures(faults: list[dict], ops: list[dict]) -> dict:
     elections: dict[str, list[float]] = {}
     for f in faults:
         if "t_elected" in f:
-            name = f["kind"] + ("_leader" if f["kind"] in ("oneway_partition", "node_term")
+            name = f["kind"] + ("_leader" if f["kind"] in ("oneway_partition", "node_term",
+                                                            "power_one")
                                 else "")
             elections.setdefault(name, []).append(f["t_elected"] - f["t_inject"])
     for name in sorted(set(groups) | set(missing)):

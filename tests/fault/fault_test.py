@@ -12,6 +12,12 @@ its own, a group that does not recover); 77 when this machine cannot run it
     sudo /usr/bin/python3 tests/fault/fault_test.py --dedupd build/server/dedupd \
         [--faults 200] [--seed N] [--gen DIR] [--keep] [--summary FILE]
 
+With --power-loss each node's data dir is a powerfs mount (tests/powerfs,
+--powerfs or $POWERFS) and the power kinds of power.py run (by default only
+they); with --lying-sync fsync makes nothing durable, so power_all loses
+acknowledged writes, and --expect-violations makes such a sabotaged run
+pass only if the checker sees the loss.
+
 Failover (time from a fault to the first answered write invoked after it)
 is printed per kind and written to the JSON summary; it is reported, not
 asserted (timings on a shared 2-core CI machine are noisy). The run's
@@ -57,7 +63,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kinds", default=None,
                    help="comma-separated fault kinds to use (default: all of "
                    "leader_kill, leader_stop, follower_kill, node_term, "
-                   "leader_partition, follower_partition, oneway_partition)")
+                   "leader_partition, follower_partition, oneway_partition; "
+                   "with --power-loss: power_one, power_all, power_snapshot, "
+                   "power_truncate)")
+    p.add_argument("--power-loss", action="store_true",
+                   help="each node's data dir on a powerfs mount; enables the "
+                   "power_* kinds")
+    p.add_argument("--powerfs", default=os.environ.get("POWERFS"),
+                   help="the powerfs binary (default: $POWERFS)")
+    p.add_argument("--lying-sync", action="store_true",
+                   help="powerfs --lying_sync: fsync makes nothing durable "
+                   "(a sabotaged run: use with --expect-violations)")
+    p.add_argument("--expect-violations", action="store_true",
+                   help="succeed only if the checker finds violations")
+    p.add_argument("--sync-data-dir", action="store_true",
+                   help="with --power-loss: fsync each node's data dir once it "
+                   "serves, standing in for a dedupd that makes raft/ and state/ "
+                   "durable itself (without it, a cut that loses them fails the run)")
+    p.add_argument("--snapshot-threshold", type=int, default=128,
+                   help="with --power-loss: the nodes' --snapshot_threshold")
+    p.add_argument("--snapshot-trailing", type=int, default=256,
+                   help="with --power-loss: the nodes' --snapshot_trailing")
     p.add_argument("--hold-scale", type=float, default=1.0,
                    help="multiplies how long each fault lasts")
     p.add_argument("--gen", help="directory of generated dedup/v1 Python stubs "
@@ -88,6 +114,20 @@ def main(argv: list[str]) -> int:
     except netns.NetnsUnavailable as e:
         print(f"fault test SKIPPED: {e}", file=sys.stderr)
         return SKIP
+    import power  # noqa: E402 - needs no stubs
+    powerfs = None
+    if args.power_loss:
+        if not args.powerfs or not os.access(args.powerfs, os.X_OK):
+            print(f"fault test: no powerfs binary (--powerfs or $POWERFS): "
+                  f"{args.powerfs}", file=sys.stderr)
+            return 2
+        args.powerfs = os.path.abspath(args.powerfs)
+        powerfs = power.load_powerfs()
+        why = powerfs.available()
+        if why is not None:
+            print(f"fault test SKIPPED: powerfs cannot run here: {why}",
+                  file=sys.stderr)
+            return SKIP
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="dedup-fault-")
@@ -103,10 +143,16 @@ def main(argv: list[str]) -> int:
     from history.process import NodeFailure  # noqa: E402
     from history.workload import NAMESPACE, KeyPool, Worker  # noqa: E402
 
-    kinds = args.kinds.split(",") if args.kinds else driver.KINDS
-    if set(kinds) - set(driver.KINDS):
-        print(f"fault test: unknown fault kinds {sorted(set(kinds) - set(driver.KINDS))}; "
-              f"known: {','.join(driver.KINDS)}", file=sys.stderr)
+    default_kinds = power.POWER_KINDS if args.power_loss else driver.KINDS
+    kinds = args.kinds.split(",") if args.kinds else default_kinds
+    bad = None
+    if set(kinds) - set(driver.ALL_KINDS):
+        bad = (f"unknown fault kinds {sorted(set(kinds) - set(driver.ALL_KINDS))}; "
+               f"known: {','.join(driver.ALL_KINDS)}")
+    elif not args.power_loss and set(kinds) & set(power.POWER_KINDS):
+        bad = "the power_* kinds need --power-loss"
+    if bad:
+        print(f"fault test: {bad}", file=sys.stderr)
         if not args.run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
         return 2
@@ -118,7 +164,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     log(f"seed {seed}, {args.faults} faults, {args.workers} workers, run dir {run_dir}")
-    removed = netns.remove_stale()
+    removed = netns.remove_stale() + power.remove_stale_mounts()
     if removed:
         log(f"removed leftovers of dead runs: {' '.join(removed)}")
     rng = random.Random(seed)
@@ -130,15 +176,40 @@ def main(argv: list[str]) -> int:
     history = History()
     failure = None
     final: dict = {"digests": {}}
-    summary: dict = {"seed": seed, "faults_requested": args.faults}
+    summary: dict = {"seed": seed, "faults_requested": args.faults, "kinds": kinds,
+                     "power_loss": args.power_loss, "lying_sync": args.lying_sync,
+                     "sync_data_dir": args.sync_data_dir}
     started = time.monotonic()
     try:
         topology.setup()
         log(f"namespaces {' '.join(topology.namespaces)} (switch {topology.switch}) "
             f"on 10.77.{topology.subnet}.0/24")
-        cluster = Cluster(topology, run_dir, args.dedupd, args.node_flag)
+        node_flags = list(args.node_flag)
+        make_power = None
+        if args.power_loss:
+            # The snapshot flags first: a --node-flag may override them.
+            node_flags = power.node_flags(args.snapshot_threshold,
+                                          args.snapshot_trailing) + node_flags
+
+            def make_power(n: int, data_dir: str):
+                return powerfs.PowerFs(
+                    args.powerfs, backing=os.path.join(run_dir, f"n{n}.backing"),
+                    mount=data_dir, log_path=os.path.join(run_dir, f"n{n}.powerfs.log"),
+                    lying_sync=args.lying_sync)
+            log(f"power loss: data dirs on powerfs ({args.powerfs}"
+                f"{', lying sync' if args.lying_sync else ''}"
+                f"{', data dirs fsynced by the test' if args.sync_data_dir else ''}), "
+                f"snapshot threshold "
+                f"{args.snapshot_threshold}, trailing {args.snapshot_trailing}")
+        cluster = Cluster(topology, run_dir, args.dedupd, node_flags, make_power)
+        for node in cluster.nodes.values():
+            node.sync_data_dir = args.sync_data_dir
         cluster.start_all()
         drv = driver.Driver(cluster, history, rng, args.hold_scale, log)
+        if args.power_loss:
+            drv.power = power.PowerFaults(drv, args.snapshot_threshold,
+                                          args.snapshot_trailing,
+                                          check_dirs=not args.lying_sync)
         drv.settle("after start", timeout_s=60)
         pool = KeyPool(rng, args.keys)
         workers = [Worker(f"w{i}", cluster.addresses, history, pool, rng.randrange(1 << 62),
@@ -250,13 +321,14 @@ def main(argv: list[str]) -> int:
     st = checker.stats(ops)
     faults = drv.faults if drv is not None else []
     figures = driver.failover_figures(faults, ops)
+    power_summary = power.summarize(faults) if args.power_loss else None
     summary.update({
         "faults": len(faults),
         "wall_s": round(time.monotonic() - started, 1),
         "operations": st["operations"], "unknown": st.get("unknown", 0),
         "failed_definitely": st.get("fail", 0), "keys": st["keys"],
         "violations": len(violations), "failure": failure,
-        "failover": figures, "stats": st,
+        "failover": figures, "stats": st, "power": power_summary,
         "fault_log": faults,
         "violation_list": violations.items[:200],
         "run_dir": run_dir})
@@ -286,10 +358,25 @@ def main(argv: list[str]) -> int:
         met = "met" if lead["p99_s"] < lead["target_p99_s"] else "NOT met (reported, not asserted)"
         log(f"failover after a leader's SIGKILL/SIGSTOP: p99 {lead['p99_s']:.2f} s over "
             f"{lead['count']} faults, target < {lead['target_p99_s']:.0f} s: {met}")
+    if power_summary is not None:
+        for line in power.coverage_lines(power_summary):
+            log(line)
     if violations:
-        print(violations.render(limit=100), flush=True)
+        print(violations.render(limit=30 if args.expect_violations else 100), flush=True)
     if failure:
         log(f"FAILURE: {failure}")
+    if args.expect_violations:
+        if failure is None and violations:
+            log(f"{len(violations)} violations, expected some: detected, as expected")
+            if args.keep or args.run_dir or cluster_mounted(cluster):
+                log(f"run directory kept: {run_dir}")
+            else:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            return 0
+        log(f"{len(violations)} violations, expected some: FAILED to detect"
+            f"{'' if failure is None else ' (the run failed)'}; "
+            f"run directory kept: {run_dir}")
+        return 1
     if violations or failure:
         if cluster is not None:
             for node in cluster.nodes.values():
@@ -302,11 +389,20 @@ def main(argv: list[str]) -> int:
         log(f"{len(violations)} violations; run directory kept: {run_dir}")
         return 1
     log("0 violations")
-    if args.keep or args.run_dir:
+    if args.keep or args.run_dir or cluster_mounted(cluster):
         log(f"run directory kept: {run_dir}")
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
     return 0
+
+
+def cluster_mounted(cluster) -> bool:
+    """True (and says so) if a node's powerfs is still mounted: removing
+    the run directory would then reach through the mount."""
+    left = cluster.mounted if cluster is not None else []
+    if left:
+        log(f"still mounted, not removing the run directory: {' '.join(left)}")
+    return bool(left)
 
 
 if __name__ == "__main__":

@@ -247,7 +247,9 @@ class LeaderClient:
         elif why == "no_connection":
             self.avoid_until[target] = now + 0.5
             self.leader = (target + 1) % n
-            backoff = False
+            # Nobody to connect to (every node down, e.g. a whole group's
+            # power loss): back off rather than spin through failed calls.
+            backoff = all(t > now for t in self.avoid_until)
         elif why in ("deadline", "unavailable", "other"):
             self.avoid_until[target] = now + 1.5
             self.leader = (target + 1) % n
