@@ -80,6 +80,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="with --power-loss: fsync each node's data dir once it "
                    "serves, standing in for a dedupd that makes raft/ and state/ "
                    "durable itself (without it, a cut that loses them fails the run)")
+    p.add_argument("--continue-on-lost-dirs", action="store_true",
+                   help="with --power-loss: a cut that loses a node's raft/ or "
+                   "state/ is counted, not a failure (to see what follows)")
     p.add_argument("--snapshot-threshold", type=int, default=128,
                    help="with --power-loss: the nodes' --snapshot_threshold")
     p.add_argument("--snapshot-trailing", type=int, default=256,
@@ -209,7 +212,8 @@ def main(argv: list[str]) -> int:
         if args.power_loss:
             drv.power = power.PowerFaults(drv, args.snapshot_threshold,
                                           args.snapshot_trailing,
-                                          check_dirs=not args.lying_sync)
+                                          check_dirs=not (args.lying_sync or
+                                                          args.continue_on_lost_dirs))
         drv.settle("after start", timeout_s=60)
         pool = KeyPool(rng, args.keys)
         workers = [Worker(f"w{i}", cluster.addresses, history, pool, rng.randrange(1 << 62),
