@@ -171,6 +171,10 @@ class PowerFinding(RuntimeError):
     the backing directories as the cut left them)."""
 
 
+def _segment_names(names) -> set[str]:
+    return {f for f in names if f.startswith("open-") or _SEGMENT.match("raft/" + f)}
+
+
 def _segments(raft_dir: str) -> set[str]:
     """The Raft log's segment files (read through the mount)."""
     try:
@@ -192,10 +196,6 @@ _TRUNCATION_STAGES = {
     "tmp": lambda names, before: any(n.startswith("tmp-") for n in names),
     "rewritten": _rewritten,
 }
-
-
-def _segment_names(names) -> set[str]:
-    return {f for f in names if f.startswith("open-") or _SEGMENT.match("raft/" + f)}
 
 
 def _cores(cwd: str) -> set[str]:
