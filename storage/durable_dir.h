@@ -1,0 +1,26 @@
+// Creating directories so that they survive a power cut.
+//
+// mkdir makes a name in the parent directory, and a name is durable only once
+// the parent is fsynced; RocksDB and libraft sync the files they create in a
+// directory and the directory itself, never its parent. A data dir made at
+// a node's first start without this would vanish, with every acknowledged
+// write in it, if the power went off before the parent's entry reached the
+// disk by chance.
+//
+// Thread safety: none needed; callers own the paths.
+#ifndef DEDUP_STORAGE_DURABLE_DIR_H_
+#define DEDUP_STORAGE_DURABLE_DIR_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace dedup {
+
+// Like `mkdir -p path`, then fsyncs every directory it made and the parent
+// of each. OK when `path` already is a directory (nothing is synced then).
+[[nodiscard]] absl::Status CreateDirectoriesDurably(const std::string& path);
+
+}  // namespace dedup
+
+#endif  // DEDUP_STORAGE_DURABLE_DIR_H_
