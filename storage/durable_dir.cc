@@ -1,7 +1,9 @@
 #include "storage/durable_dir.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -40,7 +42,29 @@ absl::Status CreateDirectoriesDurably(const std::string& path) {
     if (absl::Status s = SyncPath(*it); !s.ok()) return s;
     if (absl::Status s = SyncPath(it->parent_path()); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  if (!missing.empty()) return absl::OkStatus();
+  if (absl::Status s = SyncPath(dir); !s.ok()) return s;
+  return SyncPath(dir.parent_path());
+}
+
+absl::Status ReplaceFileDurably(const std::string& path,
+                                const std::string& contents) {
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && ::write(fd, contents.data(), contents.size()) ==
+                           static_cast<ssize_t>(contents.size());
+  ok = ok && ::fsync(fd) == 0;
+  const int error = errno;
+  if (fd >= 0) ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int why = ok ? errno : error;
+    ::unlink(tmp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(why)));
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return SyncPath(dir.empty() ? "." : dir);
 }
 
 }  // namespace dedup

@@ -1,4 +1,4 @@
-// Creating directories so that they survive a power cut.
+// Creating directories and small files so that they survive a power cut.
 //
 // mkdir makes a name in the parent directory, and a name is durable only once
 // the parent is fsynced; RocksDB and libraft sync the files they create in a
@@ -18,8 +18,16 @@
 namespace dedup {
 
 // Like `mkdir -p path`, then fsyncs every directory it made and the parent
-// of each. OK when `path` already is a directory (nothing is synced then).
+// of each, and always `path` and its parent: a directory that already exists
+// may have been made by an earlier start, or by a tool, that never synced it.
 [[nodiscard]] absl::Status CreateDirectoriesDurably(const std::string& path);
+
+// Makes `path` hold `contents`, all or nothing, durably: a temporary file
+// beside it is written and fsynced, renamed over `path`, and the directory
+// fsynced. A crash or power cut leaves the old file or the new one, never an
+// empty or partial one, and never loses the name once this returns OK.
+[[nodiscard]] absl::Status ReplaceFileDurably(const std::string& path,
+                                              const std::string& contents);
 
 }  // namespace dedup
 

@@ -34,11 +34,32 @@ TEST_F(PowerFsTest, PlainlyCreatedDirectoriesVanishWithTheirFiles) {
   EXPECT_FALSE(std::filesystem::exists(M("data")));
 }
 
+TEST_F(PowerFsTest, AnExistingUnsyncedDirectoryIsMadeDurable) {
+  Mount();
+  std::filesystem::create_directories(M("data"));  // by a tool, never synced
+  ASSERT_TRUE(dedup::CreateDirectoriesDurably(M("data")).ok());
+  Write(M("data/CURRENT"), "MANIFEST-000001", /*sync=*/true);
+  SyncPath(M("data"));
+  Cycle();
+  EXPECT_EQ(ReadFile(M("data/CURRENT")), "MANIFEST-000001");
+}
+
 TEST_F(PowerFsTest, CreatingDirectoriesOverAFileFails) {
   Mount();
   Write(M("file"), "x", /*sync=*/false);
   EXPECT_FALSE(dedup::CreateDirectoriesDurably(M("file")).ok());
   EXPECT_FALSE(dedup::CreateDirectoriesDurably(M("file/sub")).ok());
+}
+
+TEST_F(PowerFsTest, AReplacedFileIsDurableAndNeverPartial) {
+  Mount();
+  ASSERT_TRUE(dedup::ReplaceFileDurably(M("marker"), "17\n").ok());
+  Cycle();
+  EXPECT_EQ(ReadFile(M("marker")), "17\n");
+  ASSERT_TRUE(dedup::ReplaceFileDurably(M("marker"), "42\n").ok());
+  Cycle();
+  EXPECT_EQ(ReadFile(M("marker")), "42\n");
+  EXPECT_FALSE(std::filesystem::exists(M("marker.tmp")));
 }
 
 }  // namespace
