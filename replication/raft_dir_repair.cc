@@ -151,14 +151,17 @@ std::optional<Metadata> ReadMetadata(const std::string& dir) {
   return one->version > two->version ? *one : *two;
 }
 
-// Removes `names` (in that order) and makes that durable.
+// Removes `names` (in that order), appending each to `removed`, and makes
+// that durable.
 absl::Status RemoveDurably(const std::string& dir,
                            const std::vector<std::string>& names,
-                           absl::string_view why) {
+                           absl::string_view why,
+                           std::vector<std::string>* removed) {
   if (names.empty()) return absl::OkStatus();
   for (const std::string& name : names) {
     if (absl::Status s = RemoveFile(dir, name); !s.ok()) return s;
     LogWarning("raft dir ", dir, ": removed ", name, ": ", why);
+    removed->push_back(name);
   }
   return SyncPath(dir);
 }
@@ -208,14 +211,18 @@ absl::StatusOr<std::vector<std::string>> RepairInterruptedTruncation(
       "an interrupted log truncation left it (it holds entries from ",
       kept.end + 1, " on, which were being dropped: never committed); ",
       kept.name, " is the truncated segment");
-  if (absl::Status s = RemoveDurably(dir, later, why); !s.ok()) return s;
-  if (absl::Status s = RemoveDurably(dir, longer, why); !s.ok()) return s;
-  later.insert(later.end(), longer.begin(), longer.end());
+  std::vector<std::string> removed;
+  if (absl::Status s = RemoveDurably(dir, later, why, &removed); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = RemoveDurably(dir, longer, why, &removed); !s.ok()) {
+    return s;
+  }
   LogInfo("raft dir ", dir,
           ": finished an interrupted log truncation: the "
           "log now ends at index ",
           kept.end);
-  return later;
+  return removed;
 }
 
 absl::StatusOr<std::vector<std::string>> RepairInterruptedBootstrap(
@@ -240,14 +247,16 @@ absl::StatusOr<std::vector<std::string>> RepairInterruptedBootstrap(
   for (const char* name : {"metadata1", "metadata2"}) {
     if (fs::exists(fs::path(dir) / name, ec)) names.push_back(name);
   }
+  std::vector<std::string> removed;
   if (absl::Status s = RemoveDurably(
           dir, names,
           "an interrupted bootstrap left term 1 and no log (no vote was cast); "
-          "the node bootstraps again");
+          "the node bootstraps again",
+          &removed);
       !s.ok()) {
     return s;
   }
-  return names;
+  return removed;
 }
 
 absl::Status RepairRaftDir(const std::string& dir, bool founder) {
