@@ -24,6 +24,7 @@ extern "C" {
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
@@ -105,8 +106,9 @@ absl::Status ProposeAndWait(Consensus& consensus, const std::string& entry) {
   return done.get();
 }
 
-// Starts the node, proposes `n` entries (8 bytes each, as libraft pads
-// entries to 8 bytes anyway), stops it; what it applied goes to `applied`.
+// Starts the node, proposes `n` entries, stops it; what it applied goes to
+// `applied`. Entries are 8 bytes, as dedup's are padded to a multiple of 8
+// (storage/log_entry.cc: libraft 0.15 mishandles other lengths).
 void RunAndPropose(const Node& node, int run, int n,
                    std::map<uint64_t, std::string>* applied) {
   Recorder machine;
