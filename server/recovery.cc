@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@
 #include "common/log.h"
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "grpcpp/client_context.h"
+#include "replication/raft_dir_repair.h"
 #include "server/exit_status.h"
 #include "storage/durable_dir.h"
 #include "storage/replicated_state.h"
@@ -318,6 +320,15 @@ absl::Status PrepareRecovery(ClusterConfig& config,
                     "--recover_as_sole_voter: cluster mode only (--node_id)");
   }
   RaftOptions& raft = config.store.raft;
+  // The offline read below would stop where libraft's start would: at a
+  // truncation a cut interrupted, which the start repairs anyway.
+  if (absl::StatusOr<std::vector<std::string>> repaired =
+          RepairInterruptedTruncation(raft.dir);
+      !repaired.ok()) {
+    return ExitWith(
+        exit_code::kDataDir,
+        absl::StrCat("--recover_as_sole_voter: ", repaired.status().message()));
+  }
   absl::StatusOr<RaftLogSummary> own =
       ReadRaftLog(raft.dir, raft.id, raft.raft_address);
   if (!own.ok()) {
