@@ -108,6 +108,29 @@ class PowerCuts:
             self.fs.kill()
 
 
+def file_kind(path: str) -> str:
+    """What a data dir file is, by RocksDB's and dedupd's names."""
+    name = os.path.basename(path)
+    if name.endswith(".log"):
+        return "wal"
+    if name.startswith("MANIFEST-"):
+        return "manifest"
+    if name.endswith(".sst"):
+        return "table"
+    if name == "DEDUP-DURABLE":
+        return "marker"
+    return "other"
+
+
+def kinds_hit(cut: dict) -> dict:
+    """{"data": kinds whose unsynced data the cut undid, "names": kinds of
+    names it restored or removed} (from the paths powerfs reported)."""
+    paths = cut.get("paths", {})
+    return {"data": sorted({file_kind(p) for p in paths.get("data", [])}),
+            "names": sorted({file_kind(p) for k in ("restored", "removed")
+                             for p in paths.get(k, [])})}
+
+
 def cut_figures(cuts: list[dict]) -> dict:
     """What the run's cuts discarded, for the summary. A cut that lost no
     bytes tested nothing: `lossy_cuts` counts those that did."""
@@ -122,4 +145,17 @@ def cut_figures(cuts: list[dict]) -> dict:
             "names_restored_total": sum(c["names_restored"] for c in cuts),
             "names_removed_total": sum(c["names_removed"] for c in cuts),
             "exited_during_cut": sum(1 for c in cuts
-                                     if c["exited_during_cut"] is not None)}
+                                     if c["exited_during_cut"] is not None),
+            # Cuts that undid unsynced data of each kind of file (wal,
+            # manifest, table, marker, other), and that restored or removed
+            # names of each kind.
+            "cuts_losing_data_of": _count_kinds(cuts, "data"),
+            "cuts_undoing_names_of": _count_kinds(cuts, "names")}
+
+
+def _count_kinds(cuts: list[dict], which: str) -> dict:
+    counts: dict[str, int] = {}
+    for c in cuts:
+        for kind in kinds_hit(c)[which]:
+            counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items()))
