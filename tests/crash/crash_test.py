@@ -357,6 +357,7 @@ def summarize(args: argparse.Namespace, ops: list[dict], final: dict,
     """Checks the history, writes summary.json (and --summary) and logs the
     figures; returns the summary, with the Violations under "_violations"."""
     import crash_checker  # noqa: E402
+    from history.checker import _short as short_op  # noqa: E402
     from history.client import is_write_ack  # noqa: E402
     from power import cut_figures  # noqa: E402
 
@@ -399,9 +400,11 @@ def summarize(args: argparse.Namespace, ops: list[dict], final: dict,
         # Writes invoked after the power went off (dedupd still serving,
         # every file operation failing) yet acknowledged: none can be
         # durable, so under sync there should be none.
-        summary["power"]["writes_acked_after_power_off"] = sum(
-            1 for c in cycles if c["mode"] == "running" for o in ops
-            if is_write_ack(o) and c["t_cut"] < o["t_inv"] <= c["t_kill"])
+        late = [o for c in cycles if c["mode"] == "running" for o in ops
+                if is_write_ack(o) and c["t_cut"] < o["t_inv"] <= c["t_kill"]]
+        summary["power"]["writes_acked_after_power_off"] = len(late)
+        summary["power"]["writes_acked_after_power_off_list"] = [
+            short_op(o) for o in late[:20]]
         summary["loss"] = crash_checker.power_losses(ops, cycles)
         summary["loss"]["fence_repeats"] = crash_checker.fence_repeats(violations)
     summary.update({"stats": st, "cycle_log": cycles,
