@@ -101,6 +101,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="with --power-loss: powerfs's fsync makes nothing durable, "
                    "so a cut loses everything since the mount (proves that the "
                    "test sees a loss: use with --expect-violations)")
+    p.add_argument("--no-durable-data-dir", dest="durable_data_dir",
+                   action="store_false",
+                   help="with --power-loss: do not make the data dir's name "
+                   "durable (fsync of the mount's root) before the first start; "
+                   "it is made without a sync, as dedupd makes a missing one, "
+                   "so a cut can take the whole directory")
     args = p.parse_args(argv)
     if args.lying_sync and not args.power_loss:
         p.error("--lying-sync needs --power-loss")
@@ -175,7 +181,9 @@ def main(argv: list[str]) -> int:
     # (or, mid-write, break) the binary between two cycles.
     dedupd = os.path.join(run_dir, "dedupd")
     shutil.copy2(args.dedupd, dedupd)
-    power = PowerCuts(args.powerfs, run_dir, args.lying_sync) if args.power_loss else None
+    power = None
+    if args.power_loss:
+        power = PowerCuts(args.powerfs, run_dir, args.lying_sync, args.durable_data_dir)
     server = Server(run_dir, dedupd, args.server_flag,
                     data_dir=power.data_dir if power else None)
     history = History()
@@ -397,11 +405,11 @@ def summarize(args: argparse.Namespace, ops: list[dict], final: dict,
         "failure": failure}
     if args.power_loss:
         summary["power"] = cut_figures(cycles)
-        # Writes invoked after the power went off (dedupd still serving,
-        # every file operation failing) yet acknowledged: none can be
-        # durable, so under sync there should be none.
+        # Writes invoked once powerfs had powered off (dedupd still
+        # serving, every file operation failing) yet acknowledged: none can
+        # be durable, so under sync there should be none.
         late = [o for c in cycles if c["mode"] == "running" for o in ops
-                if is_write_ack(o) and c["t_cut"] < o["t_inv"] <= c["t_kill"]]
+                if is_write_ack(o) and c["t_off"] < o["t_inv"] <= c["t_kill"]]
         summary["power"]["writes_acked_after_power_off"] = len(late)
         summary["power"]["writes_acked_after_power_off_list"] = [
             short_op(o) for o in late[:20]]

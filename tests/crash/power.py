@@ -44,8 +44,10 @@ class PowerCuts:
     """The powerfs mount of a run and the cuts made to it. Start and cut
     from the main thread (powerfs is tied to the thread that forked it)."""
 
-    def __init__(self, binary: str, run_dir: str, lying_sync: bool) -> None:
+    def __init__(self, binary: str, run_dir: str, lying_sync: bool,
+                 durable_data_dir: bool = True) -> None:
         self.run_dir = run_dir
+        self.durable_data_dir = durable_data_dir
         self.fs = PowerFs(binary, backing=os.path.join(run_dir, "backing"),
                           mount=os.path.join(run_dir, "mnt"),
                           log_path=os.path.join(run_dir, "powerfs.log"),
@@ -59,9 +61,10 @@ class PowerCuts:
         as an installer creating the service's directory would: dedupd
         creates a missing data dir without syncing its parent, so a cut
         would otherwise take the whole directory with it (with
-        --lying_sync it does, at every cut)."""
+        --lying_sync it does, at every cut). durable_data_dir=False skips
+        it: the directory is made at start without a sync."""
         self.fs.start()
-        if not os.path.isdir(self.data_dir):
+        if self.durable_data_dir and not os.path.isdir(self.data_dir):
             os.mkdir(self.data_dir)
             fd = os.open(self.fs.mount, os.O_RDONLY | os.O_DIRECTORY)
             try:
@@ -72,7 +75,8 @@ class PowerCuts:
     def cut(self, server, rng: random.Random, now: Callable[[], float]) -> dict:
         """Cuts the power under `server` (a running DedupdProcess), SIGKILLs
         it and returns the record of the cut: mode, t_cut (history time of
-        the power off), t_kill, linger_s, exited_during_cut (dedupd's exit
+        the power-off command), t_off (when powerfs had powered off: the
+        cut came in between), t_kill, linger_s, exited_during_cut (dedupd's exit
         code if it ended on its own before the SIGKILL), and powerfs's
         counts. The mount is left detached: power_on() before a restart."""
         mode = rng.choice(MODES)
@@ -81,10 +85,12 @@ class PowerCuts:
             server.signal(signal.SIGSTOP)
             t_cut = now()
             report = self.fs.power_off()
+            t_off = now()
         else:
             linger = rng.uniform(*LINGER_S)
             t_cut = now()
             report = self.fs.power_off()
+            t_off = now()
             time.sleep(linger)
         exited = server.exited_unexpectedly()
         t_kill = now()
@@ -92,7 +98,8 @@ class PowerCuts:
         with open(self.reports_path, "a") as f:
             f.write(json.dumps({"t_cut": t_cut, **report}, sort_keys=True) + "\n")
         paths = report.get("paths", {})
-        return {"mode": mode, "t_cut": round(t_cut, 4), "t_kill": round(t_kill, 4),
+        return {"mode": mode, "t_cut": round(t_cut, 4), "t_off": round(t_off, 4),
+                "t_kill": round(t_kill, 4),
                 "linger_s": round(linger, 3), "exited_during_cut": exited,
                 "files": report.get("files", 0),
                 "bytes_lost": report.get("bytes_lost", 0),
@@ -142,6 +149,8 @@ def cut_figures(cuts: list[dict]) -> dict:
             "bytes_lost_min": min(lost, default=0),
             "bytes_lost_median": sorted(lost)[len(lost) // 2] if lost else 0,
             "bytes_lost_max": max(lost, default=0),
+            "power_off_ms_max": round(max((c["t_off"] - c["t_cut"] for c in cuts),
+                                          default=0) * 1000, 1),
             "names_restored_total": sum(c["names_restored"] for c in cuts),
             "names_removed_total": sum(c["names_removed"] for c in cuts),
             "exited_during_cut": sum(1 for c in cuts
