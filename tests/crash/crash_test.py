@@ -161,7 +161,7 @@ def main(argv: list[str]) -> int:
     from history.process import NodeFailure  # noqa: E402
     from history.workload import NAMESPACE, KeyPool  # noqa: E402
     from load import BatchWorker, NodeClient, UnaryWorker, begin_item  # noqa: E402
-    from power import PowerCuts  # noqa: E402
+    from power import PowerCuts, PowerFsError  # noqa: E402
     from server import Server  # noqa: E402
 
     def on_signal(signum, _frame):
@@ -225,10 +225,16 @@ def main(argv: list[str]) -> int:
             server.start()
         except NodeFailure as e:
             c = cycles[-1]
+            refused = ""
+            if getattr(e.__cause__, "exit_code", None) == 3:
+                refused = (f"; exit 3: dedupd REFUSED the data dir this power cut "
+                           f"left (a product finding under sync); it is kept, as "
+                           f"the cut left it, in {power.fs.backing}/data")
             raise NodeFailure(
                 f"dedupd did not restart after power cut {n} ({c['mode']}, "
                 f"{c['bytes_lost']} bytes lost, {c['names_restored']} names restored, "
-                f"{c['names_removed']} removed: {json.dumps(c['paths'])}): {e}") from e
+                f"{c['names_removed']} removed: {json.dumps(c['paths'])}): {e}"
+                f"{refused}") from e
 
     try:
         if power is not None:
@@ -324,7 +330,7 @@ def main(argv: list[str]) -> int:
         server.terminate()
         if power is not None:
             power.off()
-    except (LivenessFailure, NodeFailure, RuntimeError, GaveUp) as e:
+    except (LivenessFailure, NodeFailure, RuntimeError, GaveUp, PowerFsError) as e:
         failure = f"{type(e).__name__}: {e}"
     except Stop as e:
         failure = f"stopped by {e}"
