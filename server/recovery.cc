@@ -18,6 +18,7 @@
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "server/exit_status.h"
+#include "storage/durable_dir.h"
 #include "storage/replicated_state.h"
 
 ABSL_FLAG(bool, recover_as_sole_voter, false,
@@ -56,20 +57,10 @@ uint64_t ReadMarker(const RaftOptions& raft) {
 // Records, before the engine forces it, the index of the forced
 // configuration (durably: a later start must see it).
 absl::Status WriteMarker(const RaftOptions& raft, uint64_t index) {
-  const std::filesystem::path path = MarkerPath(raft);
-  const std::string text = absl::StrCat(index, "\n");
-  const int fd =
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 &&
-            ::write(fd, text.data(), text.size()) ==
-                static_cast<ssize_t>(text.size()) &&
-            ::fsync(fd) == 0;
-  if (fd >= 0) ok = (::close(fd) == 0) && ok;
-  if (!ok) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path.string(), ": ", strerror(errno)));
-  }
-  return absl::OkStatus();
+  // Never in place: a marker lost to a power cut would let a restart with the
+  // flag still set force a second configuration beside the one in use.
+  return ReplaceFileDurably(MarkerPath(raft).string(),
+                            absl::StrCat(index, "\n"));
 }
 
 // Member id -> client address: --peers, then what the replicated state
