@@ -101,12 +101,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="with --power-loss: powerfs's fsync makes nothing durable, "
                    "so a cut loses everything since the mount (proves that the "
                    "test sees a loss: use with --expect-violations)")
-    p.add_argument("--no-durable-data-dir", dest="durable_data_dir",
-                   action="store_false",
-                   help="with --power-loss: do not make the data dir's name "
-                   "durable (fsync of the mount's root) before the first start; "
-                   "it is made without a sync, as dedupd makes a missing one, "
-                   "so a cut can take the whole directory")
     args = p.parse_args(argv)
     if args.lying_sync and not args.power_loss:
         p.error("--lying-sync needs --power-loss")
@@ -181,9 +175,7 @@ def main(argv: list[str]) -> int:
     # (or, mid-write, break) the binary between two cycles.
     dedupd = os.path.join(run_dir, "dedupd")
     shutil.copy2(args.dedupd, dedupd)
-    power = None
-    if args.power_loss:
-        power = PowerCuts(args.powerfs, run_dir, args.lying_sync, args.durable_data_dir)
+    power = PowerCuts(args.powerfs, run_dir, args.lying_sync) if args.power_loss else None
     server = Server(run_dir, dedupd, args.server_flag,
                     data_dir=power.data_dir if power else None)
     history = History()

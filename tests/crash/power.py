@@ -44,10 +44,8 @@ class PowerCuts:
     """The powerfs mount of a run and the cuts made to it. Start and cut
     from the main thread (powerfs is tied to the thread that forked it)."""
 
-    def __init__(self, binary: str, run_dir: str, lying_sync: bool,
-                 durable_data_dir: bool = True) -> None:
+    def __init__(self, binary: str, run_dir: str, lying_sync: bool) -> None:
         self.run_dir = run_dir
-        self.durable_data_dir = durable_data_dir
         self.fs = PowerFs(binary, backing=os.path.join(run_dir, "backing"),
                           mount=os.path.join(run_dir, "mnt"),
                           log_path=os.path.join(run_dir, "powerfs.log"),
@@ -56,21 +54,11 @@ class PowerCuts:
         self.reports_path = os.path.join(run_dir, "powerfs_reports.jsonl")
 
     def power_on(self) -> None:
-        """Mounts what the backing directory holds. The first time, also
-        makes the data dir and its name durable (fsync of the mount's root),
-        as an installer creating the service's directory would: dedupd
-        creates a missing data dir without syncing its parent, so a cut
-        would otherwise take the whole directory with it (with
-        --lying_sync it does, at every cut). durable_data_dir=False skips
-        it: the directory is made at start without a sync."""
+        """Mounts what the backing directory holds. The data dir is made
+        (history.process, at each start) without syncing its name: dedupd
+        must make it durable itself, or the first cut takes the whole
+        directory with it (with --lying_sync it does, at every cut)."""
         self.fs.start()
-        if self.durable_data_dir and not os.path.isdir(self.data_dir):
-            os.mkdir(self.data_dir)
-            fd = os.open(self.fs.mount, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
     def cut(self, server, rng: random.Random, now: Callable[[], float]) -> dict:
         """Cuts the power under `server` (a running DedupdProcess), SIGKILLs
