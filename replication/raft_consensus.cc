@@ -27,6 +27,8 @@ extern "C" {
 #include "replication/log_budget.h"
 #include "replication/peer_transport.h"
 #include "replication/raft_codes.h"
+#include "replication/raft_dir_repair.h"
+#include "storage/durable_dir.h"
 
 namespace dedup {
 
@@ -49,11 +51,18 @@ class RaftConsensus : public Consensus {
   ~RaftConsensus() override { Stop(); }
 
   absl::Status Start() {
-    std::error_code ec;
-    std::filesystem::create_directories(options_.dir, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot create raft dir ", options_.dir, ": ", ec.message()));
+    // libraft syncs the files it makes in the dir, never the dir's name.
+    if (absl::Status s = CreateDirectoriesDurably(options_.dir); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot create raft dir: ", s.message()));
+    }
+    // Files an interrupted truncation or bootstrap left that libraft would
+    // refuse or misread (raft_dir_repair.h).
+    if (absl::Status s =
+            RepairRaftDir(options_.dir, !options_.bootstrap.empty());
+        !s.ok()) {
+      return absl::InternalError(
+          absl::StrCat("cannot repair raft dir: ", s.message()));
     }
     if (int rv = uv_loop_init(&loop_); rv != 0) {
       return absl::InternalError(

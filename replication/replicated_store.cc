@@ -544,7 +544,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
       absl::Status s = InstallSnapshot(
           state_.get(), *descriptor,
           members_.SnapshotSources(descriptor->taker, options_.node_id),
-          options_.fetch_checkpoint);
+          options_.fetch_checkpoint, kRestartFetchRounds, absl::Seconds(1));
       if (!s.ok()) return s;
     }
     if (state_->applied_index() != before) {
@@ -588,6 +588,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   std::unique_ptr<Consensus> consensus_;
   // Null without a way to fetch.
   const std::unique_ptr<SnapshotPrefetch> prefetch_;
+  // A restart behind its own snapshot waits this many rounds (a second
+  // apart) for a member to send it: after a whole group lost power, the
+  // others are starting too, and exiting would only ask a supervisor to try
+  // again later.
+  static constexpr int kRestartFetchRounds = 60;
   // Set once the engine started: Restore then never fetches.
   std::atomic<bool> running_{false};
 

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
 
@@ -59,7 +60,8 @@ absl::StatusOr<SnapshotDescriptor> DecodeSnapshotDescriptor(
 absl::Status InstallSnapshot(ReplicatedState* state,
                              const SnapshotDescriptor& descriptor,
                              const std::vector<std::string>& sources,
-                             const FetchCheckpointFn& fetch) {
+                             const FetchCheckpointFn& fetch, int rounds,
+                             absl::Duration pause) {
   // This node's own snapshot at a restart, or one it already has.
   if (state->applied_index() >= descriptor.index) return absl::OkStatus();
   if (!fetch) {
@@ -70,21 +72,29 @@ absl::Status InstallSnapshot(ReplicatedState* state,
   }
   absl::Status last = absl::UnavailableError("no member to fetch from");
   const std::string incoming = state->IncomingDir();
-  for (const std::string& address : sources) {
-    RemoveAll(incoming);
-    absl::StatusOr<uint64_t> fetched =
-        fetch(address, descriptor.index, incoming, nullptr);
-    if (!fetched.ok()) {
-      last = fetched.status();
-      LogWarning("snapshot ", descriptor.index, " from ", address, ": ",
-                 last.message());
-      RemoveAll(incoming);
-      continue;
+  for (int round = 1; round <= rounds; ++round) {
+    if (round > 1) {
+      LogWarning("snapshot ", descriptor.index, ": no member could send it; ",
+                 "trying again in ", absl::FormatDuration(pause), " (round ",
+                 round, " of ", rounds, ")");
+      absl::SleepFor(pause);
     }
-    SwapIn(state, descriptor);
-    LogInfo("installed a snapshot from ", address, " at index ", *fetched,
-            " (needed ", descriptor.index, ")");
-    return absl::OkStatus();
+    for (const std::string& address : sources) {
+      RemoveAll(incoming);
+      absl::StatusOr<uint64_t> fetched =
+          fetch(address, descriptor.index, incoming, nullptr);
+      if (!fetched.ok()) {
+        last = fetched.status();
+        LogWarning("snapshot ", descriptor.index, " from ", address, ": ",
+                   last.message());
+        RemoveAll(incoming);
+        continue;
+      }
+      SwapIn(state, descriptor);
+      LogInfo("installed a snapshot from ", address, " at index ", *fetched,
+              " (needed ", descriptor.index, ")");
+      return absl::OkStatus();
+    }
   }
   return last;
 }

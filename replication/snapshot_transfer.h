@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "replication/replicated_store.h"
 #include "storage/replicated_state.h"
 
@@ -39,9 +40,12 @@ struct SnapshotDescriptor {
 // SnapshotPrefetch). An error when no source could give one (nothing
 // changed). If the swap itself fails the state is unusable: the process
 // exits with code 3 (a restart recovers the data dir; see state_dir_swap.h).
+// Tries every source, up to `rounds` times with `pause` between rounds: after
+// a whole group lost power, the members that could send it are starting too.
 [[nodiscard]] absl::Status InstallSnapshot(
     ReplicatedState* state, const SnapshotDescriptor& descriptor,
-    const std::vector<std::string>& sources, const FetchCheckpointFn& fetch);
+    const std::vector<std::string>& sources, const FetchCheckpointFn& fetch,
+    int rounds = 1, absl::Duration pause = absl::ZeroDuration());
 
 // Swaps in the checkpoint already fetched into state->IncomingDir(), whose
 // applied index is `fetched_index` (>= descriptor.index). Exits the process

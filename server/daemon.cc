@@ -23,6 +23,7 @@
 #include "server/tls.h"
 #include "server/transport_limits.h"
 #include "server/unparseable_requests.h"
+#include "storage/durable_dir.h"
 
 ABSL_DECLARE_FLAG(std::string, durability);
 
@@ -48,11 +49,11 @@ absl::Status PrepareDataDir(const std::string& path) {
         exit_code::kDataDir,
         absl::StrCat("data dir ", path, " exists and is not a directory"));
   }
-  std::filesystem::create_directories(path, ec);
-  if (ec) {
-    return ExitWith(
-        exit_code::kDataDir,
-        absl::StrCat("cannot create data dir ", path, ": ", ec.message()));
+  // Durably: a data dir whose own name is lost in a power cut takes every
+  // acknowledged write with it.
+  if (absl::Status s = CreateDirectoriesDurably(path); !s.ok()) {
+    return ExitWith(exit_code::kDataDir,
+                    absl::StrCat("cannot create data dir: ", s.message()));
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -17,7 +18,9 @@
 #include "common/log.h"
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "grpcpp/client_context.h"
+#include "replication/raft_dir_repair.h"
 #include "server/exit_status.h"
+#include "storage/durable_dir.h"
 #include "storage/replicated_state.h"
 
 ABSL_FLAG(bool, recover_as_sole_voter, false,
@@ -56,20 +59,10 @@ uint64_t ReadMarker(const RaftOptions& raft) {
 // Records, before the engine forces it, the index of the forced
 // configuration (durably: a later start must see it).
 absl::Status WriteMarker(const RaftOptions& raft, uint64_t index) {
-  const std::filesystem::path path = MarkerPath(raft);
-  const std::string text = absl::StrCat(index, "\n");
-  const int fd =
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 &&
-            ::write(fd, text.data(), text.size()) ==
-                static_cast<ssize_t>(text.size()) &&
-            ::fsync(fd) == 0;
-  if (fd >= 0) ok = (::close(fd) == 0) && ok;
-  if (!ok) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path.string(), ": ", strerror(errno)));
-  }
-  return absl::OkStatus();
+  // Never in place: a marker lost to a power cut would let a restart with the
+  // flag still set force a second configuration beside the one in use.
+  return ReplaceFileDurably(MarkerPath(raft).string(),
+                            absl::StrCat(index, "\n"));
 }
 
 // Member id -> client address: --peers, then what the replicated state
@@ -327,6 +320,15 @@ absl::Status PrepareRecovery(ClusterConfig& config,
                     "--recover_as_sole_voter: cluster mode only (--node_id)");
   }
   RaftOptions& raft = config.store.raft;
+  // The offline read below would stop where libraft's start would: at a
+  // truncation a cut interrupted, which the start repairs anyway.
+  if (absl::StatusOr<std::vector<std::string>> repaired =
+          RepairInterruptedTruncation(raft.dir);
+      !repaired.ok()) {
+    return ExitWith(
+        exit_code::kDataDir,
+        absl::StrCat("--recover_as_sole_voter: ", repaired.status().message()));
+  }
   absl::StatusOr<RaftLogSummary> own =
       ReadRaftLog(raft.dir, raft.id, raft.raft_address);
   if (!own.ok()) {

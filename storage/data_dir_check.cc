@@ -19,6 +19,7 @@
 #include "rocksdb/env.h"
 #include "rocksdb/sst_file_reader.h"
 #include "storage/db_options.h"
+#include "storage/durable_dir.h"
 
 namespace dedup {
 namespace {
@@ -254,9 +255,9 @@ absl::StatusOr<CheckedRecordDb> OpenCheckedRecordDb(
       return s;
     }
     open_options.create_if_missing = true;
-    // (RocksDB would too, after logging an error about the missing dir.)
-    std::error_code ignored;
-    std::filesystem::create_directories(path, ignored);
+    // (RocksDB would too, after logging an error about the missing dir, and
+    // without syncing its parent.)
+    if (absl::Status s = CreateDirectoriesDurably(path); !s.ok()) return s;
   } else {
     open_options.create_if_missing = false;
     absl::StatusOr<DirLock> lock = DirLock::Take(path);

@@ -18,6 +18,7 @@
 #include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_buffer_manager.h"
+#include "storage/durable_dir.h"
 #include "storage/resource_error_fs.h"
 #include "storage/slot_memtable.h"
 
@@ -139,9 +140,8 @@ absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRecordDb(
     const rocksdb::Options& options, const std::string& path) {
   if (options.create_if_missing) {
     // RocksDB 7.8 creates a missing directory itself, but first logs a
-    // failed read of it as an error, which alarms whoever reads the log.
-    std::error_code ignored;  // DB::Open reports what matters
-    std::filesystem::create_directories(path, ignored);
+    // failed read of it as an error, and never syncs its parent.
+    if (absl::Status s = CreateDirectoriesDurably(path); !s.ok()) return s;
   }
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &db);

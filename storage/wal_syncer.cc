@@ -57,20 +57,48 @@ std::shared_ptr<const rocksdb::Snapshot> WalSyncer::DurableSnapshot() const {
 void WalSyncer::Run() {
   for (;;) {
     std::vector<Release> releases;
+    bool quiet = false;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &WalSyncer::HasWorkLocked));
-      if (pending_.empty()) {
+      const absl::Condition has_work(this, &WalSyncer::HasWorkLocked);
+      // A mark left unsynced by the last burst is synced once things go
+      // quiet, so an idle node's marker is never behind for long.
+      if (marker_dirty_) {
+        quiet = !mu_.AwaitWithTimeout(has_work, kMarkerSyncInterval);
+      } else {
+        mu_.Await(has_work);
+      }
+      if (!quiet && pending_.empty()) {
         stopped_ = true;  // stopping_, and nothing left to release
         return;
       }
       releases.swap(pending_);
     }
+    if (quiet) {
+      SyncMarkerIfDue(/*idle=*/true);
+      continue;
+    }
     // Everything pending was visible before this sync starts, so it covers
     // them all; whatever arrives meanwhile waits for the next one.
     const absl::Status synced = SyncNow();
     for (Release& release : releases) std::move(release)(synced);
+    if (synced.ok()) SyncMarkerIfDue(/*idle=*/false);
   }
+}
+
+void WalSyncer::SyncMarkerIfDue(bool idle) {
+  if (context_.marker == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  marker_dirty_ = true;
+  if (!idle && now - marker_synced_at_ <
+                   absl::ToChronoNanoseconds(kMarkerSyncInterval)) {
+    return;
+  }
+  // A failure only leaves the marker behind, which never refuses a good
+  // directory; the WAL's own health is judged by the syncs.
+  (void)context_.marker->Sync();
+  marker_synced_at_ = now;
+  marker_dirty_ = false;
 }
 
 bool WalSyncer::HasWorkLocked() const { return !pending_.empty() || stopping_; }

@@ -28,6 +28,7 @@
 #define DEDUP_STORAGE_WAL_SYNCER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -37,12 +38,15 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "rocksdb/db.h"
 #include "storage/durable_marker.h"
 #include "storage/store.h"
 #include "storage/write_health.h"
 
 namespace dedup {
+
+inline constexpr absl::Duration kMarkerSyncInterval = absl::Milliseconds(100);
 
 // What a syncer works with besides the database. Pointers are not owned,
 // may be null, and must outlive the syncer.
@@ -51,7 +55,10 @@ struct WalSyncerContext {
   // Gates syncs (none after a RocksDB error, WriteHealth::rocksdb_error)
   // and hears of failed ones.
   WriteHealth* health = nullptr;
-  // Advanced after every successful sync.
+  // Advanced after every successful sync, and fsynced by the syncer thread
+  // at most every kMarkerSyncInterval once answers are released, so that a
+  // power cut loses at most that much of the mark and the data-dir check
+  // still sees a loss of writes acknowledged before it.
   DurableMarker* marker = nullptr;
   // See the file comment. Null: the caller guarantees that nothing else
   // writes the WAL file meanwhile (tests).
@@ -91,6 +98,8 @@ class WalSyncer {
  private:
   void Run();
   bool HasWorkLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // On the syncer thread, after answers are released.
+  void SyncMarkerIfDue(bool idle);
   // Syncs the WAL unless durable_sequence_ covers every visible write
   // already, and then moves it up.
   absl::Status SyncNow();
@@ -114,6 +123,10 @@ class WalSyncer {
   mutable absl::Mutex snapshot_mu_;
   std::shared_ptr<const rocksdb::Snapshot> durable_snapshot_
       ABSL_GUARDED_BY(snapshot_mu_);
+
+  // Only the syncer thread touches these.
+  bool marker_dirty_ = false;
+  std::chrono::steady_clock::time_point marker_synced_at_{};
 
   std::thread thread_;
 };

@@ -36,13 +36,19 @@ not_read_back   a key with an acknowledged Complete has no answered Get and
                 (after the last crash and restart). Without these reads a
                 lost Complete could go unnoticed, so the run would prove
                 nothing about that key.
+
+Power loss (crash_test.py --power-loss): the same checks; power_losses()
+and fence_repeats() also count what the cuts lost (acknowledged Completes,
+repeated or regressing fences), which is the report of a --report-loss run
+(durability async and none may lose acknowledged writes to a power cut).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Optional
 
 # tests/, for the history package (this is also a CLI).
@@ -131,6 +137,82 @@ def check(ops: list[dict], final: Optional[dict] = None) -> Violations:
     if final is not None and final.get("read_back_t") is not None:
         check_read_back(ops, final["read_back_t"], out)
     return out
+
+
+# The checks that a fence repeated or went back (for a key or node-wide).
+FENCE_CHECKS = ("fence_unique", "fence_order", "fence_reused", "node_fence_order",
+                "stale_read")
+
+
+def _stored(o: dict) -> Optional[tuple]:
+    """(fence, outcome, result) an answered Begin or Get saw stored; None
+    if it saw none (a Begin that claimed the key, a Get that found no
+    completed record)."""
+    return checker._completion(o)
+
+
+def power_losses(ops: list[dict], cuts: list[dict]) -> dict:
+    """What the power cuts lost, counted once per acknowledged Complete
+    (the first one of its key): for --report-loss (durability async and
+    none, which may lose writes by design) and the summary.
+
+    `cuts`: the run's cycles, each with t_cut (power off) and t_kill. A
+    Complete is lost when an answered Begin or Get invoked after its
+    acknowledgement did not find it stored. It is charged to the first cut
+    whose SIGKILL came after the Complete was invoked (its answer can reach
+    the client just after the kill) and whose power off came before that
+    read; its age is t_cut - t_ack (negative: acknowledged after the power
+    went off, by a dedupd still serving). A loss with no such cut is
+    `lost_without_a_cut` (never explained by power loss). `checked`:
+    acknowledged Completes read back (answered) after such a cut, i.e.
+    those a cut could have lost."""
+    cuts = sorted(cuts, key=lambda c: c["t_kill"])
+    kills = [c["t_kill"] for c in cuts]
+    per_key = defaultdict(list)
+    for o in ops:
+        if o["outcome"] == "ok":
+            per_key[o["key"]].append(o)
+    acked = checked = 0
+    lost: list[dict] = []
+    for key, kops in per_key.items():
+        oks = [o for o in kops if o["op"] == "complete" and o["resp"]["status"] == "OK"]
+        if not oks:
+            continue
+        acked += 1
+        first = min(oks, key=lambda o: o["t_done"])
+        want = (first["req"]["fence"], first["req"]["outcome"], first["req"]["result"])
+        reads = sorted((o for o in kops if o["op"] in ("begin", "get") and
+                        o["t_inv"] > first["t_done"]), key=lambda o: o["t_inv"])
+        i = bisect.bisect_left(kills, first["t_inv"])
+        cut = cuts[i] if i < len(cuts) else None
+        if cut is not None and any(r["t_inv"] > cut["t_kill"] for r in reads):
+            checked += 1
+        miss = next((r for r in reads if _stored(r) != want), None)
+        if miss is None:
+            continue
+        if cut is None or cut["t_cut"] >= miss["t_inv"]:
+            lost.append({"key": key, "cycle": None, "age_ms": None})
+        else:
+            lost.append({"key": key, "cycle": cut.get("n"),
+                         "age_ms": round((cut["t_cut"] - first["t_done"]) * 1000, 1)})
+    ages = sorted(x["age_ms"] for x in lost if x["age_ms"] is not None)
+    by_cut = Counter(x["cycle"] for x in lost if x["cycle"] is not None)
+    return {
+        "acked_completes": acked, "acked_completes_checked": checked,
+        "acked_completes_lost": len(lost),
+        "lost_without_a_cut": sum(1 for x in lost if x["cycle"] is None),
+        "lost_acked_after_power_off": sum(1 for a in ages if a < 0),
+        "lost_age_ms": None if not ages else {
+            "min": ages[0], "median": ages[len(ages) // 2], "max": ages[-1]},
+        "cuts_that_lost_completes": len(by_cut),
+        "lost_by_cycle": dict(sorted(by_cut.items())),
+        "lost_keys": [x["key"] for x in lost[:50]]}
+
+
+def fence_repeats(violations: Violations) -> dict:
+    """Violations that show a fence repeated or going back, by check."""
+    counts = Counter(v["check"] for v in violations.items if v["check"] in FENCE_CHECKS)
+    return dict(sorted(counts.items()))
 
 
 def main(argv: list[str]) -> int:

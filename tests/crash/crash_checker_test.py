@@ -174,5 +174,54 @@ class CatchesLosses(unittest.TestCase):
         self.assertEqual(h.checks(), ["not_read_back"])
 
 
+class CountsPowerLosses(unittest.TestCase):
+    """crash_checker.power_losses: the --report-loss figures."""
+
+    CUTS = [{"n": 1, "t_cut": 4.0, "t_kill": 4.5}, {"n": 2, "t_cut": 9.0, "t_kill": 9.1}]
+
+    def losses(self, h: H) -> dict:
+        return crash_checker.power_losses(h.ops, self.CUTS)
+
+    def test_replayed_complete_is_checked_not_lost(self):
+        h = (H().started(0, 1, "a", 10, 1000).complete(2, 3, 10, "r")
+             .get(5, 6, fence=10, result="r"))
+        got = self.losses(h)
+        self.assertEqual((got["acked_completes"], got["acked_completes_checked"],
+                          got["acked_completes_lost"]), (1, 1, 0))
+        self.assertIsNone(got["lost_age_ms"])
+
+    def test_lost_complete_charged_to_its_cut(self):
+        h = (H().started(0, 1, "a", 10, 1000).complete(2, 3, 10, "r")
+             .get(5, 6, found=False))
+        got = self.losses(h)
+        self.assertEqual(got["acked_completes_lost"], 1)
+        self.assertEqual(got["lost_by_cycle"], {1: 1})
+        self.assertEqual(got["lost_age_ms"]["max"], 1000.0)
+        self.assertEqual(got["lost_without_a_cut"], 0)
+
+    def test_acknowledged_after_the_power_went_off(self):
+        # Answered by a dedupd still serving after the cut, even after its
+        # kill (invoked before it): the first cut lost it, age negative.
+        h = (H().started(0, 1, "a", 10, 1000).complete(4.2, 4.6, 10, "r")
+             .started(5, 6, "b", 11, 9000, attempts=2, takeover=True))
+        got = self.losses(h)
+        self.assertEqual(got["lost_by_cycle"], {1: 1})
+        self.assertEqual(got["lost_acked_after_power_off"], 1)
+        self.assertLess(got["lost_age_ms"]["min"], 0)
+
+    def test_loss_with_no_cut_in_between(self):
+        h = (H().started(0, 1, "a", 10, 1000).complete(5, 6, 10, "r")
+             .get(7, 8, found=False))
+        got = self.losses(h)
+        self.assertEqual(got["lost_without_a_cut"], 1)
+        self.assertEqual(got["acked_completes_checked"], 0)
+
+    def test_fence_repeats_by_check(self):
+        h = (H().started(0, 1, "a", 10, 1000, key="x")
+             .started(5, 6, "b", 10, 9000, key="y"))
+        self.assertEqual(crash_checker.fence_repeats(crash_checker.check(h.ops)),
+                         {"fence_reused": 1, "node_fence_order": 1})
+
+
 if __name__ == "__main__":
     unittest.main()

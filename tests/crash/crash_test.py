@@ -19,6 +19,17 @@ restart); with --expect-violations (a sabotaged run, e.g. --server-flag=
 
 The run directory (the copy of dedupd every start runs, data/, dedupd.log,
 history.jsonl, final.json, summary.json) is kept on failure or with --keep.
+
+--power-loss (power.py, tests/powerfs): the power goes off instead. The data
+dir is RUN/mnt/data, in a powerfs mount of RUN/backing that discards every
+unsynced write at each cut; a cut is made with dedupd running (it meets EIO,
+then is SIGKILLed) or SIGSTOPped, at random; powerfs then mounts what
+survived and dedupd restarts on it. The summary records each cut's powerfs
+report, and the run fails if fewer than half the cuts lost any bytes (they
+tested too little). --report-loss turns violations into a report of what
+was lost (for --durability=async and none); --lying-sync makes powerfs's
+fsync a no-op, which must produce violations. Exits 77 (skip) when powerfs
+cannot run here (not root, no /dev/fuse).
 """
 
 from __future__ import annotations
@@ -76,7 +87,35 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--expect-violations", action="store_true",
                    help="succeed only if the checker finds violations (a "
                    "sabotaged run proving that the test detects losses)")
-    return p.parse_args(argv)
+    p.add_argument("--report-loss", action="store_true",
+                   help="violations are reported (acknowledged Completes lost, "
+                   "fences repeated), not a failure: for --durability=async "
+                   "and none, which may lose acknowledged writes to a power cut")
+    p.add_argument("--power-loss", action="store_true",
+                   help="cut the power instead of SIGKILLing: dedupd's data dir "
+                   "lives in a powerfs mount that discards every unsynced write "
+                   "at each cut (needs root and /dev/fuse; exits 77 without)")
+    p.add_argument("--powerfs", default=os.environ.get("POWERFS"),
+                   help="the powerfs binary (default: $POWERFS)")
+    p.add_argument("--lying-sync", action="store_true",
+                   help="with --power-loss: powerfs's fsync makes nothing durable, "
+                   "so a cut loses everything since the mount (proves that the "
+                   "test sees a loss: use with --expect-violations)")
+    args = p.parse_args(argv)
+    if args.lying_sync and not args.power_loss:
+        p.error("--lying-sync needs --power-loss")
+    if args.report_loss and args.expect_violations:
+        p.error("--report-loss and --expect-violations exclude each other")
+    return args
+
+
+def durability(server_flags: list[str]) -> str:
+    """The --durability dedupd runs with (its default: sync)."""
+    mode = "sync"
+    for f in server_flags:
+        if f.startswith("--durability="):
+            mode = f.split("=", 1)[1]
+    return mode
 
 
 class Stop(Exception):
@@ -94,18 +133,29 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     args.dedupd = os.path.abspath(args.dedupd)
+    if args.power_loss:
+        from power import available  # noqa: E402
+        why_not = available()
+        if why_not is not None:
+            print(f"crash test: SKIP: --power-loss needs powerfs ({why_not})", flush=True)
+            return 77
+        if not args.powerfs or not os.access(args.powerfs, os.X_OK):
+            print(f"crash test: no powerfs binary (--powerfs or $POWERFS): "
+                  f"{args.powerfs}", file=sys.stderr)
+            return 2
+        args.powerfs = os.path.abspath(args.powerfs)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="dedup-crash-")
     os.makedirs(run_dir, exist_ok=True)
     gen = args.gen or generate_stubs(os.path.join(run_dir, "gen"))
     sys.path.insert(0, gen)
 
-    import crash_checker  # noqa: E402
     from dedup.v1 import dedup_pb2  # noqa: E402
     from history.client import GaveUp, History  # noqa: E402
     from history.process import NodeFailure  # noqa: E402
     from history.workload import NAMESPACE, KeyPool  # noqa: E402
     from load import BatchWorker, NodeClient, UnaryWorker, begin_item  # noqa: E402
+    from power import PowerCuts, PowerFsError  # noqa: E402
     from server import Server  # noqa: E402
 
     def on_signal(signum, _frame):
@@ -115,14 +165,19 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     flags = " ".join(args.server_flag) or "(default flags: --durability=sync)"
-    log(f"seed {seed}, {args.cycles} cycles, {args.workers}+{args.batch_workers} workers, "
-        f"dedupd {flags}, run dir {run_dir}")
+    what = "SIGKILL"
+    if args.power_loss:
+        what = "power-loss" + (" (powerfs --lying_sync)" if args.lying_sync else "")
+    log(f"seed {seed}, {args.cycles} {what} cycles, {args.workers}+{args.batch_workers} "
+        f"workers, dedupd {flags}, run dir {run_dir}")
     rng = random.Random(seed)
     # Every restart runs this copy: a rebuild during the run cannot swap
     # (or, mid-write, break) the binary between two cycles.
     dedupd = os.path.join(run_dir, "dedupd")
     shutil.copy2(args.dedupd, dedupd)
-    server = Server(run_dir, dedupd, args.server_flag)
+    power = PowerCuts(args.powerfs, run_dir, args.lying_sync) if args.power_loss else None
+    server = Server(run_dir, dedupd, args.server_flag,
+                    data_dir=power.data_dir if power else None)
     history = History()
     stop = threading.Event()
     workers: list = []
@@ -152,7 +207,31 @@ def main(argv: list[str]) -> int:
             time.sleep(0.01)
         return history.last_write_ack
 
+    def restart(n: int) -> None:
+        """Restarts dedupd after cycle n (power back on first, if cut)."""
+        if power is None:
+            server.start()
+            return
+        power.power_on()
+        try:
+            server.start()
+        except NodeFailure as e:
+            c = cycles[-1]
+            refused = ""
+            if getattr(e.__cause__, "exit_code", None) == 3:
+                refused = (f"; exit 3: dedupd REFUSED the data dir this power cut "
+                           f"left (a product finding under sync); it is kept, as "
+                           f"the cut left it, in {power.fs.backing}/data")
+            raise NodeFailure(
+                f"dedupd did not restart after power cut {n} ({c['mode']}, "
+                f"{c['bytes_lost']} bytes lost, {c['names_restored']} names restored, "
+                f"{c['names_removed']} removed: {json.dumps(c['paths'])}): {e}"
+                f"{refused}") from e
+
     try:
+        if power is not None:
+            power.power_on()
+            log(f"powerfs mounted {power.fs.mount} (backing {power.fs.backing})")
         server.start()
         log(f"dedupd serving on {server.address} (pid {server.pid})")
         pool = KeyPool(rng, args.keys)
@@ -173,14 +252,18 @@ def main(argv: list[str]) -> int:
             code = server.exited_unexpectedly()
             if code is not None:
                 raise NodeFailure(f"dedupd exited with {code} on its own in cycle {n}")
-            pid = server.pid
-            t_kill = history.now()
-            server.kill()
-            cycles.append({"n": n, "pid": pid, "t_listen": round(t_listen, 4),
-                           "t_first_write": round(t_first, 4), "hold_s": round(hold, 3),
-                           "t_kill": round(t_kill, 4), "exit": server.last_exit})
-            server.start()
+            cycle = {"n": n, "pid": server.pid, "t_listen": round(t_listen, 4),
+                     "t_first_write": round(t_first, 4), "hold_s": round(hold, 3)}
+            if power is None:
+                cycle["t_kill"] = round(history.now(), 4)
+                server.kill()
+            else:
+                cycle.update(power.cut(server, rng, history.now))
+            cycle["exit"] = server.last_exit
+            cycles.append(cycle)
+            restart(n)
             t_listen = history.now()
+            cycle["restart_s"] = round(t_listen - cycle["t_kill"], 3)
             check_workers()
             if n % 10 == 0 or n == args.cycles:
                 log(f"cycle {n}/{args.cycles}: {len(history.ops)} attempts logged")
@@ -237,7 +320,9 @@ def main(argv: list[str]) -> int:
             raise RuntimeError(errors[0])
         final["read_back_done_t"] = history.now()
         server.terminate()
-    except (LivenessFailure, NodeFailure, RuntimeError, GaveUp) as e:
+        if power is not None:
+            power.off()
+    except (LivenessFailure, NodeFailure, RuntimeError, GaveUp, PowerFsError) as e:
         failure = f"{type(e).__name__}: {e}"
     except Stop as e:
         failure = f"stopped by {e}"
@@ -250,6 +335,8 @@ def main(argv: list[str]) -> int:
                 server.kill()
         except Exception:  # noqa: BLE001 - cleanup goes on
             pass
+        if power is not None:
+            power.off()
         for w in workers:
             w.join(timeout=5)
 
@@ -260,21 +347,44 @@ def main(argv: list[str]) -> int:
             f.write(json.dumps(o, sort_keys=True) + "\n")
     with open(os.path.join(run_dir, "final.json"), "w") as f:
         json.dump(final, f, indent=1)
+    summary = summarize(args, ops, final, cycles, failure, seed, run_dir,
+                        time.monotonic() - started)
+    ok = verdict(args, summary, server)
+    if not ok or args.keep or args.run_dir:
+        log(f"run directory kept: {run_dir}")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def summarize(args: argparse.Namespace, ops: list[dict], final: dict,
+              cycles: list[dict], failure, seed: int, run_dir: str,
+              wall_s: float) -> dict:
+    """Checks the history, writes summary.json (and --summary) and logs the
+    figures; returns the summary, with the Violations under "_violations"."""
+    import crash_checker  # noqa: E402
+    from history.checker import _short as short_op  # noqa: E402
+    from history.client import is_write_ack  # noqa: E402
+    from power import cut_figures  # noqa: E402
+
     t_check = time.monotonic()
     violations = crash_checker.check(ops, final if failure is None else None)
     check_s = time.monotonic() - t_check
     st = crash_checker.stats(ops)
-    acked_per_cycle = []
-    for c in cycles:
-        acked_per_cycle.append(sum(1 for o in ops if o["outcome"] == "ok" and
-                                   c["t_listen"] <= o["t_done"] <= c["t_kill"]))
+
+    def cut_at(c: dict) -> float:
+        return c.get("t_cut", c["t_kill"])
+
+    acked_per_cycle = [sum(1 for o in ops if o["outcome"] == "ok" and
+                           c["t_listen"] <= o["t_done"] <= cut_at(c)) for c in cycles]
     in_flight_at_kill = sum(1 for c in cycles for o in ops
                             if o["outcome"] == "unknown" and
-                            o["t_inv"] <= c["t_kill"] <= o["t_done"])
+                            o["t_inv"] <= cut_at(c) <= o["t_done"])
     summary = {
         "seed": seed, "cycles": len(cycles), "cycles_requested": args.cycles,
-        "server_flags": args.server_flag,
-        "wall_s": round(time.monotonic() - started, 1),
+        "server_flags": args.server_flag, "durability": durability(args.server_flag),
+        "power_loss": args.power_loss, "lying_sync": args.lying_sync,
+        "wall_s": round(wall_s, 1),
         "check_s": round(check_s, 1),
         "read_back_s": None if final.get("read_back_done_t") is None else
         round(final["read_back_done_t"] - final["read_back_t"], 1),
@@ -290,24 +400,107 @@ def main(argv: list[str]) -> int:
         "violations": len(violations),
         "violation_counts": {k: sum(1 for v in violations.items if v["check"] == k)
                              for k in sorted({v["check"] for v in violations.items})},
-        "failure": failure, "stats": st, "cycle_log": cycles,
-        "violation_list": violations.items[:200], "run_dir": run_dir}
+        "failure": failure}
+    if args.power_loss:
+        summary["power"] = cut_figures(cycles)
+        # Writes invoked once powerfs had powered off (dedupd still
+        # serving, every file operation failing) yet acknowledged: none can
+        # be durable, so under sync there should be none.
+        late = [o for c in cycles if c["mode"] == "running" for o in ops
+                if is_write_ack(o) and c["t_off"] < o["t_inv"] <= c["t_kill"]]
+        summary["power"]["writes_acked_after_power_off"] = len(late)
+        summary["power"]["writes_acked_after_power_off_list"] = [
+            short_op(o) for o in late[:20]]
+        summary["loss"] = crash_checker.power_losses(ops, cycles)
+        summary["loss"]["fence_repeats"] = crash_checker.fence_repeats(violations)
+    summary.update({"stats": st, "cycle_log": cycles,
+                    "violation_list": violations.items[:200], "run_dir": run_dir})
     for path in filter(None, [os.path.join(run_dir, "summary.json"), args.summary]):
         with open(path, "w") as f:
             json.dump(summary, f, indent=1)
 
-    log(f"{len(cycles)} SIGKILL/restart cycles, {st['operations']} attempts "
+    kind = "power-loss" if args.power_loss else "SIGKILL/restart"
+    log(f"{len(cycles)} {kind} cycles, {st['operations']} attempts "
         f"({st.get('ok', 0)} acknowledged, {st.get('unknown', 0)} unknown, "
-        f"{st.get('fail', 0)} refused; {in_flight_at_kill} in flight at a kill), "
+        f"{st.get('fail', 0)} refused; {in_flight_at_kill} in flight at a cut), "
         f"{summary['acked_completes']} acknowledged Completes, "
         f"{summary['acked_started']} acknowledged STARTED, "
         f"{summary['batch_items']} batch items, {st['keys']} keys, "
         f"acknowledged per cycle {summary['acked_per_cycle_min']}.."
         f"{summary['acked_per_cycle_max']}, {summary['wall_s']} s "
         f"(read-back {summary['read_back_s']} s, check {summary['check_s']} s)")
+    if args.power_loss:
+        log_power(summary, args)
+    summary["_violations"] = violations
+    return summary
+
+
+# What the README ("Durability") says each mode may lose to a power cut.
+DOCUMENTED_LOSS = {
+    "sync": "nothing acknowledged (an answer leaves once the WAL holding it is fsynced)",
+    "async": "the writes of the last --async_sync_interval_ms before the cut "
+             "(the WAL is fsynced every interval)",
+    "none": "everything not yet flushed to a table file (no WAL; memtables are "
+            "flushed on a clean stop or when full)",
+}
+
+
+def log_power(summary: dict, args: argparse.Namespace) -> None:
+    p, loss = summary["power"], summary["loss"]
+    log(f"power cuts: {p['cuts']} ({p['by_mode']['running']} with dedupd running, "
+        f"{p['by_mode']['stopped']} with it stopped); {p['lossy_cuts']} of them lost "
+        f"unsynced bytes (per cut min {p['bytes_lost_min']}, median "
+        f"{p['bytes_lost_median']}, max {p['bytes_lost_max']}, total "
+        f"{p['bytes_lost_total']}); names restored {p['names_restored_total']}, "
+        f"removed {p['names_removed_total']}; dedupd ended on its own during "
+        f"{p['exited_during_cut']} cuts")
+    log(f"cuts that undid unsynced data, by file: {p['cuts_losing_data_of']}; "
+        f"that restored or removed names: {p['cuts_undoing_names_of']}; "
+        f"writes invoked after a power off and acknowledged: "
+        f"{p['writes_acked_after_power_off']}")
+    age = loss["lost_age_ms"]
+    log(f"acknowledged Completes: {loss['acked_completes']}, "
+        f"{loss['acked_completes_checked']} of them read back after a later cut; "
+        f"LOST {loss['acked_completes_lost']} (in {loss['cuts_that_lost_completes']} "
+        f"cuts; {loss['lost_acked_after_power_off']} acknowledged after the power "
+        f"went off; {loss['lost_without_a_cut']} with no cut to explain them)"
+        + ("" if age is None else
+           f", acknowledged {age['min']}..{age['max']} ms (median {age['median']}) "
+           f"before their cut")
+        + f"; fence repeats or regressions: {loss['fence_repeats'] or 'none'}")
+    mode = summary["durability"]
+    interval = next((f.split("=", 1)[1] for f in args.server_flag
+                     if f.startswith("--async_sync_interval_ms=")), "100")
+    documented = DOCUMENTED_LOSS.get(mode, "?").replace(
+        "--async_sync_interval_ms", f"--async_sync_interval_ms ({interval} ms)")
+    log(f"durability {mode}: the README documents that a power cut loses {documented}")
+    if mode == "async" and age is not None:
+        within = age["max"] <= 2 * float(interval)
+        log(f"  async: the oldest lost Complete was acknowledged {age['max']} ms "
+            f"before its cut: {'within' if within else 'BEYOND'} twice the sync "
+            f"interval")
+
+
+def verdict(args: argparse.Namespace, summary: dict, server) -> bool:
+    """Logs the violations and the outcome; True if the run passes."""
+    violations = summary.pop("_violations")
+    failure = summary["failure"]
     if violations:
-        print(violations.render(limit=30 if args.expect_violations else 100), flush=True)
+        limit = 30 if args.expect_violations or args.report_loss else 100
+        print(violations.render(limit=limit), flush=True)
         log(f"violations by check: {summary['violation_counts']}")
+    too_few = None
+    if args.power_loss and summary["cycles"] and summary["durability"] == "none":
+        # No WAL: between flushes dedupd writes nothing, so there is no
+        # unsynced data for a cut to lose; what it loses was only in memory.
+        log("durability none writes no WAL: the cuts' lost bytes are not "
+            "required (what a cut loses was in dedupd's memory)")
+    elif args.power_loss and summary["cycles"]:
+        p = summary["power"]
+        if 2 * p["lossy_cuts"] < p["cuts"]:
+            too_few = (f"only {p['lossy_cuts']} of {p['cuts']} power cuts lost any "
+                       f"unsynced bytes (fewer than half): the cuts tested too little")
+            log(f"FAILURE: {too_few}")
     if failure:
         log(f"FAILURE: {failure}")
         log(f"--- tail of dedupd's log ({server.log_path}) ---")
@@ -316,19 +509,17 @@ def main(argv: list[str]) -> int:
         if bt:
             log("--- dedupd crashed ---")
             print(bt, flush=True)
+    ok = failure is None and too_few is None
     if args.expect_violations:
-        ok = failure is None and len(violations) > 0
+        ok = ok and len(violations) > 0
         log(f"{len(violations)} violations, expected some: "
             f"{'detected, as expected' if ok else 'FAILED to detect'}")
+    elif args.report_loss:
+        log(f"{len(violations)} violations, reported (--report-loss), not a failure")
     else:
-        ok = failure is None and not violations
+        ok = ok and not violations
         log(f"{len(violations)} violations")
-    if not ok or args.keep or args.run_dir:
-        log(f"run directory kept: {run_dir}")
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return 0 if ok else 1
-
+    return ok
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -18,10 +18,13 @@ from history.process import DedupdProcess, NodeFailure
 
 
 class Server(DedupdProcess):
-    def __init__(self, run_dir: str, dedupd: str, extra_flags: list[str]) -> None:
+    def __init__(self, run_dir: str, dedupd: str, extra_flags: list[str],
+                 data_dir: Optional[str] = None) -> None:
+        """data_dir: default RUN/data (--power-loss puts it in a powerfs
+        mount; the ready file, log and cwd stay in run_dir, off the mount)."""
         # cwd: where a crash of dedupd itself leaves its core (core_pattern "core").
         super().__init__("dedupd", dedupd,
-                         data_dir=os.path.join(run_dir, "data"),
+                         data_dir=data_dir or os.path.join(run_dir, "data"),
                          log_path=os.path.join(run_dir, "dedupd.log"),
                          ready_path=os.path.join(run_dir, "dedupd.ready.json"),
                          cwd=os.path.join(run_dir, "cwd"),

@@ -143,6 +143,7 @@ void Journal::ForgetIfUnreachableLocked(ino_t ino, const struct stat& st) {
 }
 
 void Journal::CollectKeptLocked() {
+  std::vector<ino_t> dropped;
   for (auto it = kept_.begin(); it != kept_.end();) {
     if (ReferencedLocked(it->first)) {
       ++it;
@@ -150,10 +151,15 @@ void Journal::CollectKeptLocked() {
     }
     std::error_code error;
     std::filesystem::remove_all(it->second, error);
-    // The inode may still have names in the mount: only forget it if not.
-    if (InodePaths(backing_).count(it->first) == 0) files_.erase(it->first);
-    dirs_.erase(it->first);
+    dropped.push_back(it->first);
     it = kept_.erase(it);
+  }
+  if (dropped.empty()) return;
+  // An inode may still have names in the mount: only forget it if not.
+  const std::map<ino_t, std::string> names = InodePaths(backing_);
+  for (ino_t ino : dropped) {
+    if (names.count(ino) == 0) files_.erase(ino);
+    dirs_.erase(ino);
   }
 }
 
