@@ -57,9 +57,6 @@ class Node(DedupdProcess):
         self.peers = peers
         # A PowerFs mounted at data_dir (power.py), or None.
         self.power = power
-        # Fsync data_dir once the node serves (--sync-data-dir: stands in for
-        # a dedupd that makes its raft/ and state/ names durable itself).
-        self.sync_data_dir = False
         self._channel = grpc.insecure_channel(
             self.client_address,
             options=[("grpc.initial_reconnect_backoff_ms", 100),
@@ -85,12 +82,6 @@ class Node(DedupdProcess):
         if self.power is not None and not self.power.running:
             self.power.start()  # power back on: mount what survived
         ready = super().start(timeout_s)
-        if self.power is not None and self.sync_data_dir:
-            fd = os.open(self.data_dir, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
         if ready["address"] != self.client_address:
             raise NodeFailure(f"node {self.id} serves on {ready['address']}, "
                               f"not {self.client_address}")

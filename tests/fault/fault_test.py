@@ -76,10 +76,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "(a sabotaged run: use with --expect-violations)")
     p.add_argument("--expect-violations", action="store_true",
                    help="succeed only if the checker finds violations")
-    p.add_argument("--sync-data-dir", action="store_true",
-                   help="with --power-loss: fsync each node's data dir once it "
-                   "serves, standing in for a dedupd that makes raft/ and state/ "
-                   "durable itself (without it, a cut that loses them fails the run)")
     p.add_argument("--continue-on-lost-dirs", action="store_true",
                    help="with --power-loss: a cut that loses a node's raft/ or "
                    "state/ is counted, not a failure (to see what follows)")
@@ -181,7 +177,7 @@ def main(argv: list[str]) -> int:
     final: dict = {"digests": {}}
     summary: dict = {"seed": seed, "faults_requested": args.faults, "kinds": kinds,
                      "power_loss": args.power_loss, "lying_sync": args.lying_sync,
-                     "sync_data_dir": args.sync_data_dir}
+                     "continue_on_lost_dirs": args.continue_on_lost_dirs}
     started = time.monotonic()
     try:
         topology.setup()
@@ -200,13 +196,9 @@ def main(argv: list[str]) -> int:
                     mount=data_dir, log_path=os.path.join(run_dir, f"n{n}.powerfs.log"),
                     lying_sync=args.lying_sync)
             log(f"power loss: data dirs on powerfs ({args.powerfs}"
-                f"{', lying sync' if args.lying_sync else ''}"
-                f"{', data dirs fsynced by the test' if args.sync_data_dir else ''}), "
-                f"snapshot threshold "
+                f"{', lying sync' if args.lying_sync else ''}), snapshot threshold "
                 f"{args.snapshot_threshold}, trailing {args.snapshot_trailing}")
         cluster = Cluster(topology, run_dir, args.dedupd, node_flags, make_power)
-        for node in cluster.nodes.values():
-            node.sync_data_dir = args.sync_data_dir
         cluster.start_all()
         drv = driver.Driver(cluster, history, rng, args.hold_scale, log)
         if args.power_loss:

@@ -139,7 +139,7 @@ def classify(report: dict, suffix: Optional[tuple[int, int]] = None,
                     suffix, the barrier closing the segments before it, or
                     the rewrite after it, was not durable yet)
     lost_dirs       raft or state themselves removed: the node's whole Raft
-                    log or database was never made durable"""
+                    log or database was never made durable (a finding)"""
     out = {"install": 0, "install_cleanup": 0, "snapshot_files": 0,
            "segments": 0, "truncation": 0, "lost_dirs": 0}
     for which, p in report_paths(report):
@@ -253,10 +253,10 @@ class PowerFaults:
             if self.check_dirs and self.pending_finding is None:
                 self.pending_finding = (
                     f"node {node.id}'s power cut removed {', '.join(lost)} from its "
-                    f"data dir ({node.data_dir}): the directory was never fsynced after "
-                    f"they were made, so the node lost its whole Raft log (term, vote, "
-                    f"entries) and/or database; backing kept as the cut left it: "
-                    f"{node.power.backing}")
+                    f"data dir ({node.data_dir}): their names were never made durable "
+                    f"(an fsync of the data dir), so the node lost its whole Raft log "
+                    f"(term, vote, entries) and/or database; backing kept as the cut "
+                    f"left it: {node.power.backing}")
         return cut
 
     def _restart(self, node, fault: dict) -> None:
