@@ -16,6 +16,7 @@
 #include "client/leader_router.h"
 #include "common/channel_security.h"
 #include "common/flag_syntax.h"
+#include "common/version.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051",
           "Server address, or a comma-separated list of a group's nodes "
@@ -70,6 +71,7 @@ int UsageError(const std::string& message) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(dedup::ctl::HelpText());
+  dedup::SetVersionFlag("dedupctl");
   if (dedup::ctl::IsHelpRequest(argc, argv)) {
     std::cout << dedup::ctl::HelpText();
     return dedup::ctl::kExitOk;

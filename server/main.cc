@@ -6,6 +6,7 @@
 #include "common/exit_codes.h"
 #include "common/flag_syntax.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "server/daemon.h"
 #include "server/exit_status.h"
 #include "server/usage.h"
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   // that costs a few percent of each request and the tests cover ordering.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
-  dedup::Daemon daemon({DEDUP_VERSION, DEDUP_GIT_SHA});
+  dedup::Daemon daemon({dedup::ProjectVersion(), dedup::GitSha()});
   if (absl::Status started = daemon.Start(); !started.ok()) {
     dedup::LogError(started.message());
     return dedup::ExitCodeOf(started);

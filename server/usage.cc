@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
+#include "common/version.h"
 
 namespace dedup {
 
@@ -24,6 +25,7 @@ void ConfigureUsage() {
     return absl::StrContains(path, "server/");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
+  config.version_string = [] { return VersionLine("dedupd"); };
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(ProgramUsage());
 }

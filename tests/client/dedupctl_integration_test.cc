@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
@@ -90,6 +91,31 @@ TEST_F(DedupctlTest, BeginCompleteBeginDuplicateCycle) {
 
 // stats prints a table from the Admin service; its begin counts move with
 // the calls made; compact answers with what it dropped.
+// --version on both binaries: the project version and the commit, the same
+// build the server reports in Stats (never Abseil's line about NDEBUG).
+TEST_F(DedupctlTest, VersionOfBothBinariesNamesTheBuildStatsReports) {
+  const CtlResult stats = Ctl({"stats"});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  std::string reported;  // the table's "version   0.1.0 (<sha>)" row
+  for (absl::string_view line : absl::StrSplit(stats.out, '\n')) {
+    if (absl::ConsumePrefix(&line, "version ")) {
+      reported = std::string(absl::StripAsciiWhitespace(line));
+    }
+  }
+  const std::string build = absl::StrReplaceAll(reported, {{"(", "(git "}});
+  EXPECT_THAT(build, ::testing::MatchesRegex(
+                         "[0-9]+\\.[0-9]+\\.[0-9]+ \\(git [0-9a-f]+\\)|"
+                         "[0-9]+\\.[0-9]+\\.[0-9]+ \\(git unknown\\)"));
+  const CtlResult ctl = RunCtl({"--version"});
+  EXPECT_EQ(ctl.exit_code, 0);
+  EXPECT_EQ(ctl.out, "dedupctl " + build + "\n");
+  absl::StatusOr<testing::ProcessResult> dedupd =
+      testing::RunProcess(testing::ServerBinary(), {"--version"});
+  ASSERT_TRUE(dedupd.ok()) << dedupd.status();
+  EXPECT_EQ(dedupd->exit_code, 0);
+  EXPECT_EQ(dedupd->output, "dedupd " + build + "\n");
+}
+
 TEST_F(DedupctlTest, StatsTableAndCompact) {
   CtlResult before = Ctl({"stats"});
   ASSERT_EQ(before.exit_code, 0) << before.err;
