@@ -32,6 +32,10 @@ carries the generated dedup.v1 stubs; from the source tree they must be on
 sys.path (see client/python/README.md).
 """
 
+# The distribution's version: pyproject.toml reads it from here (setuptools
+# dynamic metadata), so this line is the one place it is set.
+__version__ = "0.1.0"
+
 from dedup_client._proto import dedup_pb2, dedup_pb2_grpc
 from dedup_client.args_hash import (
     CanonicalJsonError,
@@ -72,6 +76,7 @@ from dedup_client.outcome import is_outcome_unknown
 from dedup_client.security import BearerToken, TlsConfig, open_channel
 
 __all__ = [
+    "__version__",
     "AsyncClient",
     "AsyncCoalescingClient",
     "Backoff",

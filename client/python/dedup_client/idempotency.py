@@ -449,21 +449,25 @@ class IdempotentFunction(Generic[T]):
         )
 
     def arguments_of(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The arguments as hashed: by parameter name, as passed (defaults not
-        filled in, so adding a defaulted parameter keeps old hashes), with
-        **kwargs flattened in."""
+        """The arguments as hashed: by parameter name, defaults filled in,
+        with **kwargs flattened in (see the function arguments_of)."""
         return arguments_of(self._signature, *args, **kwargs)
 
 
 def arguments_of(signature: inspect.Signature, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """A call's arguments by parameter name, as passed (see
-    IdempotentFunction.arguments_of)."""
+    """A call's arguments by parameter name, with the defaults of those not
+    passed filled in: send("inv-9"), send("inv-9", 100) (100 the default)
+    and send(invoice="inv-9") are the same call, with the same hash (a
+    client such as an MCP host may send a default explicitly or not).
+    **kwargs are flattened in; *args appear (as a list) only if non-empty."""
     bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
     arguments: dict[str, Any] = {}
     for name, value in bound.arguments.items():
-        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
             arguments.update(value)
-        else:
+        elif kind is not inspect.Parameter.VAR_POSITIONAL or value:
             arguments[name] = value
     return arguments
 

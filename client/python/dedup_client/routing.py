@@ -18,12 +18,21 @@ connecting on its reconnect backoff instead of waiting; with the shorter
 backoff the channels now get (dedup_client.reconnect), 0.15 s (0.1-0.8 s).
 See tests/python/integration/test_reconnect.py.
 
+A Client that is never closed must not keep the interpreter from exiting:
+grpcio's watcher thread is a daemon, frozen once the interpreter finalizes,
+and the channel's close (which the channel's own finalizer calls then)
+waits for that thread's pending watch forever. So an atexit hook closes
+every Router still open, while the watchers still run (a weak set: it keeps
+no Client alive).
+
 Thread-safe: shared by every thread of a Client and its CoalescingClient.
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from typing import Any, Callable, Optional
 
 import grpc
@@ -57,6 +66,28 @@ def trailing_value(error: BaseException, key: str) -> Optional[str]:
 def _keep_connecting(_: grpc.ChannelConnectivity) -> None:
     """The subscriber of every channel a Router opens: being subscribed is
     what counts (see the module docstring), not the states reported."""
+
+
+# Routers with watched channels, closed at exit (see the module docstring).
+_open_routers: "weakref.WeakSet[Router]" = weakref.WeakSet()
+_open_routers_lock = threading.Lock()
+
+
+def _close_open_routers() -> None:
+    """atexit: closes every Router not closed yet. All are unsubscribed
+    first, so their watches end together (each within grpcio's 0.2 s poll)
+    rather than one after another."""
+    with _open_routers_lock:
+        routers = list(_open_routers)
+        _open_routers.clear()
+    channels = [c for router in routers for c in router._close_owned()]
+    for channel in channels:
+        channel.unsubscribe(_keep_connecting)
+    for channel in channels:
+        channel.close()
+
+
+atexit.register(_close_open_routers)
 
 
 def leader_hint(error: BaseException) -> Optional[str]:
@@ -134,6 +165,8 @@ class Router:
         # the module docstring); grpcio runs one polling thread per
         # subscribed channel.
         channel.subscribe(_keep_connecting, try_to_connect=True)
+        with _open_routers_lock:
+            _open_routers.add(self)
         return channel
 
     def _wrap(self, channel: Any) -> Any:
@@ -170,6 +203,8 @@ class Router:
     def close(self) -> None:
         """Closes the channels this Router opened; later stub() calls for a
         new address raise, and calls on the closed channels fail."""
+        with _open_routers_lock:
+            _open_routers.discard(self)
         for channel in self._close_owned():
             channel.unsubscribe(_keep_connecting)
             channel.close()

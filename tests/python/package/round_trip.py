@@ -1,6 +1,7 @@
 """Run by test_install.py with an installed dedup-client's interpreter (a
 venv), from a directory outside the repository and without PYTHONPATH:
-imports the package, checks it is the installed one with its metadata, and
+imports the package, checks it is the installed one with its metadata (its
+__version__ and py.typed too), and
 makes a Begin/Complete round trip (blocking and asyncio) against the dedupd
 at argv[1]. Prints "ok <fence>" when all is well."""
 
@@ -25,6 +26,13 @@ meta = importlib.metadata.metadata("dedup-client")
 assert meta["License"] == "Apache-2.0", meta["License"]
 files = [str(f) for f in importlib.metadata.files("dedup-client")]
 assert any(f.endswith(".dist-info/LICENSE") for f in files), files
+# One version: the distribution's metadata is read from dedup_client.__version__.
+version = importlib.metadata.version("dedup-client")
+assert dedup_client.__version__ == version, (dedup_client.__version__, version)
+assert version and version[0].isdigit(), version
+# PEP 561 marker: type checkers use the package's annotations.
+assert (where.parent / "py.typed").is_file(), f"no py.typed beside {where}"
+assert "dedup_client/py.typed" in files, files
 
 key = f"pkg-{uuid.uuid4()}"
 with Client(target) as client:

@@ -97,7 +97,7 @@ class InstallTest(unittest.TestCase):
             names = {n.split("/", 1)[-1] for n in tar.getnames()}
         self.assertLessEqual(
             {"LICENSE", "proto/dedup/v1/dedup.proto", "proto/dedup/v1/error_details.proto",
-             "setup.py", "pyproject.toml"}, names)
+             "setup.py", "pyproject.toml", "dedup_client/py.typed"}, names)
         self.assertFalse(any("_stubs" in n for n in names), names)  # generated at build
         run([venv / "bin" / "pip", "install", "--no-build-isolation", "--no-index", sdist],
             self.tmp)

@@ -190,6 +190,7 @@ class AsyncDecoratorTest(AsyncTestCase):
         self.assertEqual(list(inspect.signature(send).parameters), ["invoice", "cents"])
         self.assertEqual(inspect.signature(send).parameters["cents"].default, 0)
         self.assertEqual((send.__name__, send.__doc__), ("send", "Sends."))
+        self.assertEqual(send.arguments_of("inv-1"), send.arguments_of(invoice="inv-1", cents=0))
         self.assertEqual(await send("inv-1"), {"sent": "inv-1"})
         outcome = await send.with_outcome("inv-2", cents=5)
         self.assertEqual((outcome.fence, outcome.duplicate), (7, False))

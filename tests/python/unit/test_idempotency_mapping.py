@@ -159,13 +159,40 @@ class DecoratorTest(unittest.TestCase):
         self.assertEqual(send.__name__, "send")
         self.assertEqual(send.__doc__, "Sends.")
         self.assertEqual(send.arguments_of(7, "a@b", urgent=True),
-                         {"order": 7, "to": "a@b", "urgent": True})
+                         {"order": 7, "to": "a@b", "subject": "hi", "urgent": True})
         self.assertEqual(send(7, to="a@b"), "sent:7")
         begin = client.calls[0][1]
         self.assertEqual(begin["key"], "order-7")
-        self.assertEqual(begin["args_hash"], args_hash({"order": 7, "to": "a@b"}))
+        self.assertEqual(begin["args_hash"],
+                         args_hash({"order": 7, "to": "a@b", "subject": "hi"}))
         out = send.with_outcome(order=7, to="a@b")
         self.assertEqual((out.result, out.duplicate), ("sent:7", True))
+
+    def test_a_default_sent_or_not_by_position_or_name_is_one_call(self) -> None:
+        client = ScriptedClient([started(fence=1), duplicate(dedup_pb2.SUCCESS, b'"ok"'),
+                                 duplicate(dedup_pb2.SUCCESS, b'"ok"'), started(fence=2)])
+
+        @idempotent(client, "mail:send")
+        def send(invoice: str, cents: int = 100, *rest: object) -> str:
+            return "ok"
+
+        same = [send.arguments_of("inv-9"), send.arguments_of("inv-9", 100),
+                send.arguments_of(invoice="inv-9"),
+                send.arguments_of(cents=100, invoice="inv-9")]
+        self.assertEqual(same, [{"invoice": "inv-9", "cents": 100}] * 4)
+        self.assertEqual(send.arguments_of("inv-9", 100, "x"),
+                         {"invoice": "inv-9", "cents": 100, "rest": ("x",)})
+        send("inv-9")
+        send("inv-9", 100)
+        send(invoice="inv-9")
+        send("inv-9", 101)  # another value: another call
+        hashes = [kw["args_hash"] for name, kw in client.calls if name == "begin"]
+        self.assertEqual(hashes[:3], [args_hash({"invoice": "inv-9", "cents": 100})] * 3)
+        self.assertEqual(hashes[3], args_hash({"invoice": "inv-9", "cents": 101}))
+        self.assertNotEqual(hashes[3], hashes[0])
+        keys = [kw["key"] for name, kw in client.calls if name == "begin"]
+        self.assertEqual(len(set(keys[:3])), 1)  # the default key, the args hash
+        self.assertNotEqual(keys[3], keys[0])
 
 
 def _raiser(error: Exception):
