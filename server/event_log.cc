@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -18,7 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "storage/state_dir_swap.h"
+#include "storage/durable_dir.h"
 
 namespace dedup {
 namespace {
@@ -59,40 +58,24 @@ const char* OutcomeName(Outcome outcome) {
   return "NONE";
 }
 
-// Writes a new secret to `path` crash-safely: in a temporary file, synced,
-// then linked to its name (never replacing one a racing start made), with the
-// directory synced, so a crash or power cut leaves no name without its bytes.
+// Writes a new secret to `path` crash-safely (storage/durable_dir.h): a
+// crash or power cut leaves no name without its bytes.
 absl::Status CreateEventLogSecret(const std::string& path) {
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("event log key file ", tmp, ": ", std::strerror(errno)));
-  }
   unsigned char secret[kSecretBytes];
-  errno = 0;
-  const bool made = RAND_bytes(secret, sizeof(secret)) == 1 &&
-                    ::write(fd, secret, sizeof(secret)) ==
-                        static_cast<ssize_t>(sizeof(secret)) &&
-                    ::fsync(fd) == 0;
-  int error = errno;
-  ::close(fd);
-  const bool linked =
-      made && (::link(tmp.c_str(), path.c_str()) == 0 || errno == EEXIST);
-  if (made && !linked) error = errno;
-  ::unlink(tmp.c_str());
-  if (!linked) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("event log key file ", path, ": cannot write it",
-                     error == 0 ? "" : absl::StrCat(": ", std::strerror(error)),
-                     error == ENOSPC || error == EDQUOT
-                         ? " (its filesystem is full: make room, or give "
-                           "--event_log_key_file on another filesystem)"
-                         : ""));
+  if (RAND_bytes(secret, sizeof(secret)) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "event log key file ", path, ": cannot make a random key"));
   }
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  return SyncPath(dir.empty() ? "." : dir);
+  const absl::Status s = CreateFileDurably(
+      path, std::string(reinterpret_cast<const char*>(secret), sizeof(secret)),
+      0600);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(
+      absl::StrCat("event log key file ", path, ": ", s.message(),
+                   absl::IsResourceExhausted(s)
+                       ? " (its filesystem is full: make room, or give "
+                         "--event_log_key_file on another filesystem)"
+                       : ""));
 }
 
 }  // namespace

@@ -47,24 +47,61 @@ absl::Status CreateDirectoriesDurably(const std::string& path) {
   return SyncPath(dir.parent_path());
 }
 
+namespace {
+
+// Writes `contents` into a fresh `tmp` and fsyncs it: 0 or the errno.
+int WriteSynced(const std::string& tmp, const std::string& contents,
+                mode_t mode) {
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return errno;
+  errno = 0;
+  const bool ok = ::write(fd, contents.data(), contents.size()) ==
+                      static_cast<ssize_t>(contents.size()) &&
+                  ::fsync(fd) == 0;
+  const int error = ok ? 0 : (errno != 0 ? errno : EIO);
+  ::close(fd);
+  return error;
+}
+
+absl::Status WriteError(const std::string& path, int error) {
+  const std::string message =
+      absl::StrCat("cannot write ", path, ": ", std::strerror(error));
+  return error == ENOSPC || error == EDQUOT
+             ? absl::ResourceExhaustedError(message)
+             : absl::UnavailableError(message);
+}
+
+absl::Status SyncParent(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return SyncPath(dir.empty() ? "." : dir);
+}
+
+}  // namespace
+
 absl::Status ReplaceFileDurably(const std::string& path,
                                 const std::string& contents) {
   const std::string tmp = absl::StrCat(path, ".tmp");
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && ::write(fd, contents.data(), contents.size()) ==
-                           static_cast<ssize_t>(contents.size());
-  ok = ok && ::fsync(fd) == 0;
-  const int error = errno;
-  if (fd >= 0) ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int why = ok ? errno : error;
+  int error = WriteSynced(tmp, contents, 0644);
+  if (error == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) error = errno;
+  if (error != 0) {
     ::unlink(tmp.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(why)));
+    return WriteError(path, error);
   }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  return SyncPath(dir.empty() ? "." : dir);
+  return SyncParent(path);
+}
+
+absl::Status CreateFileDurably(const std::string& path,
+                               const std::string& contents, mode_t mode) {
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  int error = WriteSynced(tmp, contents, mode);
+  // link, unlike rename, never replaces a file another process made first.
+  if (error == 0 && ::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+    error = errno;
+  }
+  ::unlink(tmp.c_str());
+  if (error != 0) return WriteError(path, error);
+  return SyncParent(path);
 }
 
 }  // namespace dedup

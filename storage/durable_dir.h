@@ -11,6 +11,8 @@
 #ifndef DEDUP_STORAGE_DURABLE_DIR_H_
 #define DEDUP_STORAGE_DURABLE_DIR_H_
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,8 +28,16 @@ namespace dedup {
 // beside it is written and fsynced, renamed over `path`, and the directory
 // fsynced. A crash or power cut leaves the old file or the new one, never an
 // empty or partial one, and never loses the name once this returns OK.
+// ResourceExhausted when the file system is full, Unavailable otherwise.
 [[nodiscard]] absl::Status ReplaceFileDurably(const std::string& path,
                                               const std::string& contents);
+
+// Like ReplaceFileDurably, but keeps a file already at `path` (OK then,
+// without writing): for a file made once, such as a secret, that a racing
+// start may have made first. `mode`: the new file's permissions.
+[[nodiscard]] absl::Status CreateFileDurably(const std::string& path,
+                                             const std::string& contents,
+                                             mode_t mode);
 
 }  // namespace dedup
 

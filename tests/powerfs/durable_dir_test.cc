@@ -62,4 +62,14 @@ TEST_F(PowerFsTest, AReplacedFileIsDurableAndNeverPartial) {
   EXPECT_FALSE(std::filesystem::exists(M("marker.tmp")));
 }
 
+TEST_F(PowerFsTest, ACreatedFileIsDurableAndNeverReplaced) {
+  Mount();
+  ASSERT_TRUE(dedup::CreateFileDurably(M("key"), "first", 0600).ok());
+  Cycle();
+  EXPECT_EQ(ReadFile(M("key")), "first");
+  ASSERT_TRUE(dedup::CreateFileDurably(M("key"), "second", 0600).ok());
+  EXPECT_EQ(ReadFile(M("key")), "first");
+  EXPECT_FALSE(std::filesystem::exists(M("key.tmp")));
+}
+
 }  // namespace

@@ -128,10 +128,11 @@ void Journal::UndoNamesLocked(PowerOffReport* report) {
     auto dir = paths.find(dir_ino);
     if (dir == paths.end()) continue;
     const std::map<std::string, ino_t> names = Names(dir->second, kept_dir_);
+    // Links leave every path valid; only a directory moved back changes them.
+    std::map<ino_t, std::string> all = paths;
     for (const auto& [name, entry] : snapshot) {
       if (names.count(name) != 0) continue;
       const std::string path = dir->second + "/" + name;
-      const std::map<ino_t, std::string> all = InodePaths(backing_);
       auto source = all.find(entry.ino);
       if (source == all.end()) {
         errno = ENOENT;
@@ -144,6 +145,7 @@ void Journal::UndoNamesLocked(PowerOffReport* report) {
         Fail("restore", path, report);
         continue;
       }
+      if (entry.is_dir) all = InodePaths(backing_);
       ++report->names_restored;
       Note(&report->restored, relative(path));
     }
