@@ -4,7 +4,7 @@ package main
 // on a free port in a temp dir, and stopped by its PID: Begin → Complete →
 // Begin again is DUPLICATE with the stored result; RunOnce runs its side
 // effect once; the bearer token is what lets the calls in; a follower's
-// "dedup-leader" hint is followed.
+// "dedup-leader" hint is followed; a RetryInfo is waited out.
 
 import (
 	"bytes"
@@ -33,7 +33,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-const testToken = "go-example-token-5b1f"
+const (
+	testToken    = "go-example-token-5b1f"
+	meteredToken = "go-example-metered-91c4" // a tenant limited to 2 calls/s
+)
 
 // server is one dedupd with its files.
 type server struct {
@@ -54,9 +57,13 @@ func startDedupd(t *testing.T) server {
 		t.Fatalf("make-test-pki: %v\n%s", err, out)
 	}
 	digest := sha256.Sum256([]byte(testToken))
+	metered := sha256.Sum256([]byte(meteredToken))
 	tenants, _ := json.Marshal(map[string]interface{}{"tenants": []interface{}{
 		map[string]interface{}{"name": "billing", "token_sha256": []string{hex.EncodeToString(digest[:])},
-			"namespace_prefixes": []string{"billing:"}, "roles": []string{"client"}}}})
+			"namespace_prefixes": []string{"billing:"}, "roles": []string{"client"}},
+		map[string]interface{}{"name": "metered", "token_sha256": []string{hex.EncodeToString(metered[:])},
+			"namespace_prefixes": []string{"metered:"}, "roles": []string{"client"},
+			"limits": map[string]int{"rps": 2}}}})
 	write(t, filepath.Join(dir, "tenants.json"), tenants)
 	tokenFile := filepath.Join(dir, "token")
 	write(t, tokenFile, []byte(testToken+"\n"))
@@ -162,6 +169,7 @@ func TestAgainstDedupd(t *testing.T) {
 	t.Run("RunOnceRunsOnce", func(t *testing.T) { runOnceRunsOnce(t, s) })
 	t.Run("TokenRequired", func(t *testing.T) { tokenRequired(t, s) })
 	t.Run("FollowsLeaderHint", func(t *testing.T) { followsLeaderHint(t, s) })
+	t.Run("WaitsRetryInfo", func(t *testing.T) { waitsRetryInfo(t, s) })
 	t.Run("CommandLine", func(t *testing.T) { commandLine(t, s) })
 }
 
@@ -309,6 +317,23 @@ func followsLeaderHint(t *testing.T, s server) {
 	}
 	if calls := atomic.LoadInt32(&f.calls); calls != 1 {
 		t.Errorf("the follower got %d calls, want 1", calls)
+	}
+}
+
+// Over its tenant's rps limit, dedupd answers RESOURCE_EXHAUSTED with a
+// RetryInfo: the client waits that long and the call succeeds.
+func waitsRetryInfo(t *testing.T, s server) {
+	c, ctx := s.client(t, meteredToken), testContext(t)
+	start := time.Now()
+	for i := 0; i < 6; i++ {
+		begin := &dedupv1.BeginRequest{Namespace: "metered:x", Key: fmt.Sprintf("k%d", i), Owner: newOwner()}
+		if resp, err := c.Begin(ctx, begin); err != nil || resp.GetStatus() != dedupv1.BeginResponse_STARTED {
+			t.Fatalf("Begin %d: %v, %v", i, resp, err)
+		}
+	}
+	// 6 calls at 2/s (after a burst of 2) cannot all pass at once.
+	if elapsed := time.Since(start); elapsed < time.Second {
+		t.Errorf("6 calls over a 2/s limit took only %v: were they limited?", elapsed)
 	}
 }
 
