@@ -4,7 +4,8 @@ package main
 // on a free port in a temp dir, and stopped by its PID: Begin → Complete →
 // Begin again is DUPLICATE with the stored result; RunOnce runs its side
 // effect once; the bearer token is what lets the calls in; a follower's
-// "dedup-leader" hint is followed; a RetryInfo is waited out.
+// "dedup-leader" hint is followed; a RetryInfo is waited out; unknown
+// outcomes are sent again only where that is safe.
 
 import (
 	"bytes"
@@ -19,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -170,6 +172,7 @@ func TestAgainstDedupd(t *testing.T) {
 	t.Run("TokenRequired", func(t *testing.T) { tokenRequired(t, s) })
 	t.Run("FollowsLeaderHint", func(t *testing.T) { followsLeaderHint(t, s) })
 	t.Run("WaitsRetryInfo", func(t *testing.T) { waitsRetryInfo(t, s) })
+	t.Run("RetriesUnknownOutcomes", func(t *testing.T) { retriesUnknownOutcomes(t, s) })
 	t.Run("CommandLine", func(t *testing.T) { commandLine(t, s) })
 }
 
@@ -293,23 +296,30 @@ func (f *follower) Begin(ctx context.Context, _ *dedupv1.BeginRequest) (*dedupv1
 	return nil, status.Error(codes.Unavailable, "not the leader")
 }
 
-func followsLeaderHint(t *testing.T, s server) {
+// serveFake serves impl on a free port with dedupd's certificate and
+// returns its address.
+func serveFake(t *testing.T, s server, impl dedupv1.DedupServer) string {
+	t.Helper()
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	pki := filepath.Dir(s.caFile)
 	tlsServer, err := credentials.NewServerTLSFromFile(
-		filepath.Join(filepath.Dir(s.caFile), "server.pem"), filepath.Join(filepath.Dir(s.caFile), "server.key"))
+		filepath.Join(pki, "server.pem"), filepath.Join(pki, "server.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	grpcServer := grpc.NewServer(grpc.Creds(tlsServer))
-	f := &follower{leader: s.address}
-	dedupv1.RegisterDedupServer(grpcServer, f)
+	dedupv1.RegisterDedupServer(grpcServer, impl)
 	go grpcServer.Serve(listener)
 	t.Cleanup(grpcServer.Stop)
+	return listener.Addr().String()
+}
 
-	c, ctx := s.client(t, testToken, listener.Addr().String()), testContext(t)
+func followsLeaderHint(t *testing.T, s server) {
+	f := &follower{leader: s.address}
+	c, ctx := s.client(t, testToken, serveFake(t, s, f)), testContext(t)
 	begin := &dedupv1.BeginRequest{Namespace: "billing:send_invoice", Key: "hop-1", Owner: newOwner()}
 	resp, err := c.Begin(ctx, begin)
 	if err != nil || resp.GetStatus() != dedupv1.BeginResponse_STARTED {
@@ -317,6 +327,89 @@ func followsLeaderHint(t *testing.T, s server) {
 	}
 	if calls := atomic.LoadInt32(&f.calls); calls != 1 {
 		t.Errorf("the follower got %d calls, want 1", calls)
+	}
+}
+
+// losingLeader passes each call on to the real dedupd, where it takes
+// effect, but answers the first one of each method as a leader that lost
+// its leadership would: ABORTED with "dedup-outcome: unknown".
+type losingLeader struct {
+	dedupv1.UnimplementedDedupServer
+	real  dedupv1.DedupClient
+	calls sync.Map // method -> *int32
+}
+
+func (l *losingLeader) unknownFirst(ctx context.Context, method string, err error) error {
+	n, _ := l.calls.LoadOrStore(method, new(int32))
+	if atomic.AddInt32(n.(*int32), 1) == 1 && err == nil {
+		grpc.SetTrailer(ctx, metadata.Pairs(outcomeTrailer, "unknown"))
+		return status.Error(codes.Aborted, "leadership lost; the outcome is unknown")
+	}
+	return err
+}
+
+func (l *losingLeader) count(method string) int32 {
+	n, _ := l.calls.LoadOrStore(method, new(int32))
+	return atomic.LoadInt32(n.(*int32))
+}
+
+func (l *losingLeader) Begin(ctx context.Context, req *dedupv1.BeginRequest) (*dedupv1.BeginResponse, error) {
+	resp, err := l.real.Begin(ctx, req)
+	return resp, l.unknownFirst(ctx, "Begin", err)
+}
+
+func (l *losingLeader) Complete(ctx context.Context, req *dedupv1.CompleteRequest) (*dedupv1.CompleteResponse, error) {
+	resp, err := l.real.Complete(ctx, req)
+	return resp, l.unknownFirst(ctx, "Complete", err)
+}
+
+func (l *losingLeader) Release(ctx context.Context, req *dedupv1.ReleaseRequest) (*dedupv1.ReleaseResponse, error) {
+	resp, err := l.real.Release(ctx, req)
+	return resp, l.unknownFirst(ctx, "Release", err)
+}
+
+// An unknown outcome is sent again only where that is safe, and the
+// retry's answer is the right one although the first call took effect.
+func retriesUnknownOutcomes(t *testing.T, s server) {
+	ctx := testContext(t)
+	realConn, err := s.client(t, testToken).stub(s.address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newFake := func() (*losingLeader, *Client) {
+		l := &losingLeader{real: realConn}
+		return l, s.client(t, testToken, serveFake(t, s, l))
+	}
+
+	l, c := newFake()
+	begin := &dedupv1.BeginRequest{Namespace: "billing:send_invoice", Key: "unknown-1", Owner: newOwner()}
+	started, err := c.Begin(ctx, begin)
+	if err != nil || started.GetStatus() != dedupv1.BeginResponse_STARTED || l.count("Begin") != 2 {
+		t.Fatalf("Begin with an owner: %v, %v after %d calls, want STARTED after 2", started, err, l.count("Begin"))
+	}
+	complete := &dedupv1.CompleteRequest{Namespace: begin.Namespace, Key: begin.Key,
+		Fence: started.GetFence(), Outcome: dedupv1.Outcome_SUCCESS, Result: []byte(`"sent"`)}
+	if done, err := c.Complete(ctx, complete); err != nil || done.GetStatus() != dedupv1.CompleteResponse_OK ||
+		l.count("Complete") != 2 {
+		t.Errorf("Complete: %v, %v after %d calls, want OK after 2", done, err, l.count("Complete"))
+	}
+
+	// Released by the first call: the retry's NOT_FOUND means OK.
+	claim, err := c.Begin(ctx, &dedupv1.BeginRequest{Namespace: begin.Namespace, Key: "unknown-2", Owner: newOwner()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := c.Release(ctx, &dedupv1.ReleaseRequest{Namespace: begin.Namespace, Key: "unknown-2",
+		Fence: claim.GetFence()})
+	if err != nil || released.GetStatus() != dedupv1.ReleaseResponse_OK || l.count("Release") != 2 {
+		t.Errorf("Release: %v, %v after %d calls, want OK after 2", released, err, l.count("Release"))
+	}
+
+	// An anonymous Begin is not re-entrant: its unknown outcome is the answer.
+	l, c = newFake()
+	anonymous := &dedupv1.BeginRequest{Namespace: begin.Namespace, Key: "unknown-3"}
+	if _, err := c.Begin(ctx, anonymous); status.Code(err) != codes.Aborted || l.count("Begin") != 1 {
+		t.Errorf("anonymous Begin: %v after %d calls, want ABORTED after 1", err, l.count("Begin"))
 	}
 }
 
