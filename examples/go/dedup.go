@@ -286,7 +286,9 @@ type Op struct {
 
 // RunOnce runs fn at most once for op across every caller and retry, and
 // returns its result, or the stored one. A stored ERROR comes back as a
-// *PermanentError.
+// *PermanentError. fn must finish within the lease (op.LeaseMs, the
+// server's 60 s by default): a longer side effect would call Renew every
+// third of the lease, which this example leaves out.
 func (c *Client) RunOnce(ctx context.Context, op Op, fn func(ctx context.Context) (interface{}, error)) (Outcome, error) {
 	argsHash, err := ArgsHash(op.Args)
 	if err != nil {
