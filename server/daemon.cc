@@ -330,6 +330,8 @@ absl::Status Daemon::AnnounceReady() {
                                                       : "mtls";
   ready_.auth = auth_->enabled() ? "tenants" : "off";
   ready_.version = build_.version;
+  // Recorded in the dir by now (RecordDataDirFormat).
+  ready_.data_format = storage::kDataFormatVersion;
   LogAnnouncement(absl::StrCat(
       "listening on ", ready_.address, " (data_dir=", ready_.data_dir,
       " durability=", ready_.durability, " tls=", ready_.tls,

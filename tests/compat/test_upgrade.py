@@ -247,6 +247,7 @@ class UpgradeTest(unittest.TestCase):
                     "--address=127.0.0.1:0", f"--data_dir={data / 'single'}",
                     f"--policy_file={data / 'policy.json'}"])
                 ready = server.wait_ready()
+                self.assertEqual(ready["data_format"], DATA_FORMAT)
                 self.assert_format_recorded(data / "single")
                 records = json.loads((data / "single.manifest.json").read_text())
                 checks = RecordChecks(
