@@ -14,6 +14,9 @@
 # SIGTERM (it must exit 0), and its data dirs packed. NAME defaults to
 # format-<version>-<commit>.
 #
+# DEDUP_KEEP_PREVIOUS=PATH also copies that release's dedupd to PATH, for the
+# upgrade test's mixed-version group (cmake -DDEDUP_PREVIOUS_DEDUPD=PATH).
+#
 # The group's Raft addresses are fixed (127.0.29.N:2910N): libraft keeps the
 # configuration, addresses included, in the log, so the test starts the new
 # nodes on the same ones.
@@ -43,6 +46,7 @@ trap cleanup EXIT
 git -C "$repo" worktree add --detach "$tree" "$sha" >/dev/null
 "$tree/scripts/build" dedupd dedup_python_stubs >/dev/null
 dedupd="$tree/build/server/dedupd"
+if [[ -n ${DEDUP_KEEP_PREVIOUS:-} ]]; then cp "$dedupd" "$DEDUP_KEEP_PREVIOUS"; fi
 export PYTHONPATH="$tree/build/client/python/gen" PYTHONDONTWRITEBYTECODE=1
 
 data="$work/data"
