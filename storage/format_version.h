@@ -29,7 +29,10 @@
 // in decimal and a newline. dedupd reads it before it touches anything in
 // the dir, refuses a version it cannot read, and records kDataFormatVersion
 // once the dir opened and passed its checks (upgrading an older dir in
-// place: format 1 needs no conversion).
+// place: format 1 needs no conversion), so a dir refused as damaged is left
+// for the release that wrote it. A later format must be recorded before the
+// first byte of it is written; a group member applies entries while its
+// store opens, so such a format is recorded before the open instead.
 //
 // Thread safety: none needed; callers own the dir.
 #ifndef DEDUP_STORAGE_FORMAT_VERSION_H_
