@@ -17,6 +17,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/data_format_check.h"
 #include "server/exit_status.h"
 #include "server/metrics_exposer.h"
 #include "server/recovery.h"
@@ -96,11 +97,19 @@ absl::Status Daemon::Start() {
       ClusterConfigFromFlags(config_.store, security_, auth_.get());
   if (!cluster.ok()) return Fail(exit_code::kBadFlags, cluster.status());
   cluster_ = *std::move(cluster);
+  // Before anything touches the dir: a newer release's dir stays as it was.
+  absl::StatusOr<storage::DataFormat> format =
+      CheckDataDirFormat(config_.store.path);
+  if (!format.ok()) return format.status();
   if (absl::Status s = PrepareDataDir(config_.store.path); !s.ok()) return s;
   if (absl::Status s = PrepareRecovery(cluster_, cluster_.open_peer); !s.ok()) {
     return s;
   }
   if (absl::Status s = OpenStore(); !s.ok()) return s;
+  if (absl::Status s = RecordDataDirFormat(config_.store.path, *format);
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = OpenEventLog(); !s.ok()) return s;
   durability_ = cluster_.enabled ? "raft" : absl::GetFlag(FLAGS_durability);
   if (absl::Status s = StartMetrics(); !s.ok()) return s;
@@ -321,6 +330,8 @@ absl::Status Daemon::AnnounceReady() {
                                                       : "mtls";
   ready_.auth = auth_->enabled() ? "tenants" : "off";
   ready_.version = build_.version;
+  // Recorded in the dir by now (RecordDataDirFormat).
+  ready_.data_format = storage::kDataFormatVersion;
   LogAnnouncement(absl::StrCat(
       "listening on ", ready_.address, " (data_dir=", ready_.data_dir,
       " durability=", ready_.durability, " tls=", ready_.tls,
