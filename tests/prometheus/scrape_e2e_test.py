@@ -116,7 +116,7 @@ def main():
                       timeout=20)
         prom.wait_for(
             "zero counters scraped",
-            'dedup_namespace_begin_total{job="dedup",namespace="billing"}',
+            'dedup_namespace_begin_total{job="dedup",dedup_namespace="billing"}',
             lambda r: len(r) == 8 and all(v == 0 for _, v in r), timeout=10)
 
         ctl = Ctl(dedupctl, grpc_port)
@@ -131,15 +131,15 @@ def main():
 
         prom.wait_for(
             "load scraped",
-            'sum(dedup_namespace_begin_total{job="dedup",namespace="billing"})',
+            'sum(dedup_namespace_begin_total{job="dedup",dedup_namespace="billing"})',
             single(lambda v: v == 4), timeout=10)
         prom.wait_for(
             "billing duplicate ratio",
-            'namespace:dedup_duplicate_ratio:rate5m{namespace="billing"}',
+            'dedup_namespace:dedup_duplicate_ratio:rate5m{dedup_namespace="billing"}',
             single(lambda v: abs(v - 0.25) <= 0.01), timeout=10)
         prom.wait_for(
             "other namespace ratio",
-            'namespace:dedup_duplicate_ratio:rate5m{namespace="other"}',
+            'dedup_namespace:dedup_duplicate_ratio:rate5m{dedup_namespace="other"}',
             single(lambda v: v == 0), timeout=10)
         prom.wait_for(
             "overall duplicate ratio (1 of 6 Begins)",
@@ -161,7 +161,7 @@ def main():
             alerts = prom.api("/api/v1/alerts")["alerts"]
             dup = [a for a in alerts
                    if a["labels"].get("alertname") == "DedupHighDuplicateRate"]
-            if [(a["labels"].get("namespace"), a["state"]) for a in dup] == \
+            if [(a["labels"].get("dedup_namespace"), a["state"]) for a in dup] == \
                     [("billing", "pending")]:
                 log("DedupHighDuplicateRate pending for billing")
                 break
