@@ -50,6 +50,9 @@ CONTRACT = {
     "process_open_fds": ("gauge", set()),
     "process_cpu_seconds_total": ("counter", set()),
     "process_start_time_seconds": ("gauge", set()),
+    "dedup_metrics_http_requests_total": ("counter", {"code"}),
+    "dedup_metrics_http_connections_closed_total": ("counter", {"reason"}),
+    "dedup_metrics_http_connections": ("gauge", set()),
 }
 # Created lazily (label values not known up front): may be absent at first.
 LAZY = {"dedup_invalid_requests_total", "dedup_grpc_errors_total"}
