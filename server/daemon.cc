@@ -217,15 +217,13 @@ absl::Status Daemon::StartMetrics() {
     if (!read.ok()) return Fail(exit_code::kBadFlags, read.status());
     token = *std::move(read);
   }
-  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
-      StartMetricsExposer(config_.metrics_address, *metrics_, store_.get(),
-                          replicated_, cluster_.store.raft.peer_plane,
-                          build_.version, build_.git_sha, token);
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> started = StartMetricsExposer(
+      config_.metrics_address, *metrics_, store_.get(), replicated_,
+      cluster_.store.raft.peer_plane, build_.version, build_.git_sha, token);
   if (!started.ok()) return Fail(exit_code::kListen, started.status());
   exposer_ = *std::move(started);
-  const std::vector<int> ports = exposer_->GetListeningPorts();
-  metrics_address_ = absl::StrCat(HostOf(config_.metrics_address), ":",
-                                  ports.empty() ? 0 : ports.front());
+  metrics_address_ =
+      absl::StrCat(HostOf(config_.metrics_address), ":", exposer_->port());
   LogAnnouncement(absl::StrCat("metrics on ", metrics_address_));
   return absl::OkStatus();
 }

@@ -13,7 +13,6 @@
 #include "absl/status/status.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
-#include "prometheus/exposer.h"
 #include "replication/replicated_store.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
@@ -24,6 +23,7 @@
 #include "server/event_log.h"
 #include "server/health_watch.h"
 #include "server/metrics.h"
+#include "server/metrics_exposer.h"
 #include "server/namespace_policy.h"
 #include "server/ready_file.h"
 #include "server/security_config.h"
@@ -99,7 +99,7 @@ class Daemon {
   } stored_bytes_watch_;
   std::unique_ptr<EventLog> events_;
   std::string durability_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsExposer> exposer_;
   std::string metrics_address_;  // as bound
   std::unique_ptr<PolicyFile> policies_;
   std::unique_ptr<DedupService> service_;

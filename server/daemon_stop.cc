@@ -37,9 +37,8 @@ absl::Status Daemon::Stop() {
   health_watch_.reset();
   for (grpc::HealthCheckServiceInterface* h : health_) h->Shutdown();
   HandOffLeadership();
-  // Stopping the metrics endpoint takes over a second (civetweb polls); do it
-  // while the calls drain. Its collectors read the store, so it must be gone
-  // before the store closes.
+  // Stop the metrics endpoint while the calls drain. Its collectors read the
+  // store, so it must be gone before the store closes.
   std::thread stop_metrics([this] { exposer_.reset(); });
   Drain();
   if (health_server_ != nullptr) health_server_->Shutdown();
