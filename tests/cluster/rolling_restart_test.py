@@ -1,7 +1,9 @@
 """Rolling restart of a 3-node group (scripts/cluster restart) while the
 helpers run: the C++ RunOnce threads (half through a CoalescingClient, in
-tests/cluster/rolling_load) and Python @idempotent functions (on a Client and
-on a CoalescingClient), on fresh keys and on keys every caller repeats, each
+tests/cluster/rolling_load), Python @idempotent functions (on a Client and on
+a CoalescingClient) and, when the TypeScript client is built
+(scripts/install-node-deps), TypeScript withIdempotency callers
+(rolling_load.mjs), on fresh keys and on keys every caller repeats, each
 caller with the three addresses in its own order.
 
 Asserts that no helper call failed, that every outcome a helper returned is
@@ -35,6 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 NODES = (1, 2, 3)
 PY_NAMESPACE = "roll-py"
 CPP_NAMESPACE = "roll-cpp"
+TS_NAMESPACE = "roll-ts"
+TS_CLIENT = REPO / "client/typescript/dist/src/index.js"
 REPEATED_KEYS = 32
 
 
@@ -143,6 +147,16 @@ class RollingRestartTest(unittest.TestCase):
             [os.environ["ROLLING_LOAD"], f"--addresses={','.join(self.addresses)}",
              f"--out={cpp_out}", f"--stop_file={stop_file}", "--threads=6"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ts_out = self.root / "ts-outcomes.tsv"
+        ts = None
+        if TS_CLIENT.exists():
+            ts = subprocess.Popen(
+                ["node", str(REPO / "tests/cluster/rolling_load.mjs"), str(TS_CLIENT),
+                 ",".join(self.addresses), str(ts_out), str(stop_file), "4"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        else:
+            print(f"no {TS_CLIENT} (scripts/install-node-deps builds it): "
+                  "no TypeScript load", file=sys.stderr)
         py = PythonLoad(self.addresses, threads=6)
         try:
             time.sleep(1.5)
@@ -158,6 +172,7 @@ class RollingRestartTest(unittest.TestCase):
             stop_file.touch()
             py.stop()
             cpp_stdout, cpp_stderr = cpp.communicate(timeout=120)
+            ts_stdout, ts_stderr = ts.communicate(timeout=120) if ts else ("", "")
         print(restart.stdout, file=sys.stderr)
         self.assertEqual(restart.returncode, 0, restart.stderr + self.logs())
         for n in NODES:
@@ -173,10 +188,17 @@ class RollingRestartTest(unittest.TestCase):
                          f"C++ helper calls failed: {cpp_stdout}{cpp_stderr[-3000:]}")
         cpp_outcomes = [line.split("\t", 2) for line in cpp_out.read_text().splitlines()]
         self.assertGreater(len(cpp_outcomes), 0)
+        ts_outcomes = []
+        if ts is not None:
+            self.assertEqual(ts.returncode, 0,
+                             f"TypeScript helper calls failed: {ts_stdout}{ts_stderr[-3000:]}")
+            ts_outcomes = [line.split("\t", 2) for line in ts_out.read_text().splitlines()]
+            self.assertGreater(len(ts_outcomes), 0)
         self.assertGreater(len(py.outcomes), 0)
         during = sorted(t for t in py.finished_at if restart_began <= t <= restart_ended)
         longest_gap = max(b - a for a, b in zip([restart_began] + during, during + [restart_ended]))
-        print(f"python: {py.calls} calls; C++: {cpp_stdout.strip()}; restart took "
+        print(f"python: {py.calls} calls; C++: {cpp_stdout.strip()}; "
+              f"TypeScript: {ts_stdout.strip() or '-'}; restart took "
               f"{restart_ended - restart_began:.1f} s, longest gap between Python outcomes "
               f"{longest_gap:.2f} s", file=sys.stderr)
         # Leadership was handed over, not lost: an election would leave the
@@ -187,6 +209,9 @@ class RollingRestartTest(unittest.TestCase):
         with Client(self.addresses) as checker:
             for key, hash_hex, result in cpp_outcomes:
                 self.assert_stored(checker, CPP_NAMESPACE, key, bytes.fromhex(hash_hex),
+                                   json.loads(result))
+            for key, hash_hex, result in ts_outcomes:
+                self.assert_stored(checker, TS_NAMESPACE, key, bytes.fromhex(hash_hex),
                                    json.loads(result))
             for key, hashed, result in py.outcomes:
                 self.assert_stored(checker, PY_NAMESPACE, key, hashed, result)
