@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -217,6 +218,30 @@ class RollingRestartTest(unittest.TestCase):
                 self.assert_stored(checker, PY_NAMESPACE, key, hashed, result)
 
         self.assert_digests_equal()
+
+    def pid(self, n: int) -> int:
+        return int((self.root / f"cluster/n{n}.pid").read_text())
+
+    def test_restart_one_node_and_refuse_without_a_majority_to_spare(self) -> None:
+        before = {n: self.pid(n) for n in NODES}
+        one = self.cluster("restart", "--node", "2")
+        self.assertEqual(one.returncode, 0, one.stderr + self.logs())
+        self.assertIn("node 2: serving again", one.stdout)
+        after = {n: self.pid(n) for n in NODES}
+        self.assertNotEqual(after[2], before[2])
+        self.assertEqual((after[1], after[3]), (before[1], before[3]), one.stdout)
+
+        # With node 3 down, restarting another would leave no majority.
+        os.kill(after[3], signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{after[3]}/status").exists() and time.monotonic() < deadline:
+            if "zombie" in Path(f"/proc/{after[3]}/status").read_text():
+                break
+            time.sleep(0.05)
+        refused = self.cluster("restart")
+        self.assertNotEqual(refused.returncode, 0, refused.stdout)
+        self.assertIn("node 3 is not running", refused.stderr)
+        self.assertEqual((self.pid(1), self.pid(2)), (after[1], after[2]), refused.stdout)
 
     def assert_stored(self, client: Client, ns: str, key: str, hashed: bytes,
                       result: Any) -> None:
