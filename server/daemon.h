@@ -1,6 +1,6 @@
 // dedupd as an object: Start (flags to serving), Serve (signals), Stop
-// (hand-off, lame duck, drain, close). main() only parses the command line
-// and runs these three.
+// (hand-off, lame duck, drain, close). main() only parses the command line,
+// runs these three and ends the process (process_exit.h).
 #ifndef DEDUP_SERVER_DAEMON_H_
 #define DEDUP_SERVER_DAEMON_H_
 
@@ -59,8 +59,13 @@ class Daemon {
   // policy files.
   void Serve();
 
-  // Stops: leadership hand-off (a leader), lame duck, drain, shutdown, then
-  // closes the store and removes --ready_file. OK: a clean stop.
+  // Stops: leadership hand-off (a leader), lame duck, drain, then closes
+  // the store and removes --ready_file. OK: a clean stop. The client
+  // listener stays open, answering UNAVAILABLE: the caller then ends the
+  // process (ExitProcess) without destroying this object, so that the
+  // kernel closes the connections and a call in transit fails UNAVAILABLE
+  // rather than CANCELLED (see Drain). Only calls still running after
+  // --shutdown_grace_ms are cancelled.
   [[nodiscard]] absl::Status Stop();
 
  private:

@@ -74,8 +74,12 @@ void Daemon::HandOffLeadership() {
 }
 
 // Lame duck: new calls are answered UNAVAILABLE (retryable: clients go to
-// another node or come back later) while those in flight finish; only then
-// do connections close, which would cancel whatever is on them.
+// another node or come back later) while those in flight finish. The client
+// listener is not shut down after: gRPC's Server::Shutdown answers CANCELLED,
+// which clients do not retry, to every call that reaches it once it has
+// begun, however briefly (grpc/grpc#41785). It stays open, answering
+// UNAVAILABLE, until the process exits and the kernel closes its
+// connections: a call then in transit fails UNAVAILABLE too.
 void Daemon::Drain() {
   service_->EnterLameDuck();
   admin_->EnterLameDuck();
@@ -92,10 +96,14 @@ void Daemon::Drain() {
           std::chrono::steady_clock::now() < lame_duck_end)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::max(std::chrono::steady_clock::duration::zero(),
-                             grace_end - std::chrono::steady_clock::now()));
-  server_->Wait();
+  if (const int64_t running = metrics_->calls_in_flight(); running > 0) {
+    // Only calls that outlive the grace are cancelled: they would
+    // otherwise hold the store open.
+    LogWarning(running, " calls still running after --shutdown_grace_ms (",
+               config_.shutdown_grace_ms, " ms); cancelling them");
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+  }
 }
 
 }  // namespace dedup
