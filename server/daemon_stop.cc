@@ -1,6 +1,7 @@
 // Daemon::Serve and Daemon::Stop: signals, then the orderly stop.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -61,10 +62,16 @@ absl::Status Daemon::Stop() {
 // A leader hands over first, so the group elects no one while this node
 // drains: clients see one redirect instead of an election's silence.
 void Daemon::HandOffLeadership() {
-  if (replicated_ == nullptr ||
-      replicated_->GetClusterStatus().consensus.role != Role::kLeader) {
-    return;
-  }
+  if (replicated_ == nullptr) return;
+  const ConsensusStatus status = replicated_->GetClusterStatus().consensus;
+  if (status.role != Role::kLeader) return;
+  // A sole voter has no one to hand over to: asking would only log a
+  // warning at every stop.
+  const bool other_voter = std::any_of(
+      status.members.begin(), status.members.end(), [&](const Member& m) {
+        return m.id != status.id && m.role == MemberRole::kVoter;
+      });
+  if (!other_voter) return;
   absl::Notification transferred;
   replicated_->TransferLeadership(0, [&transferred](absl::Status s) {
     if (!s.ok()) LogWarning("leadership transfer: ", s.message());
