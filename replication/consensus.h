@@ -57,6 +57,10 @@ struct ConsensusStatus {
   // byte budget (see RaftOptions::log_budget_bytes).
   unsigned snapshot_threshold = 0;
   unsigned snapshot_trailing = 0;
+  // Refreshes of this status so far: advances every few milliseconds while
+  // the consensus thread runs (the liveness heartbeat,
+  // server/liveness_watch.h).
+  uint64_t ticks = 0;
   std::vector<Member> members;
 };
 

@@ -216,6 +216,7 @@ class RaftConsensus : public Consensus {
   std::vector<absl::AnyInvocable<void() &&>> posted_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
+  uint64_t ticks_ = 0;  // consensus thread
   mutable absl::Mutex status_mu_;
   ConsensusStatus status_ ABSL_GUARDED_BY(status_mu_);
 };

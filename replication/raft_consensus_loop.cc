@@ -194,6 +194,7 @@ void RaftConsensus::RefreshStatus() {
   status.log_appended_entries = log_appended_entries_.load();
   status.snapshot_threshold = raft_.snapshot.threshold;
   status.snapshot_trailing = raft_.snapshot.trailing;
+  status.ticks = ++ticks_;
   {
     absl::MutexLock lock(&status_mu_);
     status_ = status;

@@ -38,6 +38,11 @@ constexpr int kTenantsFileCheckSeconds = 2;
 // How often a node's health status follows its storage's.
 constexpr int64_t kHealthWatchIntervalMs = 250;
 
+// Liveness (liveness_watch.h): how often the store is probed, and how long
+// without progress is a wedge (longer than any RocksDB write stall).
+constexpr int64_t kStoreProbeIntervalMs = 1000;
+constexpr int64_t kWedgedAfterMs = 60'000;
+
 // Headroom over the result limit for the rest of a CompleteRequest.
 constexpr int kMessageOverheadBytes = 64 << 10;
 
@@ -76,7 +81,8 @@ Daemon::StoredBytesWatch::~StoredBytesWatch() {
   if (auth != nullptr) auth->StopStoredBytesWatch();
 }
 
-Daemon::Daemon(Build build) : build_(std::move(build)) {
+Daemon::Daemon(Build build)
+    : build_(std::move(build)), notifier_(SdNotifier::FromEnvironment()) {
   sigemptyset(&signals_);
 }
 
@@ -105,6 +111,7 @@ absl::Status Daemon::Start() {
   if (absl::Status s = PrepareRecovery(cluster_, cluster_.open_peer); !s.ok()) {
     return s;
   }
+  Notify("STATUS=opening the store");
   if (absl::Status s = OpenStore(); !s.ok()) return s;
   if (absl::Status s = RecordDataDirFormat(config_.store.path, *format);
       !s.ok()) {
@@ -121,6 +128,7 @@ absl::Status Daemon::Start() {
   if (absl::Status s = StartHealthServer(); !s.ok()) return s;
   if (absl::Status s = AnnounceReady(); !s.ok()) return s;
   WatchHealth();
+  WatchLiveness();
   return absl::OkStatus();
 }
 
@@ -280,12 +288,21 @@ absl::Status Daemon::StartServer() {
 // gRPC's default health service knows only "" until told the names the
 // README lists; the watch then sets all of them on every listener.
 void Daemon::AddHealthService(grpc::HealthCheckServiceInterface* health) {
-  health->SetServingStatus(v1::Dedup::service_full_name(), true);
-  health->SetServingStatus(v1::Admin::service_full_name(), true);
-  if (cluster_service_ != nullptr) {
-    health->SetServingStatus(v1::Cluster::service_full_name(), true);
+  for (const std::string& service : ReadinessServices()) {
+    health->SetServingStatus(service, true);
   }
+  health->SetServingStatus(kLivenessService, true);
   health_.push_back(health);
+}
+
+// The names besides "" whose status is readiness.
+std::vector<std::string> Daemon::ReadinessServices() const {
+  std::vector<std::string> names = {v1::Dedup::service_full_name(),
+                                    v1::Admin::service_full_name()};
+  if (cluster_service_ != nullptr) {
+    names.push_back(v1::Cluster::service_full_name());
+  }
+  return names;
 }
 
 // Probes that cannot speak TLS get the same health status in plaintext, on
@@ -338,11 +355,15 @@ absl::Status Daemon::AnnounceReady() {
                                       " raft=", ready_.raft_address)
                        : "",
       ")"));
-  if (config_.ready_file.empty()) return absl::OkStatus();
-  if (absl::Status s = WriteReadyFile(config_.ready_file, ready_); !s.ok()) {
-    server_->Shutdown();
-    return Fail(exit_code::kListen, s);
+  if (!config_.ready_file.empty()) {
+    if (absl::Status s = WriteReadyFile(config_.ready_file, ready_); !s.ok()) {
+      server_->Shutdown();
+      return Fail(exit_code::kListen, s);
+    }
   }
+  Notify(absl::StrCat(
+      "READY=1\nSTATUS=serving on ", ready_.address,
+      cluster_.enabled ? absl::StrCat(" as node ", ready_.node_id) : ""));
   return absl::OkStatus();
 }
 
@@ -355,9 +376,40 @@ void Daemon::WatchHealth() {
   } else {
     storage_check = [r = replicated_] { return r->CheckDiskSpace(); };
   }
-  health_watch_ =
-      std::make_unique<HealthWatch>(std::move(storage_check), health_,
-                                    absl::Milliseconds(kHealthWatchIntervalMs));
+  health_watch_ = std::make_unique<HealthWatch>(
+      std::move(storage_check), health_, ReadinessServices(),
+      absl::Milliseconds(kHealthWatchIntervalMs));
+}
+
+// Liveness follows the storage loop's heartbeat, and so do systemd's
+// watchdog keepalives when it asks for them.
+void Daemon::WatchLiveness() {
+  std::function<uint64_t()> heartbeat;
+  if (replicated_ == nullptr) {
+    store_probe_ = std::make_unique<StoreProbe>(
+        store_.get(), absl::Milliseconds(kStoreProbeIntervalMs));
+    heartbeat = [p = store_probe_.get()] { return p->answered(); };
+  } else {
+    heartbeat = [r = replicated_] {
+      return r->GetClusterStatus().consensus.ticks;
+    };
+  }
+  LivenessOptions options;
+  options.wedged_after = absl::Milliseconds(kWedgedAfterMs);
+  if (const absl::Duration watchdog = notifier_.watchdog_timeout();
+      watchdog > absl::ZeroDuration()) {
+    options.interval = std::min(options.interval, watchdog / 4);
+    options.alive_every = watchdog / 2;
+    options.on_alive = [this] { Notify("WATCHDOG=1"); };
+  }
+  liveness_watch_ =
+      std::make_unique<LivenessWatch>(std::move(heartbeat), health_, options);
+}
+
+void Daemon::Notify(absl::string_view state) const {
+  if (absl::Status s = notifier_.Notify(state); !s.ok()) {
+    LogWarning("sd_notify: ", s.message());
+  }
 }
 
 }  // namespace dedup

@@ -22,10 +22,12 @@
 #include "server/dedup_service.h"
 #include "server/event_log.h"
 #include "server/health_watch.h"
+#include "server/liveness_watch.h"
 #include "server/metrics.h"
 #include "server/metrics_exposer.h"
 #include "server/namespace_policy.h"
 #include "server/ready_file.h"
+#include "server/sd_notify.h"
 #include "server/security_config.h"
 #include "server/server_config.h"
 #include "storage/store.h"
@@ -52,7 +54,7 @@ class Daemon {
   // Reads the flags (after absl::ParseCommandLine), blocks the signals
   // Serve takes in this and every later thread, opens the store, starts the
   // services and listeners, logs "dedupd listening on ..." and writes
-  // --ready_file.
+  // --ready_file, then tells systemd READY=1 (sd_notify.h).
   [[nodiscard]] absl::Status Start();
 
   // Waits for SIGINT or SIGTERM; each SIGHUP before reloads the tenants and
@@ -80,14 +82,19 @@ class Daemon {
   absl::Status StartHealthServer();
   absl::Status AnnounceReady();
   void WatchHealth();
+  void WatchLiveness();
+  // Tells systemd `state` when it listens; a failure is only logged.
+  void Notify(absl::string_view state) const;
   // Names the services that health checks may ask about on `health` (a
   // listener's) and adds it to health_, so every listener answers alike.
   void AddHealthService(grpc::HealthCheckServiceInterface* health);
+  std::vector<std::string> ReadinessServices() const;
   // Stop's steps.
   void HandOffLeadership();
   void Drain();
 
   const Build build_;
+  const SdNotifier notifier_;
   ServerConfig config_;
   SecurityConfig security_;
   ClusterConfig cluster_;
@@ -119,6 +126,8 @@ class Daemon {
   std::vector<grpc::HealthCheckServiceInterface*> health_;
   ReadyInfo ready_;
   std::unique_ptr<HealthWatch> health_watch_;
+  std::unique_ptr<StoreProbe> store_probe_;  // single node
+  std::unique_ptr<LivenessWatch> liveness_watch_;
 };
 
 }  // namespace dedup

@@ -35,6 +35,9 @@ void Daemon::Serve() {
 }
 
 absl::Status Daemon::Stop() {
+  Notify("STOPPING=1\nSTATUS=stopping: draining in-flight calls");
+  liveness_watch_.reset();
+  store_probe_.reset();
   health_watch_.reset();
   for (grpc::HealthCheckServiceInterface* h : health_) h->Shutdown();
   HandOffLeadership();

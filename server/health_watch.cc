@@ -11,9 +11,11 @@ namespace dedup {
 
 HealthWatch::HealthWatch(std::function<absl::Status()> check,
                          std::vector<grpc::HealthCheckServiceInterface*> health,
+                         std::vector<std::string> services,
                          absl::Duration interval)
     : check_(std::move(check)),
       health_(std::move(health)),
+      services_(std::move(services)),
       interval_(interval) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -29,9 +31,13 @@ void HealthWatch::Run() {
     const absl::Status status = check_();
     if (status.ok() == serving) continue;
     serving = status.ok();
-    // Sets every service's status, "" included (ignored after Shutdown).
+    // By name: the overload without one would set liveness too. Ignored
+    // after Shutdown.
     for (grpc::HealthCheckServiceInterface* h : health_) {
-      h->SetServingStatus(serving);
+      h->SetServingStatus("", serving);
+      for (const std::string& service : services_) {
+        h->SetServingStatus(service, serving);
+      }
     }
     if (serving) {
       LogInfo("health SERVING: storage writes again");

@@ -1,12 +1,15 @@
-// Keeps the standard gRPC health status (grpc.health.v1, service "" and
-// dedup.v1.Dedup) in step with a check of the node's storage: for a single
+// Readiness: keeps the standard gRPC health status (grpc.health.v1, service
+// "" and the dedup.v1 services it serves) in step with a check of the node's
+// storage: for a single
 // node whether its store can write (NOT_SERVING while writes are stopped: a
 // nearly full disk, a RocksDB error; storage/write_health.h), for a group
 // member only whether its disk has room (a follower refuses writes too, it
 // names the leader, and probes must not fail the followers of a healthy
 // group). SERVING again once the cause is gone. A load balancer or
 // orchestrator then stops sending calls to a node that can only refuse
-// them, and an alert on the health check fires.
+// them, and an alert on the health check fires. Liveness, which must not
+// fail for any of these, has a service name of its own (liveness_watch.h)
+// that this watch leaves alone.
 //
 // Thread safety: construct and destroy on one thread; the watch runs on its
 // own thread.
@@ -14,6 +17,7 @@
 #define DEDUP_SERVER_HEALTH_WATCH_H_
 
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,11 +31,11 @@ namespace dedup {
 class HealthWatch {
  public:
   // No pointer is owned; all must outlive this object. Runs `check` every
-  // `interval` (on the watch's thread), sets the status of every service in
-  // `health` (one per listener) and logs each change.
+  // `interval` (on the watch's thread), sets the status of "" and of each
+  // of `services` on every `health` (one per listener) and logs each change.
   HealthWatch(std::function<absl::Status()> check,
               std::vector<grpc::HealthCheckServiceInterface*> health,
-              absl::Duration interval);
+              std::vector<std::string> services, absl::Duration interval);
   // Stops the watch (the status stays as last set).
   ~HealthWatch();
   HealthWatch(const HealthWatch&) = delete;
@@ -42,6 +46,7 @@ class HealthWatch {
 
   const std::function<absl::Status()> check_;
   const std::vector<grpc::HealthCheckServiceInterface*> health_;
+  const std::vector<std::string> services_;
   const absl::Duration interval_;
   absl::Notification stop_;
   std::thread thread_;
