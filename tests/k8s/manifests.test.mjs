@@ -1,24 +1,37 @@
-// deploy/k8s, checked offline: every object validates against the Kubernetes
-// API schemas (kubernetes-models, generated from the OpenAPI spec) with no
-// field the API does not know, the group's invariants hold (3 members, one
-// per node, gRPC probes, leadership handed over before a stop, at most one
-// member disrupted, Raft closed to everyone but the members), and the start
-// command turns pod dedup-N into node N+1 with the member Services as peers.
-// Each check also runs on broken copies, which it must reject.
+// deploy/k8s, checked offline: the kustomize base (`kubectl kustomize
+// deploy/k8s`) and the base with the Prometheus Operator component
+// (deploy/k8s/monitoring) build; every object validates against the
+// Kubernetes API schemas (kubernetes-models, generated from the OpenAPI spec)
+// or, for ServiceMonitor and PrometheusRule, the Operator's CRD schemas
+// (@kubernetes-models/prometheus-operator), with no field the API does not
+// know; the group's invariants hold (3 members, one per node, gRPC probes,
+// liveness on its own health service, leadership handed over before a stop,
+// at most one member disrupted, Raft closed to everyone but the members);
+// the ServiceMonitor scrapes the members as the alerts' job; the
+// PrometheusRule carries deploy/prometheus' rules and its generator's output
+// is up to date; and the start command turns pod dedup-N into node N+1 with
+// the member Services as peers. Each check also runs on broken copies, which
+// it must reject.
 //
 // Env: DEDUP_K8S_DIR (default: ../../deploy/k8s from here), DEDUPD (optional:
-// the real dedupd, which must accept the start command's flags).
+// the real dedupd, which must accept the start command's flags). Without
+// kubectl the files the kustomization lists are read instead (and the
+// kustomize tests are skipped).
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { isDeepStrictEqual } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const manifestDir = resolve(process.env.DEDUP_K8S_DIR ?? join(here, '..', '..', 'deploy', 'k8s'));
+const monitoringDir = join(manifestDir, 'monitoring');
+const prometheusDir = join(manifestDir, '..', 'prometheus');
+const kubectl = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' }).status === 0;
 
 const GROUP = { 'app.kubernetes.io/name': 'dedup', 'app.kubernetes.io/instance': 'dedup' };
 const REPLICAS = 3;
@@ -27,23 +40,56 @@ const RAFT_PORT = 7001;
 const METRICS_PORT = 9464;
 // Plaintext grpc.health.v1 only (--health_address): kubelet's probes speak no TLS.
 const HEALTH_PORT = 8081;
+// The grpc.health.v1 service that answers liveness (server/liveness_watch.h).
+const LIVENESS_SERVICE = 'dedup.v1.Liveness';
 
 // --- loading ---------------------------------------------------------------
 
-/** Every YAML document of every .yaml/.yml file in `dir`, as plain objects. */
-function loadManifests(dir) {
-  const files = readdirSync(dir).filter((f) => /\.ya?ml$/.test(f)).sort();
-  assert.ok(files.length > 0, `no .yaml files in ${dir}`);
+/** The YAML documents of `text` (from `source`), as plain objects. */
+function parseDocuments(text, source) {
   const objects = [];
-  for (const file of files) {
-    for (const doc of parseAllDocuments(readFileSync(join(dir, file), 'utf8'))) {
-      const problems = [...doc.errors, ...doc.warnings].map((e) => e.message);
-      assert.deepEqual(problems, [], `${file}: YAML problems`);
-      const object = doc.toJS();
-      if (object !== null) objects.push({ file, object });
-    }
+  for (const doc of parseAllDocuments(text)) {
+    const problems = [...doc.errors, ...doc.warnings].map((e) => e.message);
+    assert.deepEqual(problems, [], `${source}: YAML problems`);
+    const object = doc.toJS();
+    if (object !== null) objects.push(object);
   }
   return objects;
+}
+
+/** The resources a kustomization.yaml lists. */
+function kustomizationResources(dir) {
+  const [k] = parseDocuments(readFileSync(join(dir, 'kustomization.yaml'), 'utf8'), dir);
+  return k.resources ?? [];
+}
+
+/**
+ * The objects of the kustomization in `dir` as `kubectl kustomize` builds
+ * them, each as { file, object } (file: "kustomize <dir>"). Without kubectl:
+ * the files it lists, as they are.
+ */
+function loadManifests(dir) {
+  if (kubectl) {
+    const out = execFileSync('kubectl', ['kustomize', dir], { encoding: 'utf8' });
+    return parseDocuments(out, `kubectl kustomize ${dir}`).map((object) => ({ file: `kustomize ${dir}`, object }));
+  }
+  const objects = [];
+  for (const file of kustomizationResources(dir)) {
+    for (const object of parseDocuments(readFileSync(join(dir, file), 'utf8'), file)) objects.push({ file, object });
+  }
+  assert.ok(objects.length > 0, `no objects in ${dir}`);
+  return objects;
+}
+
+/** `kubectl kustomize` of an overlay: the base plus the monitoring component. */
+function loadWithMonitoring() {
+  const overlay = mkdtempSync(join(scratch, 'overlay-'));
+  writeFileSync(
+    join(overlay, 'kustomization.yaml'),
+    `resources: [${relative(overlay, manifestDir)}]\ncomponents: [${relative(overlay, monitoringDir)}]\n`,
+  );
+  const out = execFileSync('kubectl', ['kustomize', overlay], { encoding: 'utf8' });
+  return parseDocuments(out, 'base + monitoring');
 }
 
 const clone = (value) => structuredClone(value);
@@ -58,12 +104,18 @@ async function modelFor(apiVersion, kind) {
   if (typeof apiVersion !== 'string' || typeof kind !== 'string' || !/^[A-Za-z0-9]+$/.test(kind)) {
     return undefined;
   }
-  try {
-    const module = await import(`kubernetes-models/${apiVersion}/${kind}`);
-    return module[kind];
-  } catch {
-    return undefined;
+  const packages = apiVersion.startsWith('monitoring.coreos.com/')
+    ? ['@kubernetes-models/prometheus-operator']
+    : ['kubernetes-models'];
+  for (const pkg of packages) {
+    try {
+      const module = await import(`${pkg}/${apiVersion}/${kind}`);
+      return module[kind];
+    } catch {
+      // not this package
+    }
   }
+  return undefined;
 }
 
 /**
@@ -219,6 +271,14 @@ function invariantProblems(objects) {
     const handlers = ['grpc', 'httpGet', 'tcpSocket', 'exec'].filter((h) => p[h] !== undefined);
     if (handlers.join() !== 'grpc' || p.grpc.port !== HEALTH_PORT) {
       problems.push(`${probe} is not a grpc probe on port ${HEALTH_PORT}`);
+      continue;
+    }
+    // Readiness is "" (NOT_SERVING on a full disk: no traffic); liveness
+    // and startup ask the liveness service, which only a wedged process
+    // fails, or a disk-full pod would be restarted in a loop.
+    const want = probe === 'readinessProbe' ? '' : LIVENESS_SERVICE;
+    if ((p.grpc.service ?? '') !== want) {
+      problems.push(`${probe} asks service '${p.grpc.service ?? ''}', want '${want}'`);
     }
   }
 
@@ -467,6 +527,9 @@ describe('the checks reject broken manifests', () => {
     ['liveness probe on the metrics port', (l) => { container(l).livenessProbe.grpc.port = METRICS_PORT; }, /livenessProbe is not a grpc probe/],
     ['readiness probe on the client port (TLS there breaks it)', (l) => { container(l).readinessProbe.grpc.port = CLIENT_PORT; }, /readinessProbe is not a grpc probe/],
     ['no liveness probe', (l) => { delete container(l).livenessProbe; }, /livenessProbe is missing/],
+    ['liveness on the readiness status', (l) => { delete container(l).livenessProbe.grpc.service; }, /livenessProbe asks service '', want 'dedup.v1.Liveness'/],
+    ['startup on the readiness status', (l) => { delete container(l).startupProbe.grpc.service; }, /startupProbe asks service ''/],
+    ['readiness on liveness', (l) => { container(l).readinessProbe.grpc.service = LIVENESS_SERVICE; }, /readinessProbe asks service 'dedup.v1.Liveness', want ''/],
     ['no preStop', (l) => { delete container(l).lifecycle; }, /preStop/],
     ['short grace period', (l) => { find(l, 'StatefulSet').spec.template.spec.terminationGracePeriodSeconds = 10; }, /terminationGracePeriodSeconds is 10/],
     ['peers Service not publishing not-ready pods', (l) => { find(l, 'Service', 'dedup-peers').spec.publishNotReadyAddresses = false; }, /dedup-peers does not publish/],
@@ -524,6 +587,128 @@ describe('the checks reject broken manifests', () => {
     const set = statefulSet();
     set.metadata.labels['example.com/anything'] = 'x';
     assert.deepEqual(await schemaProblems(set), []);
+  });
+});
+
+// --- kustomize, the image, and the Prometheus Operator component -------------
+
+/** The project version from CMakeLists.txt's project() line. */
+function projectVersion() {
+  const cmake = readFileSync(join(manifestDir, '..', '..', 'CMakeLists.txt'), 'utf8');
+  const found = cmake.match(/project\(dedup VERSION (\d+\.\d+\.\d+)/);
+  assert.ok(found, 'no project(dedup VERSION x.y.z) in CMakeLists.txt');
+  return found[1];
+}
+
+/** The rule groups of deploy/prometheus' rule files, in generator order. */
+function ruleFileGroups() {
+  return ['recording_rules.yml', 'alert_rules.yml'].flatMap(
+    (f) => parseDocuments(readFileSync(join(prometheusDir, f), 'utf8'), f)[0].groups,
+  );
+}
+
+/** Problems of the ServiceMonitor and PrometheusRule among `objects`. */
+function monitoringProblems(objects) {
+  const problems = [];
+  const of = (kind) => objects.filter((o) => o.kind === kind);
+  const monitors = of('ServiceMonitor');
+  if (monitors.length !== 1) return [`want 1 ServiceMonitor, found ${monitors.length}`];
+  const monitor = monitors[0].spec ?? {};
+  const selected = of('Service').filter(
+    (s) => matches(monitor.selector?.matchLabels, s.metadata?.labels) && (monitor.selector?.matchExpressions ?? []).length === 0,
+  );
+  const endpoints = monitor.endpoints ?? [];
+  if (endpoints.length !== 1) problems.push(`want 1 ServiceMonitor endpoint, found ${endpoints.length}`);
+  // Each selected Service with the endpoint's port is scraped: exactly one,
+  // the headless one listing not-ready members too.
+  const scraped = selected.filter((s) => (s.spec?.ports ?? []).some((p) => p.name === endpoints[0]?.port));
+  if (scraped.length !== 1) {
+    problems.push(`ServiceMonitor scrapes ${scraped.length} Services (${scraped.map((s) => s.metadata.name)}), want 1`);
+  } else {
+    const service = scraped[0];
+    const port = service.spec.ports.find((p) => p.name === endpoints[0].port);
+    if (port.port !== METRICS_PORT) problems.push(`ServiceMonitor port ${port.name} is ${port.port}, want ${METRICS_PORT}`);
+    if (service.spec.publishNotReadyAddresses !== true) problems.push(`ServiceMonitor scrapes ${service.metadata.name}, which hides not-ready members`);
+    // The alerts select job="dedup": the job is the jobLabel's value.
+    const job = service.metadata.labels?.[monitor.jobLabel];
+    if (job !== 'dedup') problems.push(`ServiceMonitor job is '${job}' (jobLabel ${monitor.jobLabel}), want 'dedup'`);
+  }
+  if ((endpoints[0]?.path ?? '/metrics') !== '/metrics') problems.push(`ServiceMonitor path is ${endpoints[0].path}`);
+
+  const rules = of('PrometheusRule');
+  if (rules.length !== 1) return [...problems, `want 1 PrometheusRule, found ${rules.length}`];
+  if (!isDeepStrictEqual(rules[0].spec?.groups, ruleFileGroups())) {
+    problems.push('PrometheusRule groups differ from deploy/prometheus/{recording,alert}_rules.yml');
+  }
+  return problems;
+}
+
+describe('kustomize and the Prometheus Operator component', () => {
+  test('the base lists every manifest in deploy/k8s', () => {
+    const files = readdirSync(manifestDir).filter((f) => /\.ya?ml$/.test(f) && f !== 'kustomization.yaml').sort();
+    assert.deepEqual([...kustomizationResources(manifestDir)].sort(), files);
+  });
+
+  test('the image is the Dockerfile\'s, tagged with the project version', { skip: !kubectl && 'no kubectl' }, () => {
+    const dedupd = dedupdContainer(statefulSet());
+    assert.equal(dedupd.image, `dedup/dedupd:${projectVersion()}`);
+  });
+
+  test('the component\'s objects validate against the Operator\'s CRD schemas', { skip: !kubectl && 'no kubectl' }, async () => {
+    const all = loadWithMonitoring();
+    const extra = all.filter((o) => o.apiVersion.startsWith('monitoring.coreos.com/'));
+    assert.deepEqual(extra.map((o) => `${o.kind}/${o.metadata.name}`).sort(), ['PrometheusRule/dedup', 'ServiceMonitor/dedup']);
+    // The base's objects come out unchanged.
+    assert.deepEqual(all.filter((o) => !extra.includes(o)), objects);
+    for (const object of extra) {
+      assert.deepEqual(await schemaProblems(object), [], `${object.kind}/${object.metadata.name}`);
+    }
+  });
+
+  test('the ServiceMonitor scrapes the members as job dedup; the PrometheusRule has the rule files\' groups', { skip: !kubectl && 'no kubectl' }, () => {
+    assert.deepEqual(monitoringProblems(loadWithMonitoring()), []);
+  });
+
+  test('prometheusrule.yaml is what generate-prometheusrule makes of the rule files now', () => {
+    const run = spawnSync('python3', [join(monitoringDir, 'generate-prometheusrule'), '--check'], { encoding: 'utf8' });
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    // And parsed, outside kustomize too.
+    const [rule] = parseDocuments(readFileSync(join(monitoringDir, 'prometheusrule.yaml'), 'utf8'), 'prometheusrule.yaml');
+    assert.deepEqual(rule.spec.groups, ruleFileGroups());
+  });
+
+  const brokenMonitoring = [
+    ['a selector matching the client Service, which has a metrics port too', (l) => {
+      delete l.find((o) => o.kind === 'ServiceMonitor').spec.selector.matchLabels['app.kubernetes.io/component'];
+      l.find((o) => o.kind === 'Service' && o.metadata.name === 'dedup').spec.ports.push({ name: 'metrics', port: METRICS_PORT, targetPort: 'metrics' });
+    }, /scrapes 2 Services \(dedup,dedup-peers\)/],
+    ['the scraped Service hiding not-ready members', (l) => {
+      l.find((o) => o.kind === 'Service' && o.metadata.name === 'dedup-peers').spec.publishNotReadyAddresses = false;
+    }, /hides not-ready members/],
+    ['a port name no Service has', (l) => { l.find((o) => o.kind === 'ServiceMonitor').spec.endpoints[0].port = 'http'; }, /scrapes 0 Services/],
+    ['the Service\'s name as the job', (l) => { delete l.find((o) => o.kind === 'ServiceMonitor').spec.jobLabel; }, /job is 'undefined'/],
+    ['a rule dropped', (l) => { l.find((o) => o.kind === 'PrometheusRule').spec.groups[0].rules.pop(); }, /PrometheusRule groups differ/],
+  ];
+  for (const [name, mutate, want] of brokenMonitoring) {
+    test(`monitoring rejects: ${name}`, { skip: !kubectl && 'no kubectl' }, () => {
+      const copy = loadWithMonitoring();
+      mutate(copy);
+      const problems = monitoringProblems(copy);
+      assert.ok(problems.some((p) => want.test(p)), `want ${want} in ${JSON.stringify(problems)}`);
+    });
+  }
+
+  test('schema: a ServiceMonitor with a field the CRD does not know, or a number for a port name', { skip: !kubectl && 'no kubectl' }, async () => {
+    const monitor = loadWithMonitoring().find((o) => o.kind === 'ServiceMonitor');
+    const misspelt = clone(monitor);
+    misspelt.spec.endpoints[0].intervall = '15s';
+    assert.ok((await schemaProblems(misspelt)).some((p) => /unknown field \.spec\.endpoints\[0\]\.intervall/.test(p)));
+    const numeric = clone(monitor);
+    numeric.spec.endpoints[0].port = METRICS_PORT;
+    assert.ok((await schemaProblems(numeric)).some((p) => /schema: .*port/.test(p)), JSON.stringify(await schemaProblems(numeric)));
+    const rule = loadWithMonitoring().find((o) => o.kind === 'PrometheusRule');
+    delete rule.spec.groups[0].name;
+    assert.ok((await schemaProblems(rule)).some((p) => /schema: .*name/.test(p)), JSON.stringify(await schemaProblems(rule)));
   });
 });
 
