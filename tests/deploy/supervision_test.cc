@@ -33,6 +33,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "tests/cluster/cluster_harness.h"
 #include "tests/integration/integration_util.h"
 #include "tests/testing/server_process.h"
 
@@ -318,6 +319,38 @@ TEST(LivenessTest, BelowTheFreeDiskFloorNotReadyButAlive) {
   // Stopping: every service NOT_SERVING (the gRPC health service's
   // shutdown), then gone.
   EXPECT_TRUE((*server)->Stop().ok()) << (*server)->captured_stderr();
+}
+
+// The same in a group: the member below its floor is not ready (it would
+// refuse writes as leader, so it hands leadership on), yet alive: its
+// consensus loop runs. The other members are both.
+TEST(LivenessTest, AGroupMemberBelowItsFloorIsNotReadyButAlive) {
+  ClusterHarness cluster(3, {"--metrics_address=", "--event_log=off",
+                             "--health_address=127.0.0.1:0"});
+  ASSERT_TRUE(cluster.Start(1, {"--min_free_disk_mb=1000000000"}).ok());
+  ASSERT_TRUE(cluster.Start(2).ok());
+  ASSERT_TRUE(cluster.Start(3).ok());
+  ASSERT_TRUE(cluster.WaitForLeader().ok());
+  const auto health_of = [&](int id) {
+    return cluster.process(id)->ready().health_address;
+  };
+  const Clock::time_point start = Clock::now();
+  while (HealthOf(health_of(1), "") !=
+             health::HealthCheckResponse::NOT_SERVING &&
+         Clock::now() - start < std::chrono::seconds(5)) {
+    SleepMs(50);
+  }
+  EXPECT_EQ(HealthOf(health_of(1), ""),
+            health::HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(HealthOf(health_of(1), "dedup.v1.Liveness"),
+            health::HealthCheckResponse::SERVING);
+  for (int id : {2, 3}) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(HealthOf(health_of(id), ""),
+              health::HealthCheckResponse::SERVING);
+    EXPECT_EQ(HealthOf(health_of(id), "dedup.v1.Liveness"),
+              health::HealthCheckResponse::SERVING);
+  }
 }
 
 }  // namespace
