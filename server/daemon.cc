@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <system_error>
 #include <utility>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
@@ -42,6 +44,17 @@ constexpr int64_t kHealthWatchIntervalMs = 250;
 // without progress is a wedge (longer than any RocksDB write stall).
 constexpr int64_t kStoreProbeIntervalMs = 1000;
 constexpr int64_t kWedgedAfterMs = 60'000;
+
+// Tests shorten the limit to see the heartbeat move (not a flag: operators
+// have no reason to change it).
+absl::Duration WedgedAfter() {
+  int64_t ms = 0;
+  const char* env = std::getenv("DEDUP_TEST_WEDGED_AFTER_MS");
+  if (env != nullptr && absl::SimpleAtoi(env, &ms) && ms > 0) {
+    return absl::Milliseconds(ms);
+  }
+  return absl::Milliseconds(kWedgedAfterMs);
+}
 
 // Headroom over the result limit for the rest of a CompleteRequest.
 constexpr int kMessageOverheadBytes = 64 << 10;
@@ -395,7 +408,7 @@ void Daemon::WatchLiveness() {
     };
   }
   LivenessOptions options;
-  options.wedged_after = absl::Milliseconds(kWedgedAfterMs);
+  options.wedged_after = WedgedAfter();
   if (const absl::Duration watchdog = notifier_.watchdog_timeout();
       watchdog > absl::ZeroDuration()) {
     options.interval = std::min(options.interval, watchdog / 4);

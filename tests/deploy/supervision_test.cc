@@ -353,5 +353,32 @@ TEST(LivenessTest, AGroupMemberBelowItsFloorIsNotReadyButAlive) {
   }
 }
 
+// The heartbeats are wired: with the wedge limit cut to 1.5 s (a test-only
+// knob), a single node (probe reads through its store) and a group member
+// (its consensus thread's ticks) stay alive for 5 s, below the disk floor
+// too.
+TEST(LivenessTest, TheHeartbeatMovesInBothModes) {
+  ScopedEnv env(std::vector<std::pair<std::string, std::string>>{
+      {"DEDUP_TEST_WEDGED_AFTER_MS", "1500"}});
+  absl::StatusOr<std::unique_ptr<ServerProcess>> single = ServerProcess::Start(
+      {"--min_free_disk_mb=1000000000", "--metrics_address="});
+  ASSERT_TRUE(single.ok()) << single.status();
+  ClusterHarness cluster(3, {"--metrics_address=", "--event_log=off",
+                             "--health_address=127.0.0.1:0"});
+  ASSERT_TRUE(cluster.StartAll().ok());
+  ASSERT_TRUE(cluster.WaitForLeader().ok());
+  const std::vector<std::string> addresses = {
+      (*single)->address(), cluster.process(1)->ready().health_address,
+      cluster.process(2)->ready().health_address};
+  for (int i = 0; i < 10; ++i) {
+    SleepMs(500);
+    for (const std::string& address : addresses) {
+      ASSERT_EQ(HealthOf(address, "dedup.v1.Liveness"),
+                health::HealthCheckResponse::SERVING)
+          << address << " after " << (i + 1) * 500 << " ms";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dedup::testing
