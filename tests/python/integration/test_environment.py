@@ -17,7 +17,7 @@ from unittest import mock
 import grpc
 
 from dedupd_process import Dedupd
-from dedup_client import AsyncClient, Client
+from dedup_client import AsyncClient, AsyncCoalescingClient, Client, CoalescingClient
 from test_auth import BILLING_TOKEN, pki, setUpModule, tearDownModule, tenants_json, write_file
 
 __all__ = ["setUpModule", "tearDownModule"]  # the PKI, made once per module
@@ -75,6 +75,21 @@ class EnvironmentTest(unittest.TestCase):
                 return (await client.begin("billing:env", "async-1", b"h")).status
             finally:
                 await client.close()
+
+        self.assertEqual(asyncio.run(main()), STARTED)
+
+    def test_coalescing_clients_without_a_client_use_the_environment(self) -> None:
+        self.full_env()
+        coalescing = CoalescingClient()
+        self.addCleanup(coalescing.close, 10)
+        self.assertEqual(coalescing.begin("billing:env", "co-1", b"h").status, STARTED)
+
+        async def main() -> int:
+            aio = AsyncCoalescingClient()
+            try:
+                return (await aio.begin("billing:env", "co-2", b"h")).status
+            finally:
+                await aio.close()
 
         self.assertEqual(asyncio.run(main()), STARTED)
 
