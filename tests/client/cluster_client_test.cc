@@ -233,6 +233,17 @@ TEST_F(ClusterClientTest, CtlClusterRecoverOnlyForALostGroup) {
   ASSERT_GE(rows.size(), 3u) << lost.out;
   EXPECT_NE(rows[ahead - 1].at("LOG_TERM"), "0") << lost.out;
   EXPECT_NE(rows[ahead - 1].at("LOG_INDEX"), "0") << lost.out;
+
+  // The same advice in JSON.
+  CtlResult json =
+      RunCtl({AddressFlag(AllAddresses()), "-o", "json", "cluster", "recover"});
+  EXPECT_EQ(json.exit_code, 0) << json.out << json.err;
+  const nlohmann::json advice = nlohmann::json::parse(json.out).at("recovery");
+  EXPECT_EQ(advice.at("groupLost"), true) << json.out;
+  EXPECT_EQ(advice.at("recoverFrom").at("nodeId"), std::to_string(ahead));
+  EXPECT_EQ(advice.at("recoverFrom").at("address"),
+            cluster_.client_address(ahead));
+  EXPECT_NE(advice.at("recoverFrom").at("lastIndex"), "0") << json.out;
 }
 
 TEST_F(ClusterClientTest, CtlTransferMovesLeadership) {
