@@ -1,14 +1,18 @@
 #include "client/dedup_client.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/batch_answers.h"
 #include "client/retry_decision.h"
 #include "client/retrying_call.h"
+#include "common/channel_security.h"
 #include "grpcpp/client_context.h"
 
 namespace dedup {
@@ -320,6 +324,78 @@ absl::StatusOr<CompleteBatchResults> Client::CompleteBatch(
       "CompleteBatch", *router_, options_, &Stub::CompleteBatch, request,
       [](const v1::CompleteRequest&) { return true; },
       [](const v1::CompleteResponse&) { return false; });
+}
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+}  // namespace
+
+ClientEnvironment ReadClientEnvironment() {
+  ClientEnvironment env;
+  env.address = Env("DEDUP_ADDRESS");
+  env.token_file = Env("DEDUP_TOKEN_FILE");
+  env.ca_file = Env("DEDUP_CA_FILE");
+  env.cert_file = Env("DEDUP_CERT_FILE");
+  env.key_file = Env("DEDUP_KEY_FILE");
+  return env;
+}
+
+absl::StatusOr<std::vector<std::string>> SplitAddressList(
+    absl::string_view list) {
+  std::vector<std::string> addresses;
+  for (absl::string_view entry : absl::StrSplit(list, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("empty entry in the address list '", list, "'"));
+    }
+    if (std::find(addresses.begin(), addresses.end(), entry) ==
+        addresses.end()) {
+      addresses.emplace_back(entry);
+    }
+  }
+  return addresses;
+}
+
+absl::StatusOr<ClientOptions> ClientOptionsFromEnvironment(
+    ClientOptions options) {
+  const ClientEnvironment env = ReadClientEnvironment();
+  if (options.channel_factory ||
+      (env.token_file.empty() && env.ca_file.empty() && env.cert_file.empty() &&
+       env.key_file.empty())) {
+    return options;
+  }
+  absl::StatusOr<ChannelSecurity> security = ChannelSecurityFromFiles(
+      env.ca_file, env.cert_file, env.key_file, env.token_file);
+  if (!security.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DEDUP_*_FILE: ", security.status().message()));
+  }
+  options.channel_factory = SecureChannelFactory(*std::move(security));
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ClientFromEnvironment(
+    ClientOptions options) {
+  const std::string address = ReadClientEnvironment().address;
+  if (address.empty()) {
+    return absl::FailedPreconditionError("DEDUP_ADDRESS is not set");
+  }
+  absl::StatusOr<std::vector<std::string>> addresses =
+      SplitAddressList(address);
+  if (!addresses.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DEDUP_ADDRESS: ", addresses.status().message()));
+  }
+  absl::StatusOr<ClientOptions> resolved =
+      ClientOptionsFromEnvironment(std::move(options));
+  if (!resolved.ok()) return resolved.status();
+  return std::make_unique<Client>(*std::move(addresses), *std::move(resolved));
 }
 
 }  // namespace dedup

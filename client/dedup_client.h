@@ -226,6 +226,44 @@ class Client {
   const std::unique_ptr<LeaderRouter> router_;
 };
 
+// The environment variables every dedup client reads, with the same names
+// (dedupctl, this library, Python and TypeScript). Unset and empty are the
+// same. An explicit setting (a flag, an argument, an option already set)
+// always wins over the environment; this library reads it only when asked
+// (ClientOptionsFromEnvironment, ClientFromEnvironment).
+//   DEDUP_ADDRESS     host:port, or a comma-separated list of a group's nodes
+//   DEDUP_TOKEN_FILE  file holding the bearer token sent with every call
+//   DEDUP_CA_FILE     PEM CA that signed the server's certificate (TLS on)
+//   DEDUP_CERT_FILE   PEM client certificate (mTLS), with DEDUP_KEY_FILE
+//   DEDUP_KEY_FILE    PEM key of DEDUP_CERT_FILE
+struct ClientEnvironment {
+  std::string address;
+  std::string token_file;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+// The variables as set now. Thread-safe as getenv is (not against setenv).
+[[nodiscard]] ClientEnvironment ReadClientEnvironment();
+
+// "a:1, b:2,a:1" as {"a:1", "b:2"}: split on commas, blanks trimmed,
+// duplicates dropped. INVALID_ARGUMENT for an empty entry or list.
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> SplitAddressList(
+    absl::string_view list);
+
+// `options` with a channel_factory made from DEDUP_TOKEN_FILE, DEDUP_CA_FILE,
+// DEDUP_CERT_FILE and DEDUP_KEY_FILE (files read now, the token file once),
+// unless options.channel_factory is already set or none of them is.
+// INVALID_ARGUMENT naming a file that cannot be read.
+[[nodiscard]] absl::StatusOr<ClientOptions> ClientOptionsFromEnvironment(
+    ClientOptions options = {});
+
+// A Client of the DEDUP_ADDRESS nodes with ClientOptionsFromEnvironment.
+// FAILED_PRECONDITION when DEDUP_ADDRESS is not set.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<Client>> ClientFromEnvironment(
+    ClientOptions options = {});
+
 }  // namespace dedup
 
 #endif  // DEDUP_CLIENT_DEDUP_CLIENT_H_

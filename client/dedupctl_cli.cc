@@ -19,7 +19,8 @@ namespace dedup::ctl {
 const char kSynopsis[] =
     R"(usage: dedupctl [--address=HOST:PORT[,HOST:PORT...]] [--deadline_ms=N]
                 [--follow_leader=false] [--tls_ca_file=PEM] [--token_file=F]
-                [--tls_cert_file=PEM --tls_key_file=PEM] COMMAND ARGS...
+                [--tls_cert_file=PEM --tls_key_file=PEM] [-o text|json]
+                COMMAND ARGS...
 
 commands:
   begin NS KEY [--args_hash_hex=HEX] [--owner=ID] [--lease_ms=N]
@@ -61,6 +62,12 @@ flags:
   --tls_server_name  name expected in the server's certificate (default:
                  the host of --address)
   --token_file   file holding a bearer token sent with every call (tenants)
+  -o, --output   text (default) or json: one JSON document per command on
+                 stdout (the proto3 JSON mapping of the answer: lowerCamelCase
+                 names, enums by name, 64-bit integers as strings, bytes as
+                 base64, every field present); errors as one object
+                 {"error":{"code":"NOT_FOUND","message":"..."}} on stderr;
+                 exit codes as in text
   --follow_leader=false  one attempt at the first --address only: no
                  redirect, no retry (a follower answers exit 2), e.g. for a
                  hook that should act only if this node is the leader
@@ -69,6 +76,13 @@ flags:
   --lease_ms, --ttl_s, --wait_ms  0 or absent: server default / no wait
   --outcome      success (default) or error
   --result       bytes to replay to duplicates
+
+environment (a flag given on the command line wins):
+  DEDUP_ADDRESS     default of --address (comma-separated list allowed)
+  DEDUP_TOKEN_FILE  default of --token_file
+  DEDUP_CA_FILE     default of --tls_ca_file
+  DEDUP_CERT_FILE   default of --tls_cert_file
+  DEDUP_KEY_FILE    default of --tls_key_file
 
 output: one "field: value" line per field; timestamps are UTC ISO-8601 with
 milliseconds followed by Unix ms; bytes that are not printable ASCII are
@@ -381,6 +395,25 @@ absl::StatusOr<std::vector<std::string>> ParseAddressList(
     }
   }
   return addresses;
+}
+
+bool FlagInArgs(int argc, char** argv, absl::string_view name) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "-")) continue;
+    absl::ConsumePrefix(&arg, "-");
+    if (absl::ConsumePrefix(&arg, name) && (arg.empty() || arg[0] == '=')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string FlagOrEnvironment(bool flag_given, const std::string& flag_value,
+                              const std::string& env_value) {
+  if (flag_given || env_value.empty()) return flag_value;
+  return env_value;
 }
 
 bool IsHelpRequest(int argc, char** argv) {

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/dedup_client.h"
+#include "client/dedupctl_output.h"
 #include "dedup/v1/dedup.pb.h"
 
 namespace dedup::ctl {
@@ -81,6 +82,7 @@ struct Invocation {
   uint64_t node_id = 0;               // cluster add, remove, transfer (0: any).
   std::string raft_address;           // cluster add.
   std::string client_address;         // cluster add.
+  OutputFormat output = OutputFormat::kText;  // -o / --output.
 };
 
 // `args` are the positional arguments after the program name:
@@ -97,6 +99,17 @@ struct Invocation {
 // naming --address for an empty list or entry.
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> ParseAddressList(
     const std::string& flag);
+
+// True when `argv` gives the flag `name` (-name or --name, with "=VALUE" or
+// the next argument), before a "--".
+[[nodiscard]] bool FlagInArgs(int argc, char** argv, absl::string_view name);
+
+// A connection setting: the flag's value when given on the command line,
+// else `env_value` when not empty (the DEDUP_* variable), else the flag's
+// value (its default).
+[[nodiscard]] std::string FlagOrEnvironment(bool flag_given,
+                                            const std::string& flag_value,
+                                            const std::string& env_value);
 
 // True for the spellings of a plain help request, which dedupctl answers with
 // HelpText() on stdout and kExitOk.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/batch_answers.h"
+#include "client/dedupctl_output.h"
 #include "client/dedupctl_recover.h"
 #include "client/outcome_unknown.h"
 #include "client/retrying_call.h"
@@ -78,16 +79,9 @@ absl::StatusOr<Response> LeaderCall(LeaderRouter& router,
   return last;
 }
 
-int Report(const absl::Status& status, std::ostream& err) {
-  err << "dedupctl: " << status.ToString() << "\n";
-  return kExitRpcError;
-}
-
-// Asks every --address, then every member the first node to answer lists;
-// empty when no node answered (each error already on `err`).
+// Asks every --address, then every member the first node to answer lists.
 std::vector<NodeReport> GatherReports(LeaderRouter& router,
-                                      const ClientOptions& options,
-                                      std::ostream& err) {
+                                      const ClientOptions& options) {
   std::vector<NodeReport> reports;
   absl::flat_hash_set<std::string> asked;
   auto ask = [&](const std::string& address) {
@@ -103,13 +97,7 @@ std::vector<NodeReport> GatherReports(LeaderRouter& router,
       break;
     }
   }
-  if (first == nullptr) {
-    for (const NodeReport& report : reports) {
-      err << "dedupctl: " << report.address << ": "
-          << report.status.status().ToString() << "\n";
-    }
-    return {};
-  }
+  if (first == nullptr) return reports;
   // Copied: ask() grows `reports`, which holds *first.
   const v1::ClusterStatusResponse members = *first;
   for (const v1::ClusterMember& member : members.members()) {
@@ -118,29 +106,62 @@ std::vector<NodeReport> GatherReports(LeaderRouter& router,
   return reports;
 }
 
-int ClusterStatus(LeaderRouter& router, const ClientOptions& options,
-                  bool recover, std::ostream& out, std::ostream& err) {
-  const std::vector<NodeReport> reports = GatherReports(router, options, err);
-  if (reports.empty()) return kExitRpcError;
-  PrintClusterStatus(out, reports);
-  if (recover) return PrintRecoveryAdvice(out, reports);
-  int code = kExitOk;
+// The nodes that did not answer, on `err`: a line each in text, one error
+// object (the first one's code, every address in the message) in JSON.
+// Returns kExitOk when every node answered, else kExitRpcError.
+int ReportUnreachable(const std::vector<NodeReport>& reports,
+                      OutputFormat format, std::ostream& err) {
+  absl::Status first;
+  std::string message;
   for (const NodeReport& report : reports) {
-    if (!report.status.ok()) {
+    if (report.status.ok()) continue;
+    if (first.ok()) first = report.status.status();
+    if (format == OutputFormat::kText) {
       err << "dedupctl: " << report.address << ": "
           << report.status.status().ToString() << "\n";
-      code = kExitRpcError;
     }
+    absl::StrAppend(&message, message.empty() ? "" : "; ", report.address, ": ",
+                    report.status.status().message());
   }
-  return code;
+  if (first.ok()) return kExitOk;
+  if (format == OutputFormat::kJson) {
+    return PrintError(format, err, absl::Status(first.code(), message),
+                      kExitRpcError);
+  }
+  return kExitRpcError;
 }
 
-}  // namespace
+int ClusterStatus(LeaderRouter& router, const ClientOptions& options,
+                  bool recover, OutputFormat format, std::ostream& out,
+                  std::ostream& err) {
+  const std::vector<NodeReport> reports = GatherReports(router, options);
+  const bool any_answered =
+      std::any_of(reports.begin(), reports.end(),
+                  [](const NodeReport& r) { return r.status.ok(); });
+  if (!any_answered) {
+    (void)ReportUnreachable(reports, format, err);
+    return kExitRpcError;
+  }
+  if (format == OutputFormat::kJson) {
+    nlohmann::json document = ClusterStatusJson(reports);
+    if (recover) {
+      const RecoveryAdvice advice = AdviseRecovery(reports);
+      document["recovery"] = RecoveryAdviceJson(advice);
+      PrintJson(out, document);
+      return advice.exit_code;
+    }
+    PrintJson(out, document);
+    return ReportUnreachable(reports, format, err);
+  }
+  PrintClusterStatus(out, reports);
+  if (recover) return PrintRecoveryAdvice(out, reports);
+  return ReportUnreachable(reports, format, err);
+}
 
-void PrintClusterStatus(std::ostream& out,
-                        const std::vector<NodeReport>& reports) {
-  // The leader with the highest term has the freshest view of the members.
-  const v1::ClusterStatusResponse* leader = nullptr;
+// The id each report is about: the node's own answer, else the member whose
+// client address was asked (0 when unknown).
+absl::flat_hash_map<std::string, uint64_t> IdsOfAddresses(
+    const std::vector<NodeReport>& reports) {
   absl::flat_hash_map<std::string, uint64_t> id_of_address;
   for (const NodeReport& report : reports) {
     if (!report.status.ok()) continue;
@@ -149,6 +170,20 @@ void PrintClusterStatus(std::ostream& out,
         id_of_address.emplace(member.client_address(), member.id());
       }
     }
+  }
+  return id_of_address;
+}
+
+}  // namespace
+
+void PrintClusterStatus(std::ostream& out,
+                        const std::vector<NodeReport>& reports) {
+  // The leader with the highest term has the freshest view of the members.
+  const v1::ClusterStatusResponse* leader = nullptr;
+  const absl::flat_hash_map<std::string, uint64_t> id_of_address =
+      IdsOfAddresses(reports);
+  for (const NodeReport& report : reports) {
+    if (!report.status.ok()) continue;
     if (report.status->role() == "leader" &&
         (leader == nullptr || report.status->term() > leader->term())) {
       leader = &*report.status;
@@ -206,6 +241,41 @@ void PrintClusterStatus(std::ostream& out,
   PrintTable(out, table);
 }
 
+nlohmann::json ClusterStatusJson(const std::vector<NodeReport>& reports) {
+  const absl::flat_hash_map<std::string, uint64_t> id_of_address =
+      IdsOfAddresses(reports);
+  struct Node {
+    uint64_t id;  // 0: unknown
+    nlohmann::json json;
+  };
+  std::vector<Node> nodes;
+  absl::flat_hash_set<uint64_t> listed;
+  for (const NodeReport& report : reports) {
+    nlohmann::json node = {{"address", report.address}};
+    uint64_t id = 0;
+    if (report.status.ok()) {
+      id = report.status->node_id();
+      // The same node reached under two spellings of its address: once.
+      if (!listed.insert(id).second) continue;
+      node["status"] = ProtoToJson(*report.status);
+    } else {
+      const auto it = id_of_address.find(report.address);
+      if (it != id_of_address.end()) id = it->second;
+      node["error"] = StatusToJson(report.status.status());
+    }
+    if (id != 0) node["nodeId"] = std::to_string(id);
+    nodes.push_back({id, std::move(node)});
+  }
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [](const Node& a, const Node& b) {
+                     if ((a.id == 0) != (b.id == 0)) return b.id == 0;
+                     return a.id < b.id;
+                   });
+  nlohmann::json list = nlohmann::json::array();
+  for (Node& node : nodes) list.push_back(std::move(node.json));
+  return {{"nodes", std::move(list)}};
+}
+
 int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
                       const Invocation& inv, std::ostream& out,
                       std::ostream& err) {
@@ -213,7 +283,8 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
     case Command::kClusterStatus:
     case Command::kClusterRecover:
       return ClusterStatus(router, options,
-                           inv.command == Command::kClusterRecover, out, err);
+                           inv.command == Command::kClusterRecover, inv.output,
+                           out, err);
     case Command::kClusterAdd: {
       v1::AddNodeRequest request;
       request.set_node_id(inv.node_id);
@@ -221,8 +292,14 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
       request.set_client_address(inv.client_address);
       auto added = LeaderCall<v1::AddNodeRequest, v1::AddNodeResponse>(
           router, options, "AddNode", &v1::Cluster::Stub::AddNode, request);
-      if (!added.ok()) return Report(added.status(), err);
-      out << "added: " << inv.node_id << "\n";
+      if (!added.ok()) {
+        return PrintError(inv.output, err, added.status(), kExitRpcError);
+      }
+      if (inv.output == OutputFormat::kJson) {
+        PrintJson(out, nlohmann::json{{"added", ProtoToJson(request)}});
+      } else {
+        out << "added: " << inv.node_id << "\n";
+      }
       return kExitOk;
     }
     case Command::kClusterRemove: {
@@ -231,8 +308,14 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
       auto removed = LeaderCall<v1::RemoveNodeRequest, v1::RemoveNodeResponse>(
           router, options, "RemoveNode", &v1::Cluster::Stub::RemoveNode,
           request);
-      if (!removed.ok()) return Report(removed.status(), err);
-      out << "removed: " << inv.node_id << "\n";
+      if (!removed.ok()) {
+        return PrintError(inv.output, err, removed.status(), kExitRpcError);
+      }
+      if (inv.output == OutputFormat::kJson) {
+        PrintJson(out, nlohmann::json{{"removed", ProtoToJson(request)}});
+      } else {
+        out << "removed: " << inv.node_id << "\n";
+      }
       return kExitOk;
     }
     case Command::kClusterTransfer: {
@@ -242,13 +325,20 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
                               v1::TransferLeadershipResponse>(
           router, options, "TransferLeadership",
           &v1::Cluster::Stub::TransferLeadership, request);
-      if (!moved.ok()) return Report(moved.status(), err);
-      out << "leader_id: " << moved->leader_id() << "\n";
+      if (!moved.ok()) {
+        return PrintError(inv.output, err, moved.status(), kExitRpcError);
+      }
+      if (inv.output == OutputFormat::kJson) {
+        PrintJson(out, *moved);
+      } else {
+        out << "leader_id: " << moved->leader_id() << "\n";
+      }
       return kExitOk;
     }
     default:
-      err << "dedupctl: not a cluster command\n";
-      return kExitUsage;
+      return PrintError(inv.output, err,
+                        absl::InvalidArgumentError("not a cluster command"),
+                        kExitUsage);
   }
 }
 

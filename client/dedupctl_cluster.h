@@ -13,6 +13,7 @@
 #include "client/dedupctl_cli.h"
 #include "client/leader_router.h"
 #include "dedup/v1/cluster.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace dedup::ctl {
 
@@ -34,12 +35,20 @@ struct NodeReport {
 void PrintClusterStatus(std::ostream& out,
                         const std::vector<NodeReport>& reports);
 
+// The reports as one JSON document (dedupctl_output.h):
+// {"nodes":[{"address":..,"nodeId":..,"status":{ClusterStatusResponse}} or
+// {"address":..,"nodeId":..,"error":{"code":..,"message":..}}]}, by node id
+// as in the table ("nodeId" left out when not known), each node once.
+[[nodiscard]] nlohmann::json ClusterStatusJson(
+    const std::vector<NodeReport>& reports);
+
 // Runs a kCluster* invocation: status asks every address the router was
 // given plus every member (by client address) the first node to answer
 // lists, one attempt each; recover does the same, then names the node to
 // recover from (dedupctl_recover.h); add, remove and transfer go to the leader
 // through RetryingCall (following "dedup-leader"; an unknown outcome is
-// reported, not retried). Returns the exit code documented in dedupctl_cli.h.
+// reported, not retried). Prints in inv.output's format; returns the exit
+// code documented in dedupctl_cli.h.
 [[nodiscard]] int RunClusterCommand(LeaderRouter& router,
                                     const ClientOptions& options,
                                     const Invocation& inv, std::ostream& out,

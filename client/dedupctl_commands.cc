@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
+#include "client/dedupctl_output.h"
 #include "grpcpp/client_context.h"
 
 namespace dedup::ctl {
@@ -14,13 +15,16 @@ namespace {
 // Complete, Release and Renew share the rule: only OK means the caller's
 // fence was honoured; every other answer is a refusal worth a distinct code.
 template <typename Response>
-int Report(const absl::StatusOr<Response>& response, std::ostream& out,
-           std::ostream& err) {
+int Report(const absl::StatusOr<Response>& response, OutputFormat format,
+           std::ostream& out, std::ostream& err) {
   if (!response.ok()) {
-    err << "dedupctl: " << response.status().ToString() << "\n";
-    return kExitRpcError;
+    return PrintError(format, err, response.status(), kExitRpcError);
   }
-  PrintResponse(out, *response);
+  if (format == OutputFormat::kJson) {
+    PrintJson(out, *response);
+  } else {
+    PrintResponse(out, *response);
+  }
   if constexpr (std::is_same_v<Response, v1::CompleteResponse> ||
                 std::is_same_v<Response, v1::ReleaseResponse> ||
                 std::is_same_v<Response, v1::RenewResponse> ||
@@ -54,30 +58,31 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
   switch (inv.command) {
     case Command::kBegin:
       return Report(client.Begin(inv.ns, inv.key, inv.args_hash, inv.begin),
-                    out, err);
+                    inv.output, out, err);
     case Command::kComplete:
       return Report(client.Complete(inv.ns, inv.key, inv.fence, inv.outcome,
                                     inv.result, inv.ttl_s),
-                    out, err);
+                    inv.output, out, err);
     case Command::kRelease:
-      return Report(client.Release(inv.ns, inv.key, inv.fence), out, err);
-    case Command::kRenew:
-      return Report(client.Renew(inv.ns, inv.key, inv.fence, inv.lease_ms), out,
+      return Report(client.Release(inv.ns, inv.key, inv.fence), inv.output, out,
                     err);
+    case Command::kRenew:
+      return Report(client.Renew(inv.ns, inv.key, inv.fence, inv.lease_ms),
+                    inv.output, out, err);
     case Command::kCheckpoint:
       return Report(client.Checkpoint(inv.ns, inv.key, inv.fence, inv.step,
                                       inv.data, inv.lease_ms),
-                    out, err);
+                    inv.output, out, err);
     case Command::kGet:
-      return Report(client.Get(inv.ns, inv.key), out, err);
+      return Report(client.Get(inv.ns, inv.key), inv.output, out, err);
     case Command::kForget:
-      return Report(client.Forget(inv.ns, inv.key), out, err);
+      return Report(client.Forget(inv.ns, inv.key), inv.output, out, err);
     case Command::kStats:
       return Report(
           AdminCall<v1::StatsRequest, v1::StatsResponse>(
               deadline, [&](auto* c, const auto& req,
                             auto* resp) { return admin.Stats(c, req, resp); }),
-          out, err);
+          inv.output, out, err);
     case Command::kCompact:
       // Compaction of a large store takes a while: allow minutes.
       return Report(AdminCall<v1::CompactRequest, v1::CompactResponse>(
@@ -85,7 +90,7 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
                         [&](auto* c, const auto& req, auto* resp) {
                           return admin.Compact(c, req, resp);
                         }),
-                    out, err);
+                    inv.output, out, err);
     case Command::kPolicy: {
       v1::GetPolicyRequest request;
       request.set_namespace_(inv.ns);
@@ -95,7 +100,7 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
                           return admin.GetPolicy(c, req, resp);
                         },
                         request),
-                    out, err);
+                    inv.output, out, err);
     }
     case Command::kReloadPolicy:
       return Report(
@@ -104,7 +109,7 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
               [&](auto* c, const auto& req, auto* resp) {
                 return admin.ReloadPolicy(c, req, resp);
               }),
-          out, err);
+          inv.output, out, err);
     case Command::kClusterStatus:
     case Command::kClusterAdd:
     case Command::kClusterRemove:

@@ -16,21 +16,54 @@ bool MoreUpToDate(const v1::ClusterStatusResponse& a,
 
 }  // namespace
 
-int PrintRecoveryAdvice(std::ostream& out,
-                        const std::vector<NodeReport>& reports) {
-  const NodeReport* best = nullptr;
+RecoveryAdvice AdviseRecovery(const std::vector<NodeReport>& reports) {
+  RecoveryAdvice advice;
   for (const NodeReport& report : reports) {
     if (!report.status.ok()) continue;
     const v1::ClusterStatusResponse& s = *report.status;
     if (s.leader_id() != 0) {
-      out << "\nnode " << s.node_id() << " knows a leader (node "
-          << s.leader_id()
-          << "): the group is not lost, do not recover it. Replace lost "
-             "members with `cluster remove` and `cluster add`.\n";
-      return kExitRejected;
+      advice.knows_leader = &s;
+      advice.recover_from = nullptr;
+      advice.exit_code = kExitRejected;
+      return advice;
     }
-    if (best == nullptr || MoreUpToDate(s, *best->status)) best = &report;
+    if (advice.recover_from == nullptr ||
+        MoreUpToDate(s, *advice.recover_from->status)) {
+      advice.recover_from = &report;
+    }
   }
+  advice.exit_code = advice.recover_from == nullptr ? kExitRpcError : kExitOk;
+  return advice;
+}
+
+nlohmann::json RecoveryAdviceJson(const RecoveryAdvice& advice) {
+  if (advice.knows_leader != nullptr) {
+    return {{"groupLost", false},
+            {"leaderId", std::to_string(advice.knows_leader->leader_id())},
+            {"reportedBy", std::to_string(advice.knows_leader->node_id())}};
+  }
+  nlohmann::json from = nullptr;
+  if (advice.recover_from != nullptr) {
+    const v1::ClusterStatusResponse& s = *advice.recover_from->status;
+    from = {{"nodeId", std::to_string(s.node_id())},
+            {"address", advice.recover_from->address},
+            {"lastLogTerm", std::to_string(s.last_log_term())},
+            {"lastIndex", std::to_string(s.last_index())}};
+  }
+  return {{"groupLost", true}, {"recoverFrom", from}};
+}
+
+int PrintRecoveryAdvice(std::ostream& out,
+                        const std::vector<NodeReport>& reports) {
+  const RecoveryAdvice advice = AdviseRecovery(reports);
+  if (advice.knows_leader != nullptr) {
+    const v1::ClusterStatusResponse& s = *advice.knows_leader;
+    out << "\nnode " << s.node_id() << " knows a leader (node " << s.leader_id()
+        << "): the group is not lost, do not recover it. Replace lost "
+           "members with `cluster remove` and `cluster add`.\n";
+    return advice.exit_code;
+  }
+  const NodeReport* best = advice.recover_from;
   if (best == nullptr) {
     out << "\nno node answered: recover from the data of a surviving "
            "member (start it, then run this again).\n";

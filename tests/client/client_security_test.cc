@@ -1,6 +1,7 @@
 // The C++ client and dedupctl over TLS, mTLS and bearer tokens against the
 // real dedupd with a tenants file (certificates from make-test-pki).
 #include <signal.h>
+#include <stdlib.h>
 
 #include <chrono>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "client/dedup_client.h"
 #include "common/channel_security.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/client/run_ctl.h"
 #include "tests/testing/server_process.h"
@@ -265,6 +267,66 @@ TEST_F(ClientSecurityTest, DedupctlTakesTlsAndTokenOptions) {
   }
   EXPECT_EQ(revoked.exit_code, 2) << revoked.out;
   EXPECT_THAT(revoked.err, HasSubstr("UNAUTHENTICATED"));
+}
+
+// The DEDUP_* variables: the C++ client when asked (ClientFromEnvironment)
+// and dedupctl by default, TLS, the token and mTLS from files named there,
+// the address a list whose first node is down. Explicit settings win.
+TEST_F(ClientSecurityTest, EnvironmentVariablesConfigureClientAndDedupctl) {
+  const std::string list = "127.0.0.1:1, " + server_->address();
+  setenv("DEDUP_ADDRESS", list.c_str(), 1);
+  setenv("DEDUP_CA_FILE", Pki("ca.pem").c_str(), 1);
+  setenv("DEDUP_TOKEN_FILE", Pki("billing.token").c_str(), 1);
+  ClientOptions options;
+  options.deadline = absl::Seconds(3);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      ClientFromEnvironment(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<v1::BeginResponse> begin =
+      (*client)->Begin("billing:env", "k-1", "args");
+  ASSERT_TRUE(begin.ok()) << begin.status();
+  EXPECT_EQ(begin->status(), v1::BeginResponse::STARTED);
+  EXPECT_EQ((*client)->options().deadline, absl::Seconds(3));
+
+  // An explicit channel factory wins: plaintext to the TLS port fails.
+  options.max_attempts = 1;
+  options.channel_factory = [](const std::string& address) {
+    return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  };
+  absl::StatusOr<ClientOptions> explicit_options =
+      ClientOptionsFromEnvironment(options);
+  ASSERT_TRUE(explicit_options.ok());
+  Client plaintext(server_->address(), *explicit_options);
+  EXPECT_EQ(plaintext.Get("billing:env", "k-1").status().code(),
+            absl::StatusCode::kUnavailable);
+
+  setenv("DEDUP_TOKEN_FILE", Pki("absent.token").c_str(), 1);
+  EXPECT_THAT(ClientFromEnvironment().status().message(),
+              HasSubstr("absent.token"));
+  unsetenv("DEDUP_ADDRESS");
+  EXPECT_EQ(ClientFromEnvironment().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  unsetenv("DEDUP_CA_FILE");
+  unsetenv("DEDUP_TOKEN_FILE");
+
+  const std::vector<std::string> env = {
+      "DEDUP_ADDRESS=" + list, "DEDUP_CA_FILE=" + Pki("ca.pem"),
+      "DEDUP_TOKEN_FILE=" + Pki("billing.token")};
+  CtlResult get = RunCtl({"get", "billing:env", "k-1"}, env);
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_EQ(Field(get.out, "found"), "true");
+  // The operator by its client certificate, from the environment too.
+  CtlResult stats =
+      RunCtl({"stats"}, {"DEDUP_ADDRESS=" + server_->address(),
+                         "DEDUP_CA_FILE=" + Pki("ca.pem"),
+                         "DEDUP_CERT_FILE=" + Pki("client-ops.pem"),
+                         "DEDUP_KEY_FILE=" + Pki("client-ops.key")});
+  EXPECT_EQ(stats.exit_code, 0) << stats.err;
+  // A flag wins over its variable: the wrong token is refused.
+  CtlResult wrong = RunCtl(
+      {"--token_file=" + Pki("wrong.token"), "get", "billing:env", "k-1"}, env);
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.out;
+  EXPECT_THAT(wrong.err, HasSubstr("UNAUTHENTICATED"));
 }
 
 }  // namespace

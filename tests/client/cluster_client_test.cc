@@ -14,6 +14,7 @@
 #include "client/dedup_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/client/run_ctl.h"
 #include "tests/cluster/cluster_harness.h"
 
@@ -232,6 +233,17 @@ TEST_F(ClusterClientTest, CtlClusterRecoverOnlyForALostGroup) {
   ASSERT_GE(rows.size(), 3u) << lost.out;
   EXPECT_NE(rows[ahead - 1].at("LOG_TERM"), "0") << lost.out;
   EXPECT_NE(rows[ahead - 1].at("LOG_INDEX"), "0") << lost.out;
+
+  // The same advice in JSON.
+  CtlResult json =
+      RunCtl({AddressFlag(AllAddresses()), "-o", "json", "cluster", "recover"});
+  EXPECT_EQ(json.exit_code, 0) << json.out << json.err;
+  const nlohmann::json advice = nlohmann::json::parse(json.out).at("recovery");
+  EXPECT_EQ(advice.at("groupLost"), true) << json.out;
+  EXPECT_EQ(advice.at("recoverFrom").at("nodeId"), std::to_string(ahead));
+  EXPECT_EQ(advice.at("recoverFrom").at("address"),
+            cluster_.client_address(ahead));
+  EXPECT_NE(advice.at("recoverFrom").at("lastIndex"), "0") << json.out;
 }
 
 TEST_F(ClusterClientTest, CtlTransferMovesLeadership) {
@@ -334,6 +346,87 @@ TEST_F(ClusterClientTest, CtlRemoveShrinksTheGroup) {
       client.Begin("cc", "after-remove", "args", owner);
   ASSERT_TRUE(begin.ok()) << begin.status();
   EXPECT_EQ(begin->status(), v1::BeginResponse::STARTED);
+}
+
+// Every cluster command with -o json: one JSON document on stdout whose node
+// statuses are ClusterStatusResponse in the proto JSON mapping; a node that
+// does not answer is an "error" entry and one error object on stderr.
+TEST_F(ClusterClientTest, CtlClusterCommandsInJson) {
+  using json = nlohmann::json;
+  auto ctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {AddressFlag(AllAddresses()), "-o", "json"});
+    return RunCtl(args);
+  };
+  CtlResult status = ctl({"cluster", "status"});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_EQ(status.err, "");
+  json doc = json::parse(status.out);
+  ASSERT_EQ(doc.at("nodes").size(), 3u) << status.out;
+  int leaders = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const json& node = doc.at("nodes")[i];
+    EXPECT_EQ(node.at("nodeId"), std::to_string(i + 1));
+    EXPECT_EQ(node.at("address"), cluster_.client_address(i + 1));
+    const json& s = node.at("status");
+    EXPECT_EQ(s.at("nodeId"), std::to_string(i + 1));
+    EXPECT_EQ(s.at("leaderId"), std::to_string(leader_));
+    EXPECT_EQ(s.at("members").size(), 3u);
+    if (s.at("role") == "leader") ++leaders;
+  }
+  EXPECT_EQ(leaders, 1);
+
+  CtlResult recover = ctl({"cluster", "recover"});
+  EXPECT_EQ(recover.exit_code, 3) << recover.err;
+  doc = json::parse(recover.out);
+  EXPECT_EQ(doc.at("nodes").size(), 3u);
+  EXPECT_EQ(doc.at("recovery").at("groupLost"), false);
+  EXPECT_EQ(doc.at("recovery").at("leaderId"), std::to_string(leader_));
+
+  const int target = follower_;
+  CtlResult transfer = ctl({"cluster", "transfer", std::to_string(target)});
+  ASSERT_EQ(transfer.exit_code, 0) << transfer.err;
+  EXPECT_EQ(json::parse(transfer.out),
+            json({{"leaderId", std::to_string(target)}}));
+
+  const int removed = leader_;  // no longer the leader
+  CtlResult remove = ctl({"cluster", "remove", std::to_string(removed)});
+  ASSERT_EQ(remove.exit_code, 0) << remove.err;
+  EXPECT_EQ(json::parse(remove.out),
+            json({{"removed", {{"nodeId", std::to_string(removed)}}}}));
+  cluster_.Kill(removed);
+
+  const int joiner = cluster_.AddJoiner();
+  ASSERT_TRUE(cluster_.Start(joiner).ok());
+  CtlResult add =
+      ctl({"cluster", "add", std::to_string(joiner),
+           cluster_.raft_address(joiner), cluster_.client_address(joiner)});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  EXPECT_EQ(json::parse(add.out),
+            json({{"added",
+                   {{"nodeId", std::to_string(joiner)},
+                    {"raftAddress", cluster_.raft_address(joiner)},
+                    {"clientAddress", cluster_.client_address(joiner)}}}}));
+
+  // The removed node's address is still in --address: it does not answer.
+  CtlResult partial = ctl({"cluster", "status"});
+  EXPECT_EQ(partial.exit_code, 2);
+  const json error = json::parse(partial.err);
+  EXPECT_EQ(error.at("error").at("code"), "UNAVAILABLE") << partial.err;
+  EXPECT_THAT(error.at("error").at("message").get<std::string>(),
+              ::testing::HasSubstr(cluster_.client_address(removed)));
+  doc = json::parse(partial.out);
+  int answered = 0;
+  int failed = 0;
+  for (const json& node : doc.at("nodes")) {
+    if (node.contains("status")) ++answered;
+    if (node.contains("error")) {
+      ++failed;
+      EXPECT_EQ(node.at("address"), cluster_.client_address(removed));
+      EXPECT_EQ(node.at("error").at("code"), "UNAVAILABLE");
+    }
+  }
+  EXPECT_EQ(answered, 3) << partial.out;
+  EXPECT_EQ(failed, 1) << partial.out;
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "client/dedup_client.h"
 #include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
+#include "client/dedupctl_output.h"
 #include "client/dedupctl_recover.h"
 #include "common/flag_syntax.h"
 #include "gmock/gmock.h"
@@ -418,6 +420,67 @@ TEST(FormatTest, BeginExpiredAndStartedWithCheckpoint) {
   PrintResponse(out2, started);
   EXPECT_THAT(out2.str(), ::testing::HasSubstr("checkpoint_step: charged\n"));
   EXPECT_THAT(out2.str(), ::testing::HasSubstr("checkpoint_fence: 2\n"));
+}
+
+// The argv scans that run before absl parses the flags.
+TEST(OutputTest, FormatAndFlagsFoundInArgs) {
+  auto scan = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "dedupctl");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    return std::make_pair(
+        OutputFormatInArgs(static_cast<int>(argv.size()), argv.data()),
+        FlagInArgs(static_cast<int>(argv.size()), argv.data(), "output"));
+  };
+  EXPECT_EQ(scan({"get", "a", "b"}).first, OutputFormat::kText);
+  EXPECT_EQ(scan({"-o", "json", "get"}).first, OutputFormat::kJson);
+  EXPECT_EQ(scan({"--o=json"}).first, OutputFormat::kJson);
+  EXPECT_EQ(scan({"-output", "json"}).first, OutputFormat::kJson);
+  EXPECT_EQ(scan({"--output=text"}).first, OutputFormat::kText);
+  EXPECT_EQ(scan({"--", "-o", "json"}).first, OutputFormat::kText);
+  EXPECT_TRUE(scan({"--output=json"}).second);
+  EXPECT_TRUE(scan({"-output", "json"}).second);
+  EXPECT_FALSE(scan({"-o", "json"}).second);
+  EXPECT_FALSE(scan({"--output_file=x"}).second);
+  EXPECT_FALSE(scan({"get", "output"}).second);
+  EXPECT_EQ(FlagOrEnvironment(false, "default", "from-env"), "from-env");
+  EXPECT_EQ(FlagOrEnvironment(true, "flag", "from-env"), "flag");
+  EXPECT_EQ(FlagOrEnvironment(false, "default", ""), "default");
+}
+
+TEST(OutputTest, ErrorsAsTextOrOneJsonObject) {
+  std::ostringstream text;
+  EXPECT_EQ(PrintError(OutputFormat::kText, text,
+                       absl::NotFoundError("no such key"), 2),
+            2);
+  EXPECT_EQ(text.str(), "dedupctl: NOT_FOUND: no such key\n");
+  std::ostringstream json;
+  EXPECT_EQ(PrintError(OutputFormat::kJson, json,
+                       absl::NotFoundError("no \"such\" key"), 3),
+            3);
+  EXPECT_EQ(json.str(),
+            "{\"error\":{\"code\":\"NOT_FOUND\",\"message\":\"no \\\"such\\\" "
+            "key\"}}\n");
+  EXPECT_FALSE(ParseOutputFormat("yaml").ok());
+}
+
+TEST(OutputTest, ProtoJsonKeepsEveryFieldWithTheMappingsNames) {
+  v1::CompleteResponse response;
+  response.set_status(v1::CompleteResponse::STALE_FENCE);
+  std::ostringstream out;
+  PrintJson(out, response);
+  EXPECT_EQ(
+      out.str(),
+      "{\"expiresAt\":\"0\",\"fence\":\"0\",\"status\":\"STALE_FENCE\"}\n");
+}
+
+TEST(ClientEnvironmentTest, AddressListsSplitTrimAndDropDuplicates) {
+  absl::StatusOr<std::vector<std::string>> list =
+      SplitAddressList(" a:1, b:2 ,a:1");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(*list, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_FALSE(SplitAddressList("a:1,,b:2").ok());
+  EXPECT_FALSE(SplitAddressList("").ok());
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
@@ -27,7 +29,33 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
+CtlResult RunCtlWithEnvironment(const std::vector<std::string>& args,
+                                std::vector<std::string> env);
+
 CtlResult RunCtl(const std::vector<std::string>& args) {
+  // Hermetic: a DEDUP_ADDRESS in the shell running the tests is ignored.
+  return RunCtl(args, {});
+}
+
+CtlResult RunCtl(const std::vector<std::string>& args,
+                 const std::vector<std::string>& env) {
+  std::vector<std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view entry = *e;
+    if (absl::StartsWith(entry, "DEDUP_")) continue;
+    const absl::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const std::string& set : env) {
+      replaced = replaced || absl::StartsWith(set, absl::StrCat(name, "="));
+    }
+    if (!replaced) merged.emplace_back(entry);
+  }
+  merged.insert(merged.end(), env.begin(), env.end());
+  return RunCtlWithEnvironment(args, merged);
+}
+
+CtlResult RunCtlWithEnvironment(const std::vector<std::string>& args,
+                                std::vector<std::string> env) {
   CtlResult result;
   char out_path[] = "/tmp/dedupctl-out-XXXXXX";
   char err_path[] = "/tmp/dedupctl-err-XXXXXX";
@@ -48,8 +76,11 @@ CtlResult RunCtl(const std::vector<std::string>& args) {
   posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
   pid_t pid = -1;
+  std::vector<char*> envp;
+  for (std::string& entry : env) envp.push_back(entry.data());
+  envp.push_back(nullptr);
   const int rc =
-      posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+      posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   close(out_fd);
   close(err_fd);

@@ -15,8 +15,14 @@ struct CtlResult {
   std::string err;
 };
 
-// Runs dedupctl with `args` (after the program name) and waits for it.
+// Runs dedupctl with `args` (after the program name) and waits for it, in
+// this process's environment without its DEDUP_* variables.
 CtlResult RunCtl(const std::vector<std::string>& args);
+
+// The same, with this process's environment changed by `env` ("NAME=VALUE"
+// replaces or adds NAME), every DEDUP_* variable not in `env` removed.
+CtlResult RunCtl(const std::vector<std::string>& args,
+                 const std::vector<std::string>& env);
 
 // The value of "field: value" in dedupctl output, or "" if absent.
 std::string Field(const std::string& output, const std::string& name);

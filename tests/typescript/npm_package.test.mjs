@@ -75,6 +75,44 @@ test('installs into an empty project and runs a Begin/Complete round trip from p
   assert.deepEqual([out.begin, out.complete, out.replay], ['STARTED', 'OK', 'DUPLICATE']);
 });
 
+// What a consumer's tsconfig may say: node10 ("node", the default of many
+// older projects: no "exports", so the top-level "types" and typesVersions
+// must lead to the declarations), node16 and bundler.
+const RESOLUTIONS = [
+  { moduleResolution: 'node10', module: 'ES2022' },
+  { moduleResolution: 'node16', module: 'node16' },
+  { moduleResolution: 'bundler', module: 'ESNext' },
+];
+
+function typeCheckWith(resolution) {
+  copyFileSync(join(here, 'consumer', 'types-check.ts'), join(project, 'types-check.ts'));
+  const base = JSON.parse(readFileSync(join(here, 'consumer', 'tsconfig.json'), 'utf8'));
+  const config = { ...base, compilerOptions: { ...base.compilerOptions, ...resolution } };
+  const file = `tsconfig.${resolution.moduleResolution}.json`;
+  writeFileSync(join(project, file), JSON.stringify(config));
+  const tsc = join(clientDir, 'node_modules', 'typescript', 'bin', 'tsc');
+  run(process.execPath, [tsc, '-p', join(project, file), '--typeRoots', join(clientDir, 'node_modules', '@types')], project);
+}
+
+test('the package.json names its repository, homepage and declarations', () => {
+  const manifest = JSON.parse(readFileSync(join(clientDir, 'package.json'), 'utf8'));
+  assert.match(manifest.homepage, /^https:\/\//);
+  assert.match(manifest.repository.url, /^git\+https:\/\/.*\.git$/);
+  assert.equal(manifest.repository.directory, 'client/typescript');
+  assert.equal(manifest.types, manifest.exports['.'].types);
+});
+
+for (const resolution of RESOLUTIONS) {
+  test(`type-checks the consumer under moduleResolution ${resolution.moduleResolution}`, () => {
+    run('npm', ['install', '--prefer-offline', tarball], project);
+    try {
+      typeCheckWith(resolution);
+    } catch (error) {
+      assert.fail(`tsc (${resolution.moduleResolution}) failed:\n${error.stdout}${error.stderr}`);
+    }
+  });
+}
+
 test('type-checks a TypeScript consumer against the installed declarations', () => {
   for (const file of ['types-check.ts', 'tsconfig.json']) copyFileSync(join(here, 'consumer', file), join(project, file));
   const tsc = join(clientDir, 'node_modules', 'typescript', 'bin', 'tsc');

@@ -51,6 +51,7 @@ from dedup_client.aio_idempotency import with_idempotency_async
 from dedup_client.backoff import Backoff
 from dedup_client.client import Client, is_retryable_rpc_error
 from dedup_client.coalescing import CoalescingClient
+from dedup_client.enums import BeginStatus, FenceStatus, Outcome, RecordState
 from dedup_client.errors import (
     ClaimLost,
     ConflictError,
@@ -73,6 +74,7 @@ from dedup_client.idempotency import (
     with_idempotency,
 )
 from dedup_client.outcome import is_outcome_unknown
+from dedup_client.rpc import RpcError, StatusCode
 from dedup_client.security import BearerToken, TlsConfig, open_channel
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "AsyncCoalescingClient",
     "Backoff",
     "BearerToken",
+    "BeginStatus",
     "CanonicalJsonError",
     "Claim",
     "ClaimCheckpoint",
@@ -91,13 +94,18 @@ __all__ = [
     "DedupError",
     "DedupRpcError",
     "ExpiredError",
+    "FenceStatus",
     "IdempotentFunction",
     "IdempotentResult",
     "InUseTimeoutError",
+    "Outcome",
     "OutcomeNotRecordedError",
+    "RecordState",
     "ReplayedError",
     "RetryableError",
+    "RpcError",
     "StaleFenceError",
+    "StatusCode",
     "TlsConfig",
     "args_hash",
     "args_hash_hex",

@@ -107,7 +107,7 @@ class AsyncClient(ClientBase):
 
     def __init__(
         self,
-        target: AsyncTarget,
+        target: Optional[AsyncTarget] = None,
         deadline_s: float = 5.0,
         max_attempts: Optional[int] = None,
         backoff_base_s: float = 0.05,

@@ -69,7 +69,7 @@ class AsyncCoalescingClient:
 
     def __init__(
         self,
-        client: Union[str, Sequence[str], AsyncClient],
+        client: Union[str, Sequence[str], AsyncClient, None] = None,
         *,
         max_batch_items: int = 256,
         max_batches_in_flight: int = 2,
@@ -77,7 +77,8 @@ class AsyncCoalescingClient:
     ) -> None:
         """As CoalescingClient(...): an AsyncClient is shared (left open by
         close()); a target or a list of them gets an
-        AsyncClient(target, **client_options) of its own."""
+        AsyncClient(target, **client_options) of its own; None: one of
+        DEDUP_ADDRESS (dedup_client.environment)."""
         if not 1 <= max_batch_items <= _MAX_ITEMS_LIMIT:
             raise ValueError(f"max_batch_items must be in 1..{_MAX_ITEMS_LIMIT}")
         if max_batches_in_flight < 1:

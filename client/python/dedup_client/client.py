@@ -82,7 +82,7 @@ class Client(ClientBase):
 
     def __init__(
         self,
-        target: Target,
+        target: Optional[Target] = None,
         deadline_s: float = 5.0,
         max_attempts: Optional[int] = None,
         backoff_base_s: float = 0.05,
@@ -98,9 +98,10 @@ class Client(ClientBase):
         uniform01: Callable[[], float] = random.random,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """target: "host:port", a list of them (the nodes of a replicated
-        group; the first is tried first), or a grpc.Channel with any
-        credentials (shared, left open). Channels to addresses are opened by
+        """target: "host:port", a list of them or a comma-separated string
+        of them (the nodes of a replicated group; the first is tried first),
+        or a grpc.Channel with any credentials (shared, left open); None:
+        DEDUP_ADDRESS. Channels to addresses are opened by
         channel_factory (default: plaintext, or TLS with `tls`), on first use, and
         closed by close(); a leader named by a follower gets one too. A
         given grpc.Channel follows such a redirect only with a
@@ -124,6 +125,11 @@ class Client(ClientBase):
         client opens. tls and channel_options do not combine with a
         grpc.Channel target or a channel_factory (those bring their own
         credentials); a token does.
+
+        Environment (dedup_client.environment): what these arguments leave
+        open comes from DEDUP_ADDRESS (no target), and, for channels the
+        client opens itself, DEDUP_CA_FILE / DEDUP_CERT_FILE / DEDUP_KEY_FILE
+        (tls None) and DEDUP_TOKEN_FILE (neither token nor token_file).
         """
         super().__init__(
             target, deadline_s, max_attempts, backoff_base_s, backoff_cap_s,

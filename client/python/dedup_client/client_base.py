@@ -8,6 +8,7 @@ import os
 import random
 from typing import Any, Callable, Optional, Sequence, Union
 
+from dedup_client import environment
 from dedup_client.backoff import Backoff
 from dedup_client.routing import Router
 from dedup_client.security import (
@@ -32,7 +33,7 @@ class ClientBase:
 
     def __init__(
         self,
-        target: Any,
+        target: Any = None,
         deadline_s: float = 5.0,
         max_attempts: Optional[int] = None,
         backoff_base_s: float = 0.05,
@@ -47,6 +48,8 @@ class ClientBase:
         channel_options: Sequence[tuple[str, Any]] = (),
         uniform01: Callable[[], float] = random.random,
     ) -> None:
+        target, tls, token_file = _with_environment(
+            target, tls, token, token_file, channel_factory)
         if max_attempts is None:
             max_attempts = (
                 10 if isinstance(target, (list, tuple)) and len(target) > 1 else 5
@@ -97,3 +100,29 @@ class ClientBase:
         """Seconds to wait before retry number `retry` (0 for the first):
         full-jitter backoff with this client's settings and jitter source."""
         return self.backoff.delay(retry, self._uniform01)
+
+
+def _with_environment(
+    target: Any,
+    tls: Union[None, bool, TlsConfig],
+    token: Optional[str],
+    token_file: Any,
+    channel_factory: Optional[Callable[[str], Any]],
+) -> tuple[Any, Union[None, bool, TlsConfig], Any]:
+    """target, tls and token_file with what the arguments leave open taken
+    from the DEDUP_* variables (dedup_client.environment): no target ->
+    DEDUP_ADDRESS; a "a:1,b:2" string -> its list. For channels the client
+    opens itself (no grpc.Channel target, no channel_factory): tls None ->
+    DEDUP_CA_FILE/CERT_FILE/KEY_FILE, neither token nor token_file ->
+    DEDUP_TOKEN_FILE."""
+    if target is None:
+        target = environment.addresses_from_env()
+    elif isinstance(target, str) and "," in target:
+        target = environment.split_addresses(target)
+    opens_channels = channel_factory is None and isinstance(target, (str, list, tuple))
+    if opens_channels:
+        if tls is None:
+            tls = environment.tls_from_env()
+        if token is None and token_file is None:
+            token_file = environment.token_file_from_env()
+    return target, tls, token_file

@@ -92,7 +92,7 @@ class CoalescingClient:
 
     def __init__(
         self,
-        client: Union[str, Sequence[str], Client],
+        client: Union[str, Sequence[str], Client, None] = None,
         *,
         max_batch_items: int = 256,
         max_batches_in_flight: int = 2,
@@ -102,7 +102,8 @@ class CoalescingClient:
         backoff; a Client is shared (left open by close()), a "host:port"
         target or a list of them gets a Client(target, **client_options) of
         its own (e.g. tls=TlsConfig(...), token=..., deadline_s=...; the
-        batches carry its token like every call).
+        batches carry its token like every call); None: a Client of
+        DEDUP_ADDRESS and the other DEDUP_* variables.
         max_batch_items: 1..1000 items per batch.
         max_batches_in_flight: batches of one kind (Begin, Complete or
         Checkpoint) on the wire at once; 1 gives the largest batches, more

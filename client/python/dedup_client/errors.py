@@ -9,9 +9,11 @@ whose outcome is unknown: DedupRpcError(ABORTED, outcome_unknown=True).
 from __future__ import annotations
 
 import datetime
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import grpc
+
+from dedup_client.enums import Outcome
 
 
 def rpc_code(error: BaseException) -> Optional[grpc.StatusCode]:
@@ -153,7 +155,8 @@ class ExpiredError(DedupError):
     result is gone. The function was NOT run again, and this is not a
     duplicate: there is nothing to replay. Pass accept_rerun=True to run it
     again where that is acceptable. Times are the server's clock, Unix ms;
-    outcome is dedup_pb2.SUCCESS or ERROR (outcome_name its name)."""
+    outcome is Outcome.SUCCESS or Outcome.ERROR (an IntEnum: equal to
+    dedup_pb2.SUCCESS / ERROR; outcome_name its name)."""
 
     def __init__(
         self, namespace: str, key: str, fence: int, outcome: int, outcome_name: str,
@@ -169,7 +172,10 @@ class ExpiredError(DedupError):
         self.namespace = namespace
         self.key = key
         self.fence = fence
-        self.outcome = outcome
+        # An Outcome member (an int too); a number this client does not know
+        # stays a plain int.
+        self.outcome: Union[Outcome, int] = (
+            Outcome(outcome) if outcome in Outcome._value2member_map_ else outcome)
         self.outcome_name = outcome_name
         self.created_at_ms = created_at_ms
         self.completed_at_ms = completed_at_ms

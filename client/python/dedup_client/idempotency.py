@@ -70,6 +70,7 @@ from dedup_client.claim import (
 )
 from dedup_client.client import Client
 from dedup_client.coalescing import CoalescingClient
+from dedup_client.enums import Outcome
 from dedup_client.errors import (
     ClaimLost,
     ConflictError,
@@ -94,13 +95,14 @@ _MAX_WAIT_PER_CALL_S = 60.0
 @dataclass(frozen=True)
 class IdempotentResult(Generic[T]):
     """What with_idempotency returns: always a SUCCESS outcome (ERROR
-    outcomes raise). On a duplicate, result is the stored JSON decoded."""
+    outcomes raise), as Outcome.SUCCESS (an IntEnum, equal to
+    dedup_pb2.SUCCESS). On a duplicate, result is the stored JSON decoded."""
 
     result: T
     duplicate: bool  # True when replayed: fn was not called.
     fence: int
     takeover: bool = False  # fn ran as a takeover (see Claim).
-    outcome: int = dedup_pb2.SUCCESS
+    outcome: Outcome = Outcome.SUCCESS
     rerun: bool = False  # fn ran again after its completion expired (accept_rerun).
 
 

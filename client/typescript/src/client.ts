@@ -14,6 +14,7 @@ import {
 import { type BackoffOptions, DEFAULT_BACKOFF } from './backoff.js';
 import { sendWithItemRetries } from './batch-retry.js';
 import { type CoalesceOptions, Coalescer } from './coalescer.js';
+import { environmentDefaults } from './environment.js';
 import { Endpoints, parseAddresses } from './endpoints.js';
 import { DedupRpcError, grpcCodeName } from './errors.js';
 import { type FailoverPolicy, type Invoked, invoke, type OnUnknownOutcome } from './failover.js';
@@ -147,7 +148,13 @@ export class DedupClient {
    */
   private checkpointBatchUnimplemented = false;
 
-  constructor(options: DedupClientOptions) {
+  /**
+   * What `options` leave open comes from the DEDUP_* environment variables
+   * (environment.ts): DEDUP_ADDRESS, DEDUP_CA_FILE / DEDUP_CERT_FILE /
+   * DEDUP_KEY_FILE, DEDUP_TOKEN_FILE. An explicit option always wins.
+   */
+  constructor(explicit: DedupClientOptions = {}) {
+    const options = environmentDefaults(explicit);
     const addresses = parseAddresses(options.address, options.addresses);
     const security = channelSecurity(options);
     this.endpoints = new Endpoints(addresses, security.credentials, security.options, security.guard);

@@ -3,6 +3,7 @@ export { argsHash, argsHashHex } from './args-hash.js';
 export { type BackoffOptions, backoffCeilingMs, DEFAULT_BACKOFF, fullJitterDelayMs } from './backoff.js';
 export { CanonicalJsonError, canonicalize, compareUtf16, type JsonValue } from './canonical-json.js';
 export { DedupClient, type DedupClientOptions } from './client.js';
+export { DEDUP_ENV, environmentDefaults, type EnvironmentOptions } from './environment.js';
 export { type CoalesceOptions } from './coalescer.js';
 export {
   ConflictError,

@@ -68,7 +68,10 @@ class ReadmeSnippetTest(unittest.TestCase):
         is_async = "async def send_invoice" in code
         mailer = AsyncFakeMailer() if is_async else FakeMailer()
         scope: dict[str, Any] = {"mailer": mailer, "__name__": "readme_snippet"}
-        with mock.patch.dict(os.environ, {"DEDUP_TARGET": self.server.target}):
+        # DEDUP_ADDRESS is the variable every client reads; DEDUP_TARGET is
+        # what the root README's snippet read before it was renamed.
+        with mock.patch.dict(os.environ, {"DEDUP_ADDRESS": self.server.target,
+                                          "DEDUP_TARGET": self.server.target}):
             exec(compile(code, str(readme), "exec"), scope)
         send_invoice = scope["send_invoice"]
         self.assertEqual(inspect.iscoroutinefunction(send_invoice), is_async)

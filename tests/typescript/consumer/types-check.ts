@@ -57,5 +57,7 @@ export async function server(): Promise<Dedupd> {
   return startDedupd({ args: ['--min_lease_ms=100'] });
 }
 
-// @ts-expect-error DedupClient needs its options
-new DedupClient();
+// No options: DEDUP_ADDRESS and the other DEDUP_* variables.
+export const fromEnvironment = (): DedupClient => new DedupClient();
+// @ts-expect-error the options are an object, not an address
+new DedupClient('127.0.0.1:50051');
