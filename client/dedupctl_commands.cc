@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "absl/status/statusor.h"
+#include "client/dedupctl_backup.h"
 #include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
 #include "grpcpp/client_context.h"
@@ -105,6 +106,8 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
                 return admin.ReloadPolicy(c, req, resp);
               }),
           out, err);
+    case Command::kBackup:
+      return RunBackupCommand(cluster, inv.dir, out, err);
     case Command::kClusterStatus:
     case Command::kClusterAdd:
     case Command::kClusterRemove:

@@ -16,6 +16,7 @@ inline constexpr int kListen = 4;
 inline constexpr int kDamagedLogEntry = 5;
 inline constexpr int kStorageFailure = 6;
 inline constexpr int kRecoveryRefused = 7;
+inline constexpr int kRestoreRefused = 8;
 
 }  // namespace exit_code
 
@@ -46,6 +47,11 @@ inline constexpr ExitCodeInfo kExitCodes[] = {
      "(cluster mode) --recover_as_sole_voter refused: the group has a leader, "
      "another member's log is ahead (see --recover_even_if_behind), this node "
      "already recovered the group once, or it has no log to recover from"},
+    {exit_code::kRestoreRefused, "restore_refused",
+     "--restore_from refused: the backup's manifest or one of its files is "
+     "missing or damaged (named), it is in a newer data format, it does not "
+     "fit the mode (single node or cluster seed), or --data_dir is not "
+     "empty; nothing was written"},
 };
 
 }  // namespace dedup

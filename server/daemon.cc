@@ -17,6 +17,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/backup_restore.h"
 #include "server/exit_status.h"
 #include "server/metrics_exposer.h"
 #include "server/recovery.h"
@@ -96,6 +97,13 @@ absl::Status Daemon::Start() {
       ClusterConfigFromFlags(config_.store, security_, auth_.get());
   if (!cluster.ok()) return Fail(exit_code::kBadFlags, cluster.status());
   cluster_ = *std::move(cluster);
+  if (const std::string backup = RestoreFromFlag(); !backup.empty()) {
+    if (absl::Status s =
+            RestoreFromBackup(backup, config_.store.path, cluster_);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (absl::Status s = PrepareDataDir(config_.store.path); !s.ok()) return s;
   if (absl::Status s = PrepareRecovery(cluster_, cluster_.open_peer); !s.ok()) {
     return s;
@@ -228,6 +236,15 @@ absl::Status Daemon::StartServer() {
   admin_ = std::make_unique<AdminService>(
       store_.get(), metrics_.get(), auth_.get(),
       BuildInfo{build_.version, build_.git_sha, durability_}, policies_.get());
+  BackupSource backup;
+  backup.store = store_.get();
+  backup.replicated = replicated_;
+  backup.scratch_dir = config_.store.path + "/backup-checkpoint";
+  backup.clock =
+      config_.store.clock != nullptr ? config_.store.clock : RealClock();
+  backup.version = build_.version;
+  backup.git_sha = build_.git_sha;
+  admin_->EnableBackup(std::move(backup));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
