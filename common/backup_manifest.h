@@ -7,7 +7,7 @@
 //    "node_id": 0, "applied_index": 0, "term": 0, "members": [{"id": 1,
 //    "raft_address": "…", "client_address": "…", "role": "voter"}],
 //    "estimated_records": 12, "created_at_ms": 1764236400000,
-//    "created_at": "2026-11-27T09:40:00.000Z", "dedup_version": "0.1.0",
+//    "created_at": "2025-11-27T09:40:00.000Z", "dedup_version": "0.1.0",
 //    "git_sha": "…", "files": [{"name": "000009.sst", "size": 1234,
 //    "sha256": "<64 hex digits>"}]}
 //
