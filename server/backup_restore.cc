@@ -15,6 +15,7 @@
 #include "server/exit_status.h"
 #include "storage/durable_dir.h"
 #include "storage/format_version.h"
+#include "storage/restored_state.h"
 
 ABSL_FLAG(std::string, restore_from, "",
           "fill the empty --data_dir from the backup in this directory (made "
@@ -139,6 +140,7 @@ absl::Status RestoreFromBackup(const std::string& backup_dir,
       cluster.enabled ? cluster.store.state.path : data_dir;
   absl::Status copied = CreateDirectoriesDurably(data_dir);
   if (copied.ok()) copied = CopyFiles(backup_dir, target, *manifest);
+  if (copied.ok() && cluster.enabled) copied = ForgetRecordedMembers(target);
   if (copied.ok() && cluster.enabled) copied = SeedLog(*manifest, cluster);
   if (!copied.ok()) {
     return ExitWith(exit_code::kDataDir,

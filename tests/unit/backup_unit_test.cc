@@ -12,6 +12,9 @@
 #include "replication/raft_log_probe.h"
 #include "replication/raft_seed.h"
 #include "server/backup_source.h"
+#include "storage/replicated_state.h"
+#include "storage/restored_state.h"
+#include "storage/storage_key.h"
 #include "storage/store.h"
 #include "tests/testing/server_process.h"
 #include "tests/unit/store_test_util.h"
@@ -143,6 +146,44 @@ TEST_F(BackupUnitTest, SingleNodeCopyHoldsEarlierWritesAndTheClockTime) {
   auto got = GetSync(**reopened, "k");
   ASSERT_TRUE(got.ok());
   EXPECT_TRUE(got->has_value());
+}
+
+TEST_F(BackupUnitTest, RestoredStateForgetsTheOldGroupsMembersOnly) {
+  ReplicatedStateOptions options;
+  options.path = root_ + "/state";
+  options.memory_budget_bytes = 16 << 20;
+  {
+    absl::StatusOr<std::unique_ptr<ReplicatedState>> state =
+        ReplicatedState::Open(options);
+    ASSERT_TRUE(state.ok()) << state.status();
+    LogSetMember member;
+    member.member_id = 4;
+    member.client_address = "10.0.0.4:50051";
+    LogBegin begin;
+    begin.skey = EncodeStorageKey("ns", "k");
+    begin.params.owner = "o";
+    begin.params.args_hash = "h";
+    begin.params.lease_ms = 10000;
+    begin.params.ttl_s = 3600;
+    LogEntry entry;
+    entry.now_ms = 1000;
+    entry.ops = {member, begin};
+    ASSERT_TRUE((*state)->Apply(7, entry).ok());
+    absl::StatusOr<std::map<uint64_t, std::string>> members =
+        (*state)->Members();
+    ASSERT_TRUE(members.ok());
+    ASSERT_EQ(members->size(), 1u);
+    ASSERT_TRUE((*state)->Close().ok());
+  }
+  ASSERT_TRUE(ForgetRecordedMembers(options.path).ok());
+  absl::StatusOr<std::unique_ptr<ReplicatedState>> state =
+      ReplicatedState::Open(options);
+  ASSERT_TRUE(state.ok()) << state.status();
+  absl::StatusOr<std::map<uint64_t, std::string>> members = (*state)->Members();
+  ASSERT_TRUE(members.ok());
+  EXPECT_TRUE(members->empty());
+  EXPECT_EQ((*state)->applied_index(), 7u);
+  EXPECT_EQ((*state)->last_fence(), 1u);
 }
 
 TEST_F(BackupUnitTest, SeededRaftLogStartsWithTheSnapshotAlone) {
