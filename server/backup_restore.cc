@@ -1,6 +1,10 @@
 #include "server/backup_restore.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <vector>
@@ -129,6 +133,17 @@ absl::Status SeedLog(const BackupManifest& m, const ClusterConfig& cluster) {
 
 std::string RestoreFromFlag() { return absl::GetFlag(FLAGS_restore_from); }
 
+absl::Status CheckNoUnfinishedRestore(const std::string& data_dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(data_dir) / kRestoreMarker, ec)) {
+    return absl::OkStatus();
+  }
+  return ExitWith(
+      exit_code::kDataDir,
+      absl::StrCat("data dir ", data_dir, " holds an unfinished restore (",
+                   kRestoreMarker, "): empty it and run the restore again"));
+}
+
 absl::Status RestoreFromBackup(const std::string& backup_dir,
                                const std::string& data_dir,
                                const ClusterConfig& cluster) {
@@ -138,10 +153,17 @@ absl::Status RestoreFromBackup(const std::string& backup_dir,
   if (absl::Status s = CheckFits(*manifest, cluster); !s.ok()) return s;
   const std::string target =
       cluster.enabled ? cluster.store.state.path : data_dir;
+  const std::string marker = absl::StrCat(data_dir, "/", kRestoreMarker);
   absl::Status copied = CreateDirectoriesDurably(data_dir);
+  if (copied.ok()) copied = CreateFileDurably(marker, backup_dir + "\n", 0644);
   if (copied.ok()) copied = CopyFiles(backup_dir, target, *manifest);
   if (copied.ok() && cluster.enabled) copied = ForgetRecordedMembers(target);
   if (copied.ok() && cluster.enabled) copied = SeedLog(*manifest, cluster);
+  if (copied.ok() && ::unlink(marker.c_str()) != 0) {
+    copied = absl::InternalError(
+        absl::StrCat("cannot remove ", marker, ": ", std::strerror(errno)));
+  }
+  if (copied.ok()) copied = SyncDirectory(data_dir);
   if (!copied.ok()) {
     return ExitWith(exit_code::kDataDir,
                     absl::StrCat("restoring ", backup_dir, " into ", data_dir,

@@ -18,6 +18,11 @@
 
 namespace dedup {
 
+// A file in the data dir while a restore fills it: a start finding it
+// refuses the dir (CheckNoUnfinishedRestore), which a restore cut short
+// left partly filled.
+inline constexpr char kRestoreMarker[] = "RESTORE-IN-PROGRESS";
+
 // The --restore_from flag; empty: no restore.
 [[nodiscard]] std::string RestoreFromFlag();
 
@@ -27,11 +32,15 @@ namespace dedup {
 // in, each fsynced (RocksDB's CURRENT last), and syncs the directories.
 // Errors end the process (server/exit_status.h): kRestoreRefused, naming
 // the file or the reason, before anything is written; kDataDir when the
-// copy itself fails (the data dir is then partly filled: empty it and run
-// the restore again).
+// copy itself fails (the data dir is then partly filled, and marked so
+// until the restore is whole: empty it and run the restore again).
 [[nodiscard]] absl::Status RestoreFromBackup(const std::string& backup_dir,
                                              const std::string& data_dir,
                                              const ClusterConfig& cluster);
+
+// kDataDir (server/exit_status.h) when `data_dir` holds kRestoreMarker.
+[[nodiscard]] absl::Status CheckNoUnfinishedRestore(
+    const std::string& data_dir);
 
 }  // namespace dedup
 

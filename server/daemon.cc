@@ -104,6 +104,9 @@ absl::Status Daemon::Start() {
       return s;
     }
   }
+  if (absl::Status s = CheckNoUnfinishedRestore(config_.store.path); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = PrepareDataDir(config_.store.path); !s.ok()) return s;
   if (absl::Status s = PrepareRecovery(cluster_, cluster_.open_peer); !s.ok()) {
     return s;

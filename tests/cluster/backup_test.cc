@@ -245,6 +245,8 @@ TEST(BackupTest, SingleNodeBackupUnderLoadRestoresEveryAcknowledgedWrite) {
   ASSERT_TRUE(restored.ok()) << restored.status();
   ExpectEveryAcknowledgedWrite((*restored)->address(), load.ledger(),
                                backup.started);
+  EXPECT_FALSE(
+      fs::exists(fs::path((*restored)->data_dir()) / "RESTORE-IN-PROGRESS"));
   // The restored node serves new work, with fences past every old one.
   v1::BeginResponse begun;
   ASSERT_TRUE(Call((*restored)->address(), &v1::Dedup::Stub::Begin,
@@ -400,6 +402,26 @@ TEST_F(RestoreRefusalTest, ANonEmptyDataDirIsRefusedAndLeftAlone) {
     left.push_back(e.path().filename().string());
   }
   EXPECT_EQ(left, std::vector<std::string>{"precious"});
+}
+
+}  // namespace
+}  // namespace dedup
+
+namespace dedup {
+namespace {
+
+// A restore cut short leaves its marker: a plain start refuses the dir.
+TEST_F(RestoreRefusalTest, AStartOnAnUnfinishedRestoreIsRefused) {
+  fs::create_directories(data_dir_);
+  std::ofstream(fs::path(data_dir_) / "RESTORE-IN-PROGRESS") << backup_;
+  absl::StatusOr<ProcessResult> run = RunProcess(
+      testing::ServerBinary(),
+      {absl::StrCat("--data_dir=", data_dir_), "--address=127.0.0.1:0",
+       "--event_log=off", "--metrics_address=", "--health_address="});
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->exit_code, exit_code::kDataDir) << run->output;
+  EXPECT_NE(run->output.find("holds an unfinished restore"), std::string::npos)
+      << run->output;
 }
 
 }  // namespace
