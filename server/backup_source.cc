@@ -1,5 +1,6 @@
 #include "server/backup_source.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -33,18 +34,18 @@ absl::StatusOr<OutgoingCheckpoint> SingleNodeBackup(const BackupSource& source,
   return OutgoingCheckpoint{source.scratch_dir, 0};
 }
 
-// Every entry committed when the call started is applied here, so every
-// write the group answered before it is in the copy: the leader answers a
-// write once it applied it, and a new leader's commit index covers every
-// entry a former leader committed.
-absl::Status AwaitApplied(const BackupSource& source, uint64_t commit_index) {
+// Every entry in the leader's log when the call started is applied here
+// before the copy is made, so every write the group answered before the
+// call is in it: an answered write was committed, and a leader's log holds
+// every committed entry (its commit index may not cover a former leader's
+// last entries yet, its log does).
+absl::Status AwaitApplied(const BackupSource& source, uint64_t index) {
   const absl::Time deadline = absl::Now() + source.apply_wait;
-  while (source.replicated->GetClusterStatus().state_applied_index <
-         commit_index) {
+  while (source.replicated->GetClusterStatus().state_applied_index < index) {
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "this node did not apply index ", commit_index, " within ",
-          absl::FormatDuration(source.apply_wait), "; try again"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("this node did not apply index ", index, " within ",
+                       absl::FormatDuration(source.apply_wait), "; try again"));
     }
     absl::SleepFor(absl::Milliseconds(5));
   }
@@ -56,7 +57,9 @@ absl::StatusOr<OutgoingCheckpoint> ClusterBackup(const BackupSource& source,
   ReplicatedStore* const store = source.replicated;
   if (absl::Status s = store->CheckServing(); !s.ok()) return s;
   const ClusterStatus status = store->GetClusterStatus();
-  if (absl::Status s = AwaitApplied(source, status.consensus.commit_index);
+  if (absl::Status s = AwaitApplied(
+          source,
+          std::max(status.consensus.commit_index, status.consensus.last_index));
       !s.ok()) {
     return s;
   }

@@ -24,13 +24,13 @@ struct BackupSource {
   const Clock* clock = nullptr;  // the backup's creation time
   std::string version;
   std::string git_sha;
-  // Cluster mode: how long to wait for this node to apply what the group
-  // had committed when the backup started.
+  // Cluster mode: how long to wait for this node (the leader) to apply
+  // every entry its log held when the backup started.
   absl::Duration apply_wait = absl::Seconds(10);
 };
 
 // Makes the checkpoint a backup streams and fills `info`. Blocks (a RocksDB
-// flush; cluster mode: until this node applied the commit index seen at
+// flush; cluster mode: until this node applied every entry its log held at
 // the start): run it on a thread of its own. Every write answered before
 // the call is in the copy. Cluster mode: UNAVAILABLE naming the leader on a
 // follower; DEADLINE_EXCEEDED when the applies do not catch up in time.
