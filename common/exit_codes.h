@@ -16,7 +16,7 @@ inline constexpr int kListen = 4;
 inline constexpr int kDamagedLogEntry = 5;
 inline constexpr int kStorageFailure = 6;
 inline constexpr int kRecoveryRefused = 7;
-inline constexpr int kRestoreRefused = 8;
+inline constexpr int kRestoreRefused = 9;
 
 }  // namespace exit_code
 

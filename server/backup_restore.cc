@@ -26,7 +26,7 @@ ABSL_FLAG(std::string, restore_from, "",
           "by `dedupctl backup`; every file's checksum is verified first), "
           "then serve. A group's backup seeds a new group: give --node_id "
           "and --peers listing only this node, then add the others with "
-          "`dedupctl cluster add` and --join. Exit code 8 when refused");
+          "`dedupctl cluster add` and --join. Exit code 9 when refused");
 
 namespace dedup {
 namespace {
@@ -129,6 +129,16 @@ absl::Status SeedLog(const BackupManifest& m, const ClusterConfig& cluster) {
                      EncodeSnapshotDescriptor(descriptor));
 }
 
+// The backup's data format, recorded as format_version.h says (decimal
+// and a newline): without the file the dir would pass for one written
+// before the file existed.
+absl::Status RecordFormat(const std::string& data_dir,
+                          const BackupManifest& m) {
+  return ReplaceFileDurably(
+      absl::StrCat(data_dir, "/", storage::kFormatFileName),
+      absl::StrCat(m.data_format_version, "\n"));
+}
+
 }  // namespace
 
 std::string RestoreFromFlag() { return absl::GetFlag(FLAGS_restore_from); }
@@ -159,6 +169,7 @@ absl::Status RestoreFromBackup(const std::string& backup_dir,
   if (copied.ok()) copied = CopyFiles(backup_dir, target, *manifest);
   if (copied.ok() && cluster.enabled) copied = ForgetRecordedMembers(target);
   if (copied.ok() && cluster.enabled) copied = SeedLog(*manifest, cluster);
+  if (copied.ok()) copied = RecordFormat(data_dir, *manifest);
   if (copied.ok() && ::unlink(marker.c_str()) != 0) {
     copied = absl::InternalError(
         absl::StrCat("cannot remove ", marker, ": ", std::strerror(errno)));

@@ -247,6 +247,11 @@ TEST(BackupTest, SingleNodeBackupUnderLoadRestoresEveryAcknowledgedWrite) {
                                backup.started);
   EXPECT_FALSE(
       fs::exists(fs::path((*restored)->data_dir()) / "RESTORE-IN-PROGRESS"));
+  // The backup's format is recorded (storage/format_version.h).
+  std::ifstream format(fs::path((*restored)->data_dir()) / "DEDUP-FORMAT");
+  std::string version;
+  std::getline(format, version);
+  EXPECT_EQ(version, "1");
   // The restored node serves new work, with fences past every old one.
   v1::BeginResponse begun;
   ASSERT_TRUE(Call((*restored)->address(), &v1::Dedup::Stub::Begin,
