@@ -16,6 +16,7 @@ inline constexpr int kListen = 4;
 inline constexpr int kDamagedLogEntry = 5;
 inline constexpr int kStorageFailure = 6;
 inline constexpr int kRecoveryRefused = 7;
+inline constexpr int kDataFormat = 8;
 inline constexpr int kRestoreRefused = 9;
 
 }  // namespace exit_code
@@ -47,6 +48,10 @@ inline constexpr ExitCodeInfo kExitCodes[] = {
      "(cluster mode) --recover_as_sole_voter refused: the group has a leader, "
      "another member's log is ahead (see --recover_even_if_behind), this node "
      "already recovered the group once, or it has no log to recover from"},
+    {exit_code::kDataFormat, "data_format",
+     "the data dir's format (its DEDUP-FORMAT file) is one this dedupd cannot "
+     "read: written by a newer release (run that one or a later one) or too "
+     "old to upgrade; nothing in the dir was changed"},
     {exit_code::kRestoreRefused, "restore_refused",
      "--restore_from refused: the backup's manifest or one of its files is "
      "missing or damaged (named), it is in a newer data format, it does not "

@@ -18,6 +18,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/backup_restore.h"
+#include "server/data_format_check.h"
 #include "server/exit_status.h"
 #include "server/metrics_exposer.h"
 #include "server/recovery.h"
@@ -64,6 +65,18 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// --restore_from fills the data dir first; a restore cut short is refused.
+absl::Status RestoreIfAsked(const std::string& data_dir,
+                            const ClusterConfig& cluster) {
+  if (const std::string backup = RestoreFromFlag(); !backup.empty()) {
+    if (absl::Status s = RestoreFromBackup(backup, data_dir, cluster);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return CheckNoUnfinishedRestore(data_dir);
+}
+
 // A failed step's error as it ends the process: `prefix` and its message.
 absl::Status Fail(int code, const absl::Status& error,
                   absl::string_view prefix = "") {
@@ -97,21 +110,22 @@ absl::Status Daemon::Start() {
       ClusterConfigFromFlags(config_.store, security_, auth_.get());
   if (!cluster.ok()) return Fail(exit_code::kBadFlags, cluster.status());
   cluster_ = *std::move(cluster);
-  if (const std::string backup = RestoreFromFlag(); !backup.empty()) {
-    if (absl::Status s =
-            RestoreFromBackup(backup, config_.store.path, cluster_);
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (absl::Status s = CheckNoUnfinishedRestore(config_.store.path); !s.ok()) {
+  if (absl::Status s = RestoreIfAsked(config_.store.path, cluster_); !s.ok()) {
     return s;
   }
+  // Before anything touches the dir: a newer release's dir stays as it was.
+  absl::StatusOr<storage::DataFormat> format =
+      CheckDataDirFormat(config_.store.path);
+  if (!format.ok()) return format.status();
   if (absl::Status s = PrepareDataDir(config_.store.path); !s.ok()) return s;
   if (absl::Status s = PrepareRecovery(cluster_, cluster_.open_peer); !s.ok()) {
     return s;
   }
   if (absl::Status s = OpenStore(); !s.ok()) return s;
+  if (absl::Status s = RecordDataDirFormat(config_.store.path, *format);
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = OpenEventLog(); !s.ok()) return s;
   durability_ = cluster_.enabled ? "raft" : absl::GetFlag(FLAGS_durability);
   if (absl::Status s = StartMetrics(); !s.ok()) return s;
@@ -219,15 +233,13 @@ absl::Status Daemon::StartMetrics() {
     if (!read.ok()) return Fail(exit_code::kBadFlags, read.status());
     token = *std::move(read);
   }
-  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> started =
-      StartMetricsExposer(config_.metrics_address, *metrics_, store_.get(),
-                          replicated_, cluster_.store.raft.peer_plane,
-                          build_.version, build_.git_sha, token);
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> started = StartMetricsExposer(
+      config_.metrics_address, *metrics_, store_.get(), replicated_,
+      cluster_.store.raft.peer_plane, build_.version, build_.git_sha, token);
   if (!started.ok()) return Fail(exit_code::kListen, started.status());
   exposer_ = *std::move(started);
-  const std::vector<int> ports = exposer_->GetListeningPorts();
-  metrics_address_ = absl::StrCat(HostOf(config_.metrics_address), ":",
-                                  ports.empty() ? 0 : ports.front());
+  metrics_address_ =
+      absl::StrCat(HostOf(config_.metrics_address), ":", exposer_->port());
   LogAnnouncement(absl::StrCat("metrics on ", metrics_address_));
   return absl::OkStatus();
 }
@@ -341,6 +353,8 @@ absl::Status Daemon::AnnounceReady() {
                                                       : "mtls";
   ready_.auth = auth_->enabled() ? "tenants" : "off";
   ready_.version = build_.version;
+  // Recorded in the dir by now (RecordDataDirFormat).
+  ready_.data_format = storage::kDataFormatVersion;
   LogAnnouncement(absl::StrCat(
       "listening on ", ready_.address, " (data_dir=", ready_.data_dir,
       " durability=", ready_.durability, " tls=", ready_.tls,

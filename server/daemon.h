@@ -1,6 +1,6 @@
 // dedupd as an object: Start (flags to serving), Serve (signals), Stop
-// (hand-off, lame duck, drain, close). main() only parses the command line
-// and runs these three.
+// (hand-off, lame duck, drain, close). main() only parses the command line,
+// runs these three and ends the process (process_exit.h).
 #ifndef DEDUP_SERVER_DAEMON_H_
 #define DEDUP_SERVER_DAEMON_H_
 
@@ -13,7 +13,6 @@
 #include "absl/status/status.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
-#include "prometheus/exposer.h"
 #include "replication/replicated_store.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
@@ -24,6 +23,7 @@
 #include "server/event_log.h"
 #include "server/health_watch.h"
 #include "server/metrics.h"
+#include "server/metrics_exposer.h"
 #include "server/namespace_policy.h"
 #include "server/ready_file.h"
 #include "server/security_config.h"
@@ -59,8 +59,13 @@ class Daemon {
   // policy files.
   void Serve();
 
-  // Stops: leadership hand-off (a leader), lame duck, drain, shutdown, then
-  // closes the store and removes --ready_file. OK: a clean stop.
+  // Stops: leadership hand-off (a leader), lame duck, drain, then closes
+  // the store and removes --ready_file. OK: a clean stop. The client
+  // listener stays open, answering UNAVAILABLE: the caller then ends the
+  // process (ExitProcess) without destroying this object, so that the
+  // kernel closes the connections and a call in transit fails UNAVAILABLE
+  // rather than CANCELLED (see Drain). Only calls still running after
+  // --shutdown_grace_ms are cancelled.
   [[nodiscard]] absl::Status Stop();
 
  private:
@@ -99,7 +104,7 @@ class Daemon {
   } stored_bytes_watch_;
   std::unique_ptr<EventLog> events_;
   std::string durability_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsExposer> exposer_;
   std::string metrics_address_;  // as bound
   std::unique_ptr<PolicyFile> policies_;
   std::unique_ptr<DedupService> service_;

@@ -1,6 +1,7 @@
 // Daemon::Serve and Daemon::Stop: signals, then the orderly stop.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -37,9 +38,8 @@ absl::Status Daemon::Stop() {
   health_watch_.reset();
   for (grpc::HealthCheckServiceInterface* h : health_) h->Shutdown();
   HandOffLeadership();
-  // Stopping the metrics endpoint takes over a second (civetweb polls); do it
-  // while the calls drain. Its collectors read the store, so it must be gone
-  // before the store closes.
+  // Stop the metrics endpoint while the calls drain. Its collectors read the
+  // store, so it must be gone before the store closes.
   std::thread stop_metrics([this] { exposer_.reset(); });
   Drain();
   if (health_server_ != nullptr) health_server_->Shutdown();
@@ -62,10 +62,16 @@ absl::Status Daemon::Stop() {
 // A leader hands over first, so the group elects no one while this node
 // drains: clients see one redirect instead of an election's silence.
 void Daemon::HandOffLeadership() {
-  if (replicated_ == nullptr ||
-      replicated_->GetClusterStatus().consensus.role != Role::kLeader) {
-    return;
-  }
+  if (replicated_ == nullptr) return;
+  const ConsensusStatus status = replicated_->GetClusterStatus().consensus;
+  if (status.role != Role::kLeader) return;
+  // A sole voter has no one to hand over to: asking would only log a
+  // warning at every stop.
+  const bool other_voter = std::any_of(
+      status.members.begin(), status.members.end(), [&](const Member& m) {
+        return m.id != status.id && m.role == MemberRole::kVoter;
+      });
+  if (!other_voter) return;
   absl::Notification transferred;
   replicated_->TransferLeadership(0, [&transferred](absl::Status s) {
     if (!s.ok()) LogWarning("leadership transfer: ", s.message());
@@ -75,8 +81,12 @@ void Daemon::HandOffLeadership() {
 }
 
 // Lame duck: new calls are answered UNAVAILABLE (retryable: clients go to
-// another node or come back later) while those in flight finish; only then
-// do connections close, which would cancel whatever is on them.
+// another node or come back later) while those in flight finish. The client
+// listener is not shut down after: gRPC's Server::Shutdown answers CANCELLED,
+// which clients do not retry, to every call that reaches it once it has
+// begun, however briefly (grpc/grpc#41785). It stays open, answering
+// UNAVAILABLE, until the process exits and the kernel closes its
+// connections: a call then in transit fails UNAVAILABLE too.
 void Daemon::Drain() {
   service_->EnterLameDuck();
   admin_->EnterLameDuck();
@@ -93,10 +103,14 @@ void Daemon::Drain() {
           std::chrono::steady_clock::now() < lame_duck_end)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::max(std::chrono::steady_clock::duration::zero(),
-                             grace_end - std::chrono::steady_clock::now()));
-  server_->Wait();
+  if (const int64_t running = metrics_->calls_in_flight(); running > 0) {
+    // Only calls that outlive the grace are cancelled: they would
+    // otherwise hold the store open.
+    LogWarning(running, " calls still running after --shutdown_grace_ms (",
+               config_.shutdown_grace_ms, " ms); cancelling them");
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+  }
 }
 
 }  // namespace dedup

@@ -137,6 +137,11 @@ absl::Status Limits::Check() const {
         "max_batch_response_bytes",
         absl::StrCat("must be >= max_result_bytes (", max_result_bytes, ")"));
   }
+  if (tombstone_retention_s > kMaxTombstoneRetentionS) {
+    return Invalid("tombstone_retention_s",
+                   absl::StrCat("must be <= ", kMaxTombstoneRetentionS,
+                                " (365 days), got ", tombstone_retention_s));
+  }
   if (max_checkpoint_step_bytes < 1 || max_checkpoint_step_bytes > 4096) {
     return Invalid("max_checkpoint_step_bytes", "must be 1..4096");
   }

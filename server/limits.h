@@ -38,6 +38,9 @@ struct Limits {
   // How long a completed record's tombstone is kept after it expires (a
   // late Begin then answers EXPIRED instead of starting again); 0: none.
   uint32_t tombstone_retention_s = 7 * 24 * 3600;
+  // Beyond a year a replicated Complete's retention would not fit its log
+  // entry (at most 2^40 ms), and every follower would stop on it.
+  static constexpr uint32_t kMaxTombstoneRetentionS = 365 * 24 * 3600;
 
   // Checks the limits are coherent with each other and with the storage
   // format (e.g. a namespace length must fit one byte).

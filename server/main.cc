@@ -9,6 +9,7 @@
 #include "common/version.h"
 #include "server/daemon.h"
 #include "server/exit_status.h"
+#include "server/process_exit.h"
 #include "server/usage.h"
 
 int main(int argc, char** argv) {
@@ -31,5 +32,7 @@ int main(int argc, char** argv) {
   daemon.Serve();
   absl::Status stopped = daemon.Stop();
   if (!stopped.ok()) dedup::LogError(stopped.message());
-  return dedup::ExitCodeOf(stopped);
+  // Not a return: destroying `daemon` would shut its gRPC server down, which
+  // cancels the calls arriving meanwhile (see Daemon::Stop).
+  dedup::ExitProcess(dedup::ExitCodeOf(stopped));
 }

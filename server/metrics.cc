@@ -120,8 +120,8 @@ Metrics::Metrics(const std::vector<std::string>& labelled_namespaces)
       prometheus::BuildCounter()
           .Name("dedup_namespace_begin_total")
           .Help(
-              "Begin calls by namespace (listed namespaces, else 'other') "
-              "and answer")
+              "Begin calls by namespace (label dedup_namespace: listed "
+              "namespaces, else 'other') and answer")
           .Register(*registry_);
   for (const std::string& ns : labelled_namespaces) {
     begin_by_namespace_.emplace(ns, AddOutcomes(by_namespace, ns));
@@ -233,7 +233,7 @@ Metrics::OutcomeCounters Metrics::AddOutcomes(
   OutcomeCounters counters;
   for (int i = 0; i < kBeginOutcomeCount; ++i) {
     counters[i] =
-        &family.Add({{"namespace", ns}, {"outcome", kOutcomeNames[i]}});
+        &family.Add({{"dedup_namespace", ns}, {"outcome", kOutcomeNames[i]}});
   }
   return counters;
 }

@@ -70,8 +70,10 @@ inline constexpr int kBeginOutcomeCount = 8;
 
 class Metrics : public StoreObserver {
  public:
-  // `labelled_namespaces` get their own `namespace` label value; every other
-  // namespace is counted as "other".
+  // `labelled_namespaces` get their own `dedup_namespace` label value; every
+  // other namespace is counted as "other". Not `namespace`: Kubernetes
+  // service discovery gives every target that label, which would rename ours
+  // to `exported_namespace`.
   explicit Metrics(const std::vector<std::string>& labelled_namespaces);
 
   // The registry to expose (holds every metric below).

@@ -2,32 +2,26 @@
 
 #include <openssl/crypto.h>
 
-#include <exception>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
-#include "CivetServer.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
 #include "server/cluster_collector.h"
 #include "server/collectors.h"
+#include "server/metrics_gzip.h"
 #include "server/peer_collector.h"
 
 namespace dedup {
 namespace {
 
-// The scrape token. civetweb's begin_request gets no pointer of ours (the
-// context's user data is CivetServer's own), so it is process-wide; set
-// before the exposer starts and never changed while it serves.
-std::string& ScrapeToken() {
-  static auto* const token = new std::string;
-  return *token;
-}
-
-bool BearerMatches(const char* header, const std::string& token) {
-  absl::string_view value = header == nullptr ? "" : header;
+bool BearerMatches(absl::string_view value, const std::string& token) {
   constexpr absl::string_view kScheme = "bearer ";
   if (value.size() <= kScheme.size() ||
       !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
@@ -38,24 +32,12 @@ bool BearerMatches(const char* header, const std::string& token) {
          CRYPTO_memcmp(value.data(), token.data(), token.size()) == 0;
 }
 
-// Runs before civetweb handles each request: 0 lets it serve the page,
-// non-zero means answered here (401).
-int RequireBearerToken(mg_connection* connection) {
-  const std::string& token = ScrapeToken();
-  if (token.empty() ||
-      BearerMatches(mg_get_header(connection, "Authorization"), token)) {
-    return 0;
-  }
-  constexpr char kBody[] =
-      "401 Unauthorized: send \"Authorization: Bearer <token>\" (the token "
-      "of dedupd's --metrics_token_file)\n";
-  mg_printf(connection,
-            "HTTP/1.1 401 Unauthorized\r\n"
-            "WWW-Authenticate: Bearer realm=\"dedupd metrics\"\r\n"
-            "Content-Type: text/plain\r\nContent-Length: %zu\r\n"
-            "Connection: close\r\n\r\n%s",
-            sizeof(kBody) - 1, kBody);
-  return 401;
+HttpResponse Plain(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.headers = {{"Content-Type", "text/plain; charset=utf-8"}};
+  r.body = std::move(body);
+  return r;
 }
 
 }  // namespace
@@ -76,45 +58,93 @@ absl::StatusOr<std::string> ReadMetricsToken(const std::string& path) {
   return token;
 }
 
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
+MetricsExposer::MetricsExposer(
+    std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
+    std::string bearer_token)
+    : http_registry_(std::make_shared<prometheus::Registry>()),
+      collectables_(std::move(collectables)),
+      bearer_token_(std::move(bearer_token)) {
+  collectables_.push_back(http_registry_);
+}
+
+absl::Status MetricsExposer::Serve(const std::string& address) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(
+          address,
+          [this](const HttpRequest& request) { return Respond(request); },
+          *http_registry_);
+  if (!server.ok()) return server.status();
+  server_ = *std::move(server);
+  return absl::OkStatus();
+}
+
+HttpResponse MetricsExposer::Respond(const HttpRequest& request) const {
+  if (!bearer_token_.empty() &&
+      !BearerMatches(request.authorization, bearer_token_)) {
+    HttpResponse r = Plain(
+        401,
+        "401 Unauthorized: send \"Authorization: Bearer <token>\" (the token "
+        "of dedupd's --metrics_token_file)\n");
+    r.headers.emplace_back("WWW-Authenticate",
+                           "Bearer realm=\"dedupd metrics\"");
+    return r;
+  }
+  if (request.method != "GET" && request.method != "HEAD") {
+    HttpResponse r = Plain(405, "405 Method Not Allowed: use GET\n");
+    r.headers.emplace_back("Allow", "GET, HEAD");
+    r.close = true;
+    return r;
+  }
+  if (request.has_body) {
+    HttpResponse r = Plain(400, "400 Bad Request: a GET carries no body\n");
+    r.close = true;
+    return r;
+  }
+  if (request.path != "/metrics") {
+    return Plain(404, "404 Not Found: metrics are at /metrics\n");
+  }
+  return Scrape(request);
+}
+
+HttpResponse MetricsExposer::Scrape(const HttpRequest& request) const {
+  std::vector<prometheus::MetricFamily> families;
+  for (const auto& collectable : collectables_) {
+    std::vector<prometheus::MetricFamily> more = collectable->Collect();
+    families.insert(families.end(), std::make_move_iterator(more.begin()),
+                    std::make_move_iterator(more.end()));
+  }
+  HttpResponse r;
+  r.headers = {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}};
+  r.body = prometheus::TextSerializer().Serialize(families);
+  if (request.accepts_gzip) {
+    if (std::optional<std::string> zipped = Gzip(r.body)) {
+      r.body = *std::move(zipped);
+      r.headers.emplace_back("Content-Encoding", "gzip");
+    }
+  }
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsExposer>> StartMetricsExposer(
     const std::string& address, const Metrics& metrics, Store* store,
     ReplicatedStore* replicated, std::shared_ptr<const PeerPlane> peer_plane,
     const std::string& version, const std::string& git_sha,
     const std::string& bearer_token) {
-  ScrapeToken() = bearer_token;
-  static CivetCallbacks* const callbacks = [] {
-    auto* c = new CivetCallbacks;
-    c->begin_request = &RequireBearerToken;
-    return c;
-  }();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    // Several workers and a short read timeout: an idle connection holds one
-    // worker for a few seconds, not every scrape for civetweb's default 30 s.
-    exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", address, "num_threads", "8",
-                                 "request_timeout_ms", "3000",
-                                 "keep_alive_timeout_ms", "3000"},
-        callbacks);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
-  }
-  // The exposer keeps weak pointers; these collectors live as long as it.
-  static auto* const collectors =
-      new std::vector<std::shared_ptr<prometheus::Collectable>>();
-  collectors->push_back(metrics.registry());
-  collectors->push_back(std::make_shared<StoreCollector>(store));
-  collectors->push_back(std::make_shared<ProcessCollector>(version, git_sha));
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
+  collectables.push_back(metrics.registry());
+  collectables.push_back(std::make_shared<StoreCollector>(store));
+  collectables.push_back(std::make_shared<ProcessCollector>(version, git_sha));
   if (replicated != nullptr) {
-    collectors->push_back(std::make_shared<ClusterCollector>(replicated));
+    collectables.push_back(std::make_shared<ClusterCollector>(replicated));
   }
   if (peer_plane != nullptr) {
-    collectors->push_back(
+    collectables.push_back(
         std::make_shared<PeerCollector>(std::move(peer_plane)));
   }
-  for (const auto& collector : *collectors) {
-    exposer->RegisterCollectable(collector);
+  auto exposer =
+      std::make_unique<MetricsExposer>(std::move(collectables), bearer_token);
+  if (absl::Status served = exposer->Serve(address); !served.ok()) {
+    return served;
   }
   return exposer;
 }

@@ -17,7 +17,7 @@ using Type = LinedJson::Type;
 // arithmetic or clients' expectations break.
 constexpr uint32_t kMaxTtlS = 365 * 24 * 3600;
 constexpr uint32_t kMaxLeaseMs = 24 * 3600 * 1000;
-constexpr uint32_t kMaxRetentionS = 365 * 24 * 3600;
+constexpr uint32_t kMaxRetentionS = Limits::kMaxTombstoneRetentionS;
 
 absl::Status ReadUint(const LinedJson& value, const std::string& path,
                       uint32_t min, uint32_t max,

@@ -35,6 +35,7 @@ std::string ReadyJson(const ReadyInfo& info) {
       {"tls", info.tls},
       {"auth", info.auth},
       {"version", info.version},
+      {"data_format", info.data_format},
   };
   return json.dump() + "\n";
 }

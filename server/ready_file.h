@@ -9,7 +9,9 @@
 //    "health_address": "" or host:port   (plaintext health listener),
 //    "raft_address": "" or host:port     (cluster mode),
 //    "data_dir": "...", "durability": "sync"|"async"|"none"|"raft",
-//    "tls": "off"|"on"|"mtls", "auth": "off"|"tenants", "version": "..."}
+//    "tls": "off"|"on"|"mtls", "auth": "off"|"tenants", "version": "...",
+//    "data_format": 1}                  the data dir's format, as recorded
+//                                        (storage/format_version.h)
 // Every address is the bound one (a port 0 flag shows the port picked).
 #ifndef DEDUP_SERVER_READY_FILE_H_
 #define DEDUP_SERVER_READY_FILE_H_
@@ -34,6 +36,7 @@ struct ReadyInfo {
   std::string tls;
   std::string auth;
   std::string version;
+  uint32_t data_format = 0;
 };
 
 // The file's contents: one line of JSON and a newline.

@@ -26,8 +26,8 @@ ABSL_FLAG(std::string, ready_file, "",
           "removed at a clean stop. Empty: none");
 ABSL_FLAG(std::vector<std::string>, metrics_namespaces, {},
           "comma-separated namespaces that get their own label value in "
-          "dedup_namespace_begin_total; others count as 'other' (keeps "
-          "label cardinality bounded)");
+          "dedup_namespace_begin_total{dedup_namespace}; others count as "
+          "'other' (keeps label cardinality bounded)");
 ABSL_FLAG(std::string, event_log, "stderr",
           "where JSON event lines (duplicates, takeovers, stale fences, "
           "conflicts) go: stderr, off, or a file path");

@@ -22,7 +22,7 @@ METHODS = ["Begin", "Complete", "Release", "Renew", "Get", "Forget"]
 # family -> (type, label names of its series; histograms: without "le")
 CONTRACT = {
     "dedup_begin_total": ("counter", {"outcome"}),
-    "dedup_namespace_begin_total": ("counter", {"namespace", "outcome"}),
+    "dedup_namespace_begin_total": ("counter", {"dedup_namespace", "outcome"}),
     "dedup_complete_total": ("counter", {"result"}),
     "dedup_release_total": ("counter", {"result"}),
     "dedup_renew_total": ("counter", {"result"}),
@@ -50,6 +50,9 @@ CONTRACT = {
     "process_open_fds": ("gauge", set()),
     "process_cpu_seconds_total": ("counter", set()),
     "process_start_time_seconds": ("gauge", set()),
+    "dedup_metrics_http_requests_total": ("counter", {"code"}),
+    "dedup_metrics_http_connections_closed_total": ("counter", {"reason"}),
+    "dedup_metrics_http_connections": ("gauge", set()),
 }
 # Created lazily (label values not known up front): may be absent at first.
 LAZY = {"dedup_invalid_requests_total", "dedup_grpc_errors_total"}
@@ -85,6 +88,12 @@ def check_contract(s, allow_lazy_absent):
         want = set(CONTRACT[fam][1])
         if name.endswith("_bucket") and CONTRACT[fam][0] == "histogram":
             want.add("le")
+        # Kubernetes service discovery and the Prometheus Operator give
+        # every target a `namespace` label: a label of ours by that name
+        # would be renamed exported_namespace and regroup the rules.
+        if "namespace" in lbls:
+            errors.append("%s%s: label `namespace` collides with the "
+                          "Kubernetes target label" % (name, lbls))
         if set(lbls) != want:
             errors.append("%s%s: label names %s, expected %s"
                           % (name, lbls, sorted(lbls), sorted(want)))
@@ -99,13 +108,13 @@ def check_initial(s):
         if s.value("dedup_begin_total", outcome=o) != 0:
             fail("dedup_begin_total{outcome=%s} not 0 at start" % o)
         for ns in ("billing", "other"):
-            if s.value("dedup_namespace_begin_total", namespace=ns,
+            if s.value("dedup_namespace_begin_total", dedup_namespace=ns,
                        outcome=o) != 0:
                 fail("namespace_begin_total{%s,%s} not 0 at start" % (ns, o))
-    namespaces = {l["namespace"] for l, _ in
+    namespaces = {l["dedup_namespace"] for l, _ in
                   s.find("dedup_namespace_begin_total")}
     if namespaces != {"billing", "other"}:
-        fail("namespace label values %s, expected billing and other "
+        fail("dedup_namespace label values %s, expected billing and other "
              "(--metrics_namespaces=billing)" % sorted(namespaces))
     for fam in ("dedup_complete_total", "dedup_release_total",
                 "dedup_renew_total"):
@@ -204,9 +213,9 @@ def check_after(s):
              "conflict": 1}
     for o in OUTCOMES:
         eq("dedup_namespace_begin_total", billing.get(o, 0),
-           namespace="billing", outcome=o)
+           dedup_namespace="billing", outcome=o)
         eq("dedup_namespace_begin_total", other.get(o, 0),
-           namespace="other", outcome=o)
+           dedup_namespace="other", outcome=o)
     complete = {"ok": 5, "stale_fence": 1, "not_found": 1}
     for r in RESULTS:
         eq("dedup_complete_total", complete.get(r, 0), result=r)

@@ -166,8 +166,8 @@ def http_get(url, timeout=5):
         return resp.status, resp.read().decode("utf-8", errors="replace")
 
 
-def scrape(metrics_port):
-    status, body = http_get("http://127.0.0.1:%d/metrics" % metrics_port)
+def scrape(metrics_port, host="127.0.0.1"):
+    status, body = http_get("http://%s:%d/metrics" % (host, metrics_port))
     if status != 200:
         fail("GET /metrics answered %d" % status)
     return body

@@ -26,8 +26,14 @@ from promtest_util import (Cleanup, Ctl, fail, free_port, http_get, log,
 def make_config(deploy_dir, metrics_port, out_path):
     with open(os.path.join(deploy_dir, "prometheus.yml")) as f:
         text = f.read()
-    text, n = re.subn(r"\blocalhost:9464\b", "127.0.0.1:%d" % metrics_port,
-                      text)
+    # The target also gets the labels Kubernetes service discovery (or the
+    # Prometheus Operator) would give it, `namespace` among them: dedup's own
+    # label must not collide with it (it would become exported_namespace).
+    text, n = re.subn(r"(?m)^(\s*)- localhost:9464[ \t]*$",
+                      lambda m: "%s- 127.0.0.1:%d\n%slabels:\n%s  namespace: "
+                      "prod\n%s  pod: dedup-0" % (
+                          m.group(1), metrics_port, m.group(1)[:-2],
+                          m.group(1)[:-2], m.group(1)[:-2]), text)
     if n != 1:
         fail("prometheus.yml: expected one target localhost:9464, found %d" % n)
     text, n = re.subn(r"(?m)^(\s*(?:scrape_interval|evaluation_interval|"
@@ -116,7 +122,7 @@ def main():
                       timeout=20)
         prom.wait_for(
             "zero counters scraped",
-            'dedup_namespace_begin_total{job="dedup",namespace="billing"}',
+            'dedup_namespace_begin_total{job="dedup",dedup_namespace="billing"}',
             lambda r: len(r) == 8 and all(v == 0 for _, v in r), timeout=10)
 
         ctl = Ctl(dedupctl, grpc_port)
@@ -131,15 +137,23 @@ def main():
 
         prom.wait_for(
             "load scraped",
-            'sum(dedup_namespace_begin_total{job="dedup",namespace="billing"})',
+            'sum(dedup_namespace_begin_total{job="dedup",dedup_namespace="billing"})',
             single(lambda v: v == 4), timeout=10)
         prom.wait_for(
+            "dedup_namespace beside the Kubernetes namespace target label",
+            'count(dedup_namespace_begin_total{namespace="prod",'
+            'dedup_namespace=~"billing|other"})',
+            single(lambda v: v == 16), timeout=10)
+        prom.wait_for("no exported_namespace label",
+                      'count({exported_namespace!=""}) or vector(0)',
+                      single(lambda v: v == 0), timeout=10)
+        prom.wait_for(
             "billing duplicate ratio",
-            'namespace:dedup_duplicate_ratio:rate5m{namespace="billing"}',
+            'dedup_namespace:dedup_duplicate_ratio:rate5m{dedup_namespace="billing"}',
             single(lambda v: abs(v - 0.25) <= 0.01), timeout=10)
         prom.wait_for(
             "other namespace ratio",
-            'namespace:dedup_duplicate_ratio:rate5m{namespace="other"}',
+            'dedup_namespace:dedup_duplicate_ratio:rate5m{dedup_namespace="other"}',
             single(lambda v: v == 0), timeout=10)
         prom.wait_for(
             "overall duplicate ratio (1 of 6 Begins)",
@@ -161,7 +175,7 @@ def main():
             alerts = prom.api("/api/v1/alerts")["alerts"]
             dup = [a for a in alerts
                    if a["labels"].get("alertname") == "DedupHighDuplicateRate"]
-            if [(a["labels"].get("namespace"), a["state"]) for a in dup] == \
+            if [(a["labels"].get("dedup_namespace"), a["state"]) for a in dup] == \
                     [("billing", "pending")]:
                 log("DedupHighDuplicateRate pending for billing")
                 break

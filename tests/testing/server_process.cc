@@ -328,7 +328,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   std::filesystem::remove(ready_path, ignored);
 
   // Metrics off unless a test asks (--metrics_address=127.0.0.1:0): parallel
-  // tests must not collide on 9464, and the exposer adds ~1.5 s to a stop.
+  // tests must not collide on 9464.
   std::vector<std::string> args = {
       binary, "--address=127.0.0.1:0",
       "--metrics_address=", absl::StrCat("--data_dir=", data_dir)};

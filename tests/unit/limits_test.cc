@@ -28,6 +28,19 @@ TEST(LimitsTest, DefaultsAreCoherentAndAValidBeginPasses) {
   EXPECT_TRUE(ValidateBegin(ValidBegin(), limits).ok());
 }
 
+// A retention past 2^40 ms would not fit a replicated Complete's log entry:
+// followers would stop on it, so the flag refuses it at start-up.
+TEST(LimitsTest, TombstoneRetentionIsAtMostAYear) {
+  Limits limits;
+  limits.tombstone_retention_s = Limits::kMaxTombstoneRetentionS;
+  EXPECT_TRUE(limits.Check().ok());
+  EXPECT_LT(int64_t{Limits::kMaxTombstoneRetentionS} * 1000, int64_t{1} << 40);
+  limits.tombstone_retention_s = Limits::kMaxTombstoneRetentionS + 1;
+  ExpectRejected(limits.Check(), "tombstone_retention_s");
+  limits.tombstone_retention_s = 1'000'000'000;
+  ExpectRejected(limits.Check(), "tombstone_retention_s");
+}
+
 TEST(LimitsTest, KeyRules) {
   Limits limits;
   v1::BeginRequest r = ValidBegin();

@@ -49,6 +49,7 @@ ReadyInfo Sample() {
   info.tls = "mtls";
   info.auth = "tenants";
   info.version = "0.1.0";
+  info.data_format = 7;
   return info;
 }
 
@@ -70,6 +71,7 @@ TEST_F(ReadyFileTest, WritesOneLineOfJsonWithEveryField) {
   EXPECT_EQ(json["tls"], "mtls");
   EXPECT_EQ(json["auth"], "tenants");
   EXPECT_EQ(json["version"], "0.1.0");
+  EXPECT_EQ(json["data_format"], 7);
 }
 
 TEST_F(ReadyFileTest, ReplacesAnOldFileAndLeavesNoTempFile) {

@@ -1,0 +1,225 @@
+// The libraft-backed Consensus (raft_consensus.h's StartRaft), shared by the
+// files that implement it: raft_consensus.cc (start, proposals, membership),
+// raft_consensus_fsm.cc (libraft's state machine callbacks and request
+// completions) and raft_consensus_loop.cc (the backend's io hooks, the loop's
+// async and timer callbacks, status). Private to those files.
+//
+// Thread safety: Propose, Post, Status, AddMember, RemoveMember,
+// TransferLeadership and Stop may be called from any thread; everything else
+// runs on the consensus (libuv loop) thread, or on the starting thread before
+// the loop runs.
+#ifndef DEDUP_REPLICATION_RAFT_CONSENSUS_IMPL_H_
+#define DEDUP_REPLICATION_RAFT_CONSENSUS_IMPL_H_
+
+#include <uv.h>
+
+// libraft 0.15's headers declare C functions without extern "C".
+extern "C" {
+#include <raft.h>
+#include <raft/uv.h>
+}
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "replication/consensus.h"
+#include "replication/log_budget.h"
+#include "replication/peer_transport.h"
+#include "replication/raft_consensus.h"
+
+namespace dedup::raft_internal {
+
+using Done = absl::AnyInvocable<void(absl::Status) &&>;
+
+class RaftConsensus : public Consensus {
+ public:
+  RaftConsensus(const RaftOptions& options, StateMachine* machine)
+      : options_(options),
+        machine_(machine),
+        log_budget_(options.log_budget_bytes, options.snapshot_threshold,
+                    options.snapshot_trailing) {}
+
+  ~RaftConsensus() override { Stop(); }
+
+  absl::Status Start();
+
+  // Appends the configuration {this node: voter} to the log on disk.
+  int ForceSoleVoter();
+
+  absl::Status Propose(std::string entry, Done done) override;
+
+  void Post(absl::AnyInvocable<void() &&> fn) override;
+
+  ConsensusStatus Status() const override;
+
+  absl::Status AddMember(uint64_t id, const std::string& raft_address,
+                         Done done) override;
+
+  absl::Status RemoveMember(uint64_t id, Done done) override;
+
+  absl::Status TransferLeadership(uint64_t id, Done done) override;
+
+  void Stop() override;
+
+ private:
+  // The peer plane (the given one, or a plaintext one of our own) bound to
+  // the Raft address, and libraft's transport over it.
+  absl::Status StartTransport();
+
+  struct ApplyRequest {
+    struct raft_apply req;
+    Done done;
+  };
+  struct ChangeRequest {
+    struct raft_change req;
+    RaftConsensus* self;
+    uint64_t id;
+    Done done;
+  };
+  struct TransferRequest {
+    struct raft_transfer req;
+    RaftConsensus* self;
+    Done done;
+  };
+
+  static RaftConsensus* Of(struct raft_fsm* fsm) {
+    return static_cast<RaftConsensus*>(fsm->data);
+  }
+
+  static int FsmApply(struct raft_fsm* fsm, const struct raft_buffer* buf,
+                      void** result);
+
+  // Consensus thread: libraft reads both counts after each apply.
+  void FitLogToBudget(size_t entry_bytes);
+
+  static int FsmSnapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[],
+                         unsigned* n_bufs);
+
+  static int FsmSnapshotFinalize(struct raft_fsm*, struct raft_buffer* bufs[],
+                                 unsigned* n_bufs);
+
+  static int FsmRestore(struct raft_fsm* fsm, struct raft_buffer* buf);
+
+  static int CountingAppend(struct raft_io* io, struct raft_io_append* req,
+                            const struct raft_entry entries[], unsigned n,
+                            raft_io_append_cb cb);
+
+  // The backend's completion of CountingAppend's request: a failure ends
+  // the process before libraft sees it (see StopOnStorageFailure).
+  static void AppendDone(struct raft_io_append* req, int status);
+
+  static int StartIo(struct raft_io* io, unsigned msecs, raft_io_tick_cb tick,
+                     raft_io_recv_cb recv);
+
+  static void Receive(struct raft_io* io, struct raft_message* message);
+
+  // A leader's InstallSnapshot reaches libraft only once the state it
+  // describes is on this node. libraft would otherwise store the snapshot
+  // and leave the node "installing" until Restore returned: such a node
+  // neither starts an election nor, in later libraft versions, grants a
+  // vote (replicationInstallSnapshotBusy), and Restore would have to fetch
+  // the whole state on this thread. Held back, the message waits while the
+  // state machine fetches on a thread of its own; the node answers
+  // everything else as a follower with its old log. A message held for
+  // long is as good as one delayed by the network: libraft rejects it if
+  // its term is over, and a leader re-sends a snapshot it still needs.
+  void ReceiveSnapshot(struct raft_message* message);
+
+  // Consensus thread, each tick: hands the held snapshot to libraft once
+  // its state is here.
+  void MaybeDeliverHeldSnapshot();
+
+  // A snapshot_put of libraft's is in flight (r->snapshot.put.data is set
+  // from the put's start to its callback).
+  bool StoringSnapshot() const { return raft_.snapshot.put.data != nullptr; }
+
+  void DropHeldSnapshot();
+
+  static void OnApplied(struct raft_apply* req, int status, void*);
+
+  static void OnAdded(struct raft_change* req, int status);
+
+  static void OnChanged(struct raft_change* req, int status);
+
+  static void OnTransferred(struct raft_transfer* req);
+
+  static void OnAsync(uv_async_t* handle);
+
+  static void OnRaftClosed(struct raft* r);
+
+  // Once libraft has closed, its configuration and log are freed (reading
+  // them was a use after free, caught by ASan): the last status stays,
+  // marked unavailable with no leader.
+  void PublishClosed();
+
+  static void OnTimer(uv_timer_t* handle);
+
+  // Consensus thread (or the starting thread before the loop runs).
+  void RefreshStatus();
+
+  const RaftOptions options_;
+  StateMachine* const machine_;
+  LogBudget log_budget_;  // consensus thread
+
+  uv_loop_t loop_;
+  uv_async_t async_;
+  uv_timer_t timer_;
+  // Shared with the plane's threads (they check inbound peers against it);
+  // the transport is closed by libraft (raft_close) before the loop ends.
+  const std::shared_ptr<PeerGroup> peer_group_ = std::make_shared<PeerGroup>();
+  std::unique_ptr<PeerTransport> transport_;
+  // The backend's raft_io, first member so that libraft's raft_io pointer
+  // leads back here, with the append it was given.
+  struct CountedIo {
+    struct raft_io io;
+    RaftConsensus* self = nullptr;
+    int (*append)(struct raft_io*, struct raft_io_append*,
+                  const struct raft_entry[], unsigned,
+                  raft_io_append_cb) = nullptr;
+    // libraft's callback of each append in flight (the backend is given
+    // AppendDone instead).
+    absl::flat_hash_map<struct raft_io_append*, raft_io_append_cb> callbacks;
+    // The backend's start, and libraft's receive callback (the backend is
+    // given Receive instead).
+    int (*start)(struct raft_io*, unsigned, raft_io_tick_cb,
+                 raft_io_recv_cb) = nullptr;
+    raft_io_recv_cb recv = nullptr;
+  };
+  CountedIo io_{};
+  // The io_ of the loop running on this thread (its callbacks carry no
+  // pointer of ours).
+  static thread_local CountedIo* loop_io;
+  std::atomic<uint64_t> log_appends_{0};
+  std::atomic<uint64_t> log_appended_entries_{0};
+  // A leader's InstallSnapshot waiting for its state (consensus thread).
+  struct HeldSnapshot {
+    struct raft_message message;
+    std::string address;  // the sender's, which the transport may free
+  };
+  std::unique_ptr<HeldSnapshot> held_;
+  struct raft_fsm fsm_ {};
+  struct raft raft_ {};
+  bool closing_ = false;  // consensus thread
+  uint64_t last_leader_id_ = 0;
+  uint64_t leader_changes_ = 0;
+  std::thread thread_;
+
+  absl::Mutex mu_;
+  std::vector<absl::AnyInvocable<void() &&>> posted_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  mutable absl::Mutex status_mu_;
+  ConsensusStatus status_ ABSL_GUARDED_BY(status_mu_);
+};
+
+}  // namespace dedup::raft_internal
+
+#endif  // DEDUP_REPLICATION_RAFT_CONSENSUS_IMPL_H_

@@ -1,0 +1,204 @@
+// The consensus thread's side of RaftConsensus: the hooks on the backend's
+// io (appends, received messages, held snapshots), the loop's async and
+// timer callbacks, closing, and the published status.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "replication/raft_codes.h"
+#include "replication/raft_consensus_impl.h"
+
+namespace dedup::raft_internal {
+
+thread_local RaftConsensus::CountedIo* RaftConsensus::loop_io = nullptr;
+
+int RaftConsensus::CountingAppend(struct raft_io* io,
+                                  struct raft_io_append* req,
+                                  const struct raft_entry entries[], unsigned n,
+                                  raft_io_append_cb cb) {
+  auto* counted = reinterpret_cast<CountedIo*>(io);
+  counted->self->log_appends_.fetch_add(1);
+  counted->self->log_appended_entries_.fetch_add(n);
+  counted->callbacks[req] = cb;
+  const int rv = counted->append(io, req, entries, n, &AppendDone);
+  if (rv != 0) counted->callbacks.erase(req);
+  if (rv != 0 && rv != RAFT_CANCELED && !counted->self->closing_) {
+    StopOnStorageFailure(absl::StrCat(
+        "cannot append ", n,
+        " entries to the Raft log: ", AppendError(rv, counted->io.errmsg)));
+  }
+  return rv;
+}
+
+void RaftConsensus::AppendDone(struct raft_io_append* req, int status) {
+  CountedIo* counted = loop_io;
+  auto it = counted->callbacks.find(req);
+  const raft_io_append_cb cb = it->second;
+  counted->callbacks.erase(it);
+  // (Canceled: the backend is closing, as at a clean stop.)
+  if (status != 0 && status != RAFT_CANCELED && !counted->self->closing_) {
+    StopOnStorageFailure(absl::StrCat("a Raft log append failed: ",
+                                      AppendError(status, counted->io.errmsg)));
+  }
+  cb(req, status);
+}
+
+int RaftConsensus::StartIo(struct raft_io* io, unsigned msecs,
+                           raft_io_tick_cb tick, raft_io_recv_cb recv) {
+  auto* counted = reinterpret_cast<CountedIo*>(io);
+  counted->recv = recv;
+  return counted->start(io, msecs, tick, &RaftConsensus::Receive);
+}
+
+void RaftConsensus::Receive(struct raft_io* io, struct raft_message* message) {
+  auto* counted = reinterpret_cast<CountedIo*>(io);
+  if (message->type == RAFT_IO_INSTALL_SNAPSHOT && !counted->self->closing_) {
+    counted->self->ReceiveSnapshot(message);
+    return;
+  }
+  counted->recv(io, message);
+}
+
+void RaftConsensus::ReceiveSnapshot(struct raft_message* message) {
+  // libraft is storing a snapshot (its own, or one handed over below,
+  // whose Restore needs the fetched copy untouched): it ignores this one
+  // (the leader sends it again), and no new fetch may start.
+  if (StoringSnapshot()) {
+    io_.recv(&io_.io, message);
+    return;
+  }
+  const struct raft_buffer& data = message->install_snapshot.data;
+  const absl::string_view descriptor(static_cast<const char*>(data.base),
+                                     data.len);
+  if (machine_->PrepareSnapshot(descriptor)) {
+    DropHeldSnapshot();
+    io_.recv(&io_.io, message);
+    return;
+  }
+  DropHeldSnapshot();
+  held_ = std::make_unique<HeldSnapshot>();
+  held_->message = *message;  // owns its conf and data from here
+  held_->address =
+      message->server_address != nullptr ? message->server_address : "";
+}
+
+void RaftConsensus::MaybeDeliverHeldSnapshot() {
+  if (held_ == nullptr || closing_ || StoringSnapshot()) return;
+  const struct raft_buffer& data = held_->message.install_snapshot.data;
+  if (!machine_->PrepareSnapshot(
+          absl::string_view(static_cast<const char*>(data.base), data.len))) {
+    return;
+  }
+  std::unique_ptr<HeldSnapshot> held = std::move(held_);
+  held->message.server_address = held->address.c_str();
+  // libraft owns the message's conf and data from here on.
+  io_.recv(&io_.io, &held->message);
+}
+
+void RaftConsensus::DropHeldSnapshot() {
+  if (held_ == nullptr) return;
+  raft_configuration_close(&held_->message.install_snapshot.conf);
+  raft_free(held_->message.install_snapshot.data.base);
+  held_.reset();
+}
+
+void RaftConsensus::OnAsync(uv_async_t* handle) {
+  auto* self = static_cast<RaftConsensus*>(handle->data);
+  std::vector<absl::AnyInvocable<void() &&>> posted;
+  bool stopping;
+  {
+    absl::MutexLock lock(&self->mu_);
+    posted.swap(self->posted_);
+    stopping = self->stopping_;
+  }
+  for (auto& fn : posted) std::move(fn)();
+  if (stopping && !self->closing_) {
+    self->closing_ = true;
+    uv_timer_stop(&self->timer_);
+    raft_close(&self->raft_, &RaftConsensus::OnRaftClosed);
+  } else {
+    self->RefreshStatus();
+  }
+}
+
+void RaftConsensus::OnRaftClosed(struct raft* r) {
+  auto* self = static_cast<RaftConsensus*>(r->data);
+  self->DropHeldSnapshot();
+  raft_uv_close(&self->io_.io);
+  uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
+  self->PublishClosed();
+}
+
+void RaftConsensus::PublishClosed() {
+  ConsensusStatus status;
+  {
+    absl::MutexLock lock(&status_mu_);
+    status_.role = Role::kUnavailable;
+    status_.leader_id = 0;
+    status = status_;
+  }
+  machine_->Tick(status);
+}
+
+void RaftConsensus::OnTimer(uv_timer_t* handle) {
+  auto* self = static_cast<RaftConsensus*>(handle->data);
+  self->MaybeDeliverHeldSnapshot();
+  self->RefreshStatus();
+}
+
+void RaftConsensus::RefreshStatus() {
+  ConsensusStatus status;
+  status.id = options_.id;
+  status.role =
+      closing_ ? Role::kUnavailable : FromRaftState(raft_state(&raft_));
+  status.term = raft_.current_term;
+  if (!closing_) {
+    raft_id leader = 0;
+    const char* address = nullptr;
+    raft_leader(&raft_, &leader, &address);
+    status.leader_id = leader;
+  }
+  status.commit_index = raft_.commit_index;
+  status.applied_index = raft_last_applied(&raft_);
+  status.last_index = raft_last_index(&raft_);
+  peer_group_->set_term(raft_.current_term);
+  const struct raft_log& log = raft_.log;
+  status.last_log_term =
+      log.front == log.back
+          ? log.snapshot.last_term
+          : log.entries[(log.back + log.size - 1) % log.size].term;
+  const bool leader = status.role == Role::kLeader;
+  std::vector<uint64_t> member_ids;
+  for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+    const struct raft_server& server = raft_.configuration.servers[i];
+    Member member;
+    member.id = server.id;
+    member.raft_address = server.address != nullptr ? server.address : "";
+    member.role = FromRaftRole(server.role);
+    if (leader && raft_.leader_state.progress != nullptr) {
+      member.match_index = raft_.leader_state.progress[i].match_index;
+    }
+    member_ids.push_back(member.id);
+    status.members.push_back(std::move(member));
+  }
+  peer_group_->SetMembers(std::move(member_ids));
+  if (status.leader_id != 0 && status.leader_id != last_leader_id_) {
+    ++leader_changes_;
+  }
+  last_leader_id_ = status.leader_id;
+  status.leader_changes = leader_changes_;
+  status.log_appends = log_appends_.load();
+  status.log_appended_entries = log_appended_entries_.load();
+  status.snapshot_threshold = raft_.snapshot.threshold;
+  status.snapshot_trailing = raft_.snapshot.trailing;
+  {
+    absl::MutexLock lock(&status_mu_);
+    status_ = status;
+  }
+  machine_->Tick(status);
+}
+
+}  // namespace dedup::raft_internal
