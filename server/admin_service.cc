@@ -1,5 +1,7 @@
 #include "server/admin_service.h"
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "server/checkpoint_streamer.h"
@@ -163,6 +165,12 @@ grpc::ServerWriteReactor<v1::BackupChunk>* AdminService::Backup(
 }
 
 void AdminService::EnableBackup(BackupSource source) {
+  // A copy left by a backup the process did not finish holds hard links to
+  // tables the database may have dropped since: free them now.
+  if (!source.scratch_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(source.scratch_dir, ignored);
+  }
   backup_source_ = std::move(source);
 }
 

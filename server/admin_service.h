@@ -55,7 +55,8 @@ class AdminService final : public v1::Admin::CallbackService {
       const v1::BackupRequest* request) override;
 
   // Lets Backup copy from `source` (whose pointers must outlive every
-  // call). Call before the service is registered.
+  // call); removes a single node's scratch copy a stopped process left.
+  // Call before the service is registered.
   void EnableBackup(BackupSource source);
 
   // From now on new calls are answered UNAVAILABLE (see lame_duck.h).
