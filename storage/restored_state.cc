@@ -2,12 +2,11 @@
 
 #include <memory>
 
-#include "absl/strings/str_cat.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
 #include "storage/db_options.h"
+#include "storage/replicated_meta.h"
 #include "storage/rocks_util.h"
-#include "storage/storage_key.h"
 
 namespace dedup {
 
@@ -21,8 +20,7 @@ absl::Status ForgetRecordedMembers(const std::string& dir) {
     return s;
   }
   std::unique_ptr<rocksdb::DB> db(raw);
-  // As replicated_state.cc names them: "<meta>replicated.member.<id>".
-  const std::string prefix = absl::StrCat(kMetaPrefix, "replicated.member.");
+  const std::string prefix = replicated_internal::MemberKeyPrefix();
   rocksdb::WriteBatch batch;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(TotalOrderScan()));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
