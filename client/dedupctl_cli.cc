@@ -36,6 +36,8 @@ commands:
   compact                    compact now, dropping expired records (admin)
   policy NS                  the defaults and limits in force for NS (admin)
   reload-policy              read the server's --policy_file again (admin)
+  backup DIR                 write a consistent copy of a running node's data
+                             into DIR on this machine (admin)
   cluster status             one row per node of the group
   cluster add ID RAFT_ADDR CLIENT_ADDR
                              add a node (a voter once it has caught up)
@@ -110,6 +112,11 @@ cluster commands (dedup.v1.Cluster, cluster mode only):
             (add: until the node is a voter); each prints one line
             (added: ID, removed: ID, leader_id: ID).
 stats and compact ask the first --address (they are per node).
+backup asks the --address entries in order until one makes the copy (in
+cluster mode only the leader does); DIR must be new or empty, and holds the
+files and dedup-backup.json (written last) when done; restore it with
+dedupd --restore_from=DIR. It prints dir, address, mode, node_id,
+applied_index, term, files, bytes, estimated_records and created_at.
 
 exit codes:
   0   the call got an answer (any begin status, get with found: false, ...)
@@ -275,6 +282,19 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     }
     return ParseCluster(args);
   }
+  if (args[0] == "backup") {
+    if (absl::Status s = CheckApplicable(flags, {}, "backup"); !s.ok()) {
+      return s;
+    }
+    if (args.size() != 2 || args[1].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'backup' takes DIR, got ", args.size() - 1, " argument(s)"));
+    }
+    Invocation inv;
+    inv.command = Command::kBackup;
+    inv.dir = args[1];
+    return inv;
+  }
   if (args[0] == "policy") {
     if (absl::Status s = CheckApplicable(flags, {}, "policy"); !s.ok()) {
       return s;
@@ -343,6 +363,7 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     case Command::kCompact:
     case Command::kPolicy:
     case Command::kReloadPolicy:
+    case Command::kBackup:
     case Command::kClusterStatus:
     case Command::kClusterAdd:
     case Command::kClusterRemove:

@@ -42,6 +42,7 @@ enum class Command {
   kCompact,       // Admin: compact now, dropping expired records.
   kPolicy,        // Admin: the policy in force for a namespace.
   kReloadPolicy,  // Admin: read --policy_file again.
+  kBackup,        // Admin: stream a backup into a local directory.
   // dedup.v1.Cluster (cluster mode): a row per node; membership changes and
   // leadership transfer, sent to the leader.
   kClusterStatus,
@@ -82,12 +83,13 @@ struct Invocation {
   uint64_t node_id = 0;               // cluster add, remove, transfer (0: any).
   std::string raft_address;           // cluster add.
   std::string client_address;         // cluster add.
+  std::string dir;                    // backup.
   OutputFormat output = OutputFormat::kText;  // -o / --output.
 };
 
 // `args` are the positional arguments after the program name:
 // COMMAND NS KEY [FENCE], COMMAND alone for stats, compact and
-// reload-policy, policy NS, or
+// reload-policy, policy NS, backup DIR, or
 // cluster SUBCOMMAND [ARGS] (status; add ID RAFT_ADDR CLIENT_ADDR; remove ID;
 // transfer [ID]).
 // INVALID_ARGUMENT (with a message for the user) on any usage error.

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "absl/status/statusor.h"
+#include "client/dedupctl_backup.h"
 #include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
 #include "client/dedupctl_output.h"
@@ -110,6 +111,8 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
                 return admin.ReloadPolicy(c, req, resp);
               }),
           inv.output, out, err);
+    case Command::kBackup:
+      return RunBackupCommand(cluster, inv.dir, inv.output, out, err);
     case Command::kClusterStatus:
     case Command::kClusterAdd:
     case Command::kClusterRemove:

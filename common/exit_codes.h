@@ -17,6 +17,7 @@ inline constexpr int kDamagedLogEntry = 5;
 inline constexpr int kStorageFailure = 6;
 inline constexpr int kRecoveryRefused = 7;
 inline constexpr int kDataFormat = 8;
+inline constexpr int kRestoreRefused = 9;
 
 }  // namespace exit_code
 
@@ -51,6 +52,11 @@ inline constexpr ExitCodeInfo kExitCodes[] = {
      "the data dir's format (its DEDUP-FORMAT file) is one this dedupd cannot "
      "read: written by a newer release (run that one or a later one) or too "
      "old to upgrade; nothing in the dir was changed"},
+    {exit_code::kRestoreRefused, "restore_refused",
+     "--restore_from refused: the backup's manifest or one of its files is "
+     "missing or damaged (named), it is in a newer data format, it does not "
+     "fit the mode (single node or cluster seed), or --data_dir is not "
+     "empty; nothing was written"},
 };
 
 }  // namespace dedup

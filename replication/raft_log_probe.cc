@@ -16,6 +16,7 @@ extern "C" {
 
 #include "absl/strings/str_cat.h"
 #include "replication/raft_codes.h"
+#include "replication/raft_offline_io.h"
 
 namespace dedup {
 namespace {
@@ -108,11 +109,11 @@ bool Pristine(const std::string& dir) {
          !std::filesystem::exists(std::filesystem::path(dir) / "metadata2", ec);
 }
 
-// Runs `action` on libraft's disk I/O for `dir` (initialized, not
-// started: nothing is bound or sent), then closes it.
-absl::Status WithRaftIo(const std::string& dir, uint64_t id,
-                        const std::string& raft_address,
-                        const std::function<void(struct raft_io&)>& action) {
+}  // namespace
+
+absl::Status WithRaftIo(
+    const std::string& dir, uint64_t id, const std::string& raft_address,
+    const std::function<void(struct raft_io&, uv_loop_t&)>& action) {
   uv_loop_t loop;
   if (int rv = uv_loop_init(&loop); rv != 0) {
     return absl::InternalError(absl::StrCat("uv_loop_init: ", uv_strerror(rv)));
@@ -135,7 +136,7 @@ absl::Status WithRaftIo(const std::string& dir, uint64_t id,
     status = absl::InvalidArgumentError(
         absl::StrCat("raft log in ", dir, ": ", io.errmsg));
   } else {
-    action(io);
+    action(io, loop);
     io.close(&io, nullptr);
     uv_run(&loop, UV_RUN_DEFAULT);
   }
@@ -145,8 +146,6 @@ absl::Status WithRaftIo(const std::string& dir, uint64_t id,
   uv_loop_close(&loop);
   return status;
 }
-
-}  // namespace
 
 absl::StatusOr<std::vector<Member>> DecodeRaftConfiguration(
     absl::string_view bytes) {
@@ -183,7 +182,7 @@ absl::StatusOr<RaftLogSummary> ReadRaftLog(const std::string& dir, uint64_t id,
   absl::StatusOr<RaftLogSummary> summary =
       absl::InternalError("raft log not read");
   absl::Status io_status =
-      WithRaftIo(dir, id, raft_address, [&](struct raft_io& io) {
+      WithRaftIo(dir, id, raft_address, [&](struct raft_io& io, uv_loop_t&) {
         raft_term term = 0;
         raft_id voted_for = 0;
         struct raft_snapshot* snapshot = nullptr;
@@ -207,7 +206,7 @@ absl::Status SetRaftTerm(const std::string& dir, uint64_t id,
                          const std::string& raft_address, uint64_t term) {
   absl::Status result;
   absl::Status io_status =
-      WithRaftIo(dir, id, raft_address, [&](struct raft_io& io) {
+      WithRaftIo(dir, id, raft_address, [&](struct raft_io& io, uv_loop_t&) {
         if (io.set_term(&io, term) != 0) {
           result = absl::UnavailableError(
               absl::StrCat("raft term in ", dir, ": ", io.errmsg));

@@ -1,12 +1,32 @@
 #include "server/admin_service.h"
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
+#include "server/checkpoint_streamer.h"
 #include "server/operator_call.h"
 #include "server/proto_convert.h"
 #include "server/rpc_call.h"
 
 namespace dedup {
+namespace {
+
+// A backup refused before its first message, counted like a unary call.
+class RefusedBackupStream final
+    : public grpc::ServerWriteReactor<v1::BackupChunk> {
+ public:
+  RefusedBackupStream(const grpc::Status& status, Metrics* metrics) {
+    metrics->CallStarted();
+    metrics->RecordError(Method::kAdminBackup, status.error_code());
+    metrics->ObserveDuration(Method::kAdminBackup, 0);
+    metrics->CallFinished();
+    Finish(status);
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
 
 AdminService::AdminService(Store* store, Metrics* metrics,
                            const Authorizer* auth, BuildInfo build,
@@ -119,6 +139,39 @@ grpc::ServerUnaryReactor* AdminService::Compact(
     call.Fail(status);
   });
   return call.reactor();
+}
+
+grpc::ServerWriteReactor<v1::BackupChunk>* AdminService::Backup(
+    grpc::CallbackServerContext* context,
+    const v1::BackupRequest* /*request*/) {
+  absl::Status allowed =
+      auth_->Authorize(*context, TenantRole::kOperator, "Admin.Backup")
+          .status();
+  if (allowed.ok()) allowed = lame_duck_.Check();
+  if (allowed.ok() && !backup_source_.has_value()) {
+    allowed = absl::FailedPreconditionError("this server makes no backups");
+  }
+  if (allowed.ok() && backing_up_.exchange(true)) {
+    allowed = absl::ResourceExhaustedError("a backup is already running");
+  }
+  if (!allowed.ok()) {
+    return new RefusedBackupStream(ToGrpcStatus(allowed), metrics_);
+  }
+  return StartBackupStream(
+      [source = *backup_source_](v1::BackupInfo* info) {
+        return MakeBackup(source, info);
+      },
+      [this] { backing_up_.store(false); }, metrics_, &tasks_);
+}
+
+void AdminService::EnableBackup(BackupSource source) {
+  // A copy left by a backup the process did not finish holds hard links to
+  // tables the database may have dropped since: free them now.
+  if (!source.scratch_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(source.scratch_dir, ignored);
+  }
+  backup_source_ = std::move(source);
 }
 
 void AdminService::EnterLameDuck() { lame_duck_.Enter(); }

@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "dedup/v1/admin.grpc.pb.h"
 #include "server/auth.h"
+#include "server/backup_source.h"
 #include "server/lame_duck.h"
 #include "server/metrics.h"
 #include "server/namespace_policy.h"
@@ -46,6 +48,17 @@ class AdminService final : public v1::Admin::CallbackService {
                                       const v1::GetPolicyRequest* request,
                                       v1::GetPolicyResponse* response) override;
 
+  // Streams a backup (see admin.proto). FAILED_PRECONDITION until
+  // EnableBackup.
+  grpc::ServerWriteReactor<v1::BackupChunk>* Backup(
+      grpc::CallbackServerContext* context,
+      const v1::BackupRequest* request) override;
+
+  // Lets Backup copy from `source` (whose pointers must outlive every
+  // call); removes a single node's scratch copy a stopped process left.
+  // Call before the service is registered.
+  void EnableBackup(BackupSource source);
+
   // From now on new calls are answered UNAVAILABLE (see lame_duck.h).
   void EnterLameDuck();
   // Waits for the compactions still running. Call it after the gRPC server
@@ -65,6 +78,8 @@ class AdminService final : public v1::Admin::CallbackService {
   PolicyFile* const policies_;
   const std::chrono::steady_clock::time_point started_;
   std::atomic<bool> compacting_{false};
+  std::optional<BackupSource> backup_source_;
+  std::atomic<bool> backing_up_{false};
   LameDuck lame_duck_;
   // Last: its destructor joins threads that use the members above.
   TaskThreads tasks_;

@@ -4,8 +4,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -21,13 +24,34 @@ namespace fs = std::filesystem;
 // Bytes per message: well under gRPC's default 4 MiB receive limit.
 constexpr size_t kChunkBytes = 1 << 20;
 
-class CheckpointStreamer final
-    : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
+// The chunk of a file inside a stream's message.
+v1::CheckpointChunk* FileChunk(v1::CheckpointChunk& message) {
+  return &message;
+}
+v1::CheckpointChunk* FileChunk(v1::BackupChunk& message) {
+  return message.mutable_file();
+}
+
+// What a stream sends: a checkpoint, after an optional message of its own.
+template <typename Message>
+struct MadeCheckpoint {
+  OutgoingCheckpoint checkpoint;
+  std::optional<Message> preface;
+};
+
+template <typename Message>
+using MakeFn = std::function<absl::StatusOr<MadeCheckpoint<Message>>()>;
+
+template <typename Message>
+class CheckpointStreamer final : public grpc::ServerWriteReactor<Message> {
  public:
-  CheckpointStreamer(ReplicatedStore* store, uint64_t min_applied_index,
+  CheckpointStreamer(MakeFn<Message> make, uint64_t min_applied_index,
+                     Method method, absl::AnyInvocable<void() &&> done,
                      Metrics* metrics, TaskThreads* tasks)
-      : store_(store),
+      : make_(std::move(make)),
         min_applied_index_(min_applied_index),
+        method_(method),
+        done_(std::move(done)),
         metrics_(metrics),
         start_(std::chrono::steady_clock::now()) {
     metrics_->CallStarted();
@@ -51,25 +75,30 @@ class CheckpointStreamer final
   // The call's own thread. Finish is the last thing it does with `this`.
   void Run() {
     grpc::Status status = Stream();
-    if (!status.ok()) {
-      metrics_->RecordError(Method::kClusterFetchCheckpoint,
-                            status.error_code());
-    }
+    if (done_) std::move(done_)();
+    if (!status.ok()) metrics_->RecordError(method_, status.error_code());
     metrics_->ObserveDuration(
-        Method::kClusterFetchCheckpoint,
+        method_,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
             .count());
     metrics_->CallFinished();
-    Finish(status);
+    this->Finish(status);
   }
 
   grpc::Status Stream() {
-    absl::StatusOr<OutgoingCheckpoint> checkpoint =
-        store_->CreateOutgoingCheckpoint();
-    if (!checkpoint.ok()) return ToGrpcStatus(checkpoint.status());
-    grpc::Status status = StreamDir(*checkpoint);
+    absl::StatusOr<MadeCheckpoint<Message>> made = make_();
+    if (!made.ok()) return ToGrpcStatus(made.status());
+    grpc::Status status = grpc::Status::OK;
+    if (made->preface.has_value()) {
+      message_ = *std::move(made->preface);
+      if (!Write()) {
+        status =
+            grpc::Status(grpc::StatusCode::CANCELLED, "the receiver went away");
+      }
+    }
+    if (status.ok()) status = StreamDir(made->checkpoint);
     std::error_code ec;
-    fs::remove_all(checkpoint->dir, ec);
+    fs::remove_all(made->checkpoint.dir, ec);
     return status;
   }
 
@@ -109,12 +138,13 @@ class CheckpointStreamer final
           return grpc::Status(grpc::StatusCode::INTERNAL,
                               absl::StrCat("cannot read ", path.string()));
         }
-        chunk_.Clear();
-        chunk_.set_applied_index(checkpoint.applied_index);
-        chunk_.set_file_name(path.filename().string());
-        chunk_.set_file_size(size);
-        chunk_.set_offset(offset);
-        chunk_.set_data(buffer.data(), n);
+        message_.Clear();
+        v1::CheckpointChunk* chunk = FileChunk(message_);
+        chunk->set_applied_index(checkpoint.applied_index);
+        chunk->set_file_name(path.filename().string());
+        chunk->set_file_size(size);
+        chunk->set_offset(offset);
+        chunk->set_data(buffer.data(), n);
         if (!Write()) {
           return grpc::Status(grpc::StatusCode::CANCELLED,
                               "the receiver went away");
@@ -125,7 +155,7 @@ class CheckpointStreamer final
     return grpc::Status::OK;
   }
 
-  // Sends chunk_ and waits until gRPC is done with it; false when the call
+  // Sends message_ and waits until gRPC is done with it; false when the call
   // broke.
   bool Write() {
     {
@@ -133,22 +163,25 @@ class CheckpointStreamer final
       if (broken_) return false;
       writing_ = true;
     }
-    StartWrite(&chunk_);
+    this->StartWrite(&message_);
     absl::MutexLock lock(&mu_);
     auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return !writing_ || broken_;
     };
     mu_.Await(absl::Condition(&settled));
     // A write still pending when the call broke completes (with ok=false)
-    // before OnDone; chunk_ must outlive it, which it does (Finish follows).
+    // before OnDone; message_ must outlive it, which it does (Finish
+    // follows).
     return !broken_;
   }
 
-  ReplicatedStore* const store_;
+  const MakeFn<Message> make_;
   const uint64_t min_applied_index_;
+  const Method method_;
+  absl::AnyInvocable<void() &&> done_;
   Metrics* const metrics_;
   const std::chrono::steady_clock::time_point start_;
-  v1::CheckpointChunk chunk_;
+  Message message_;
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
@@ -159,7 +192,33 @@ class CheckpointStreamer final
 grpc::ServerWriteReactor<v1::CheckpointChunk>* StartCheckpointStream(
     ReplicatedStore* store, uint64_t min_applied_index, Metrics* metrics,
     TaskThreads* tasks) {
-  return new CheckpointStreamer(store, min_applied_index, metrics, tasks);
+  MakeFn<v1::CheckpointChunk> make =
+      [store]() -> absl::StatusOr<MadeCheckpoint<v1::CheckpointChunk>> {
+    absl::StatusOr<OutgoingCheckpoint> checkpoint =
+        store->CreateOutgoingCheckpoint();
+    if (!checkpoint.ok()) return checkpoint.status();
+    return MadeCheckpoint<v1::CheckpointChunk>{*std::move(checkpoint),
+                                               std::nullopt};
+  };
+  return new CheckpointStreamer<v1::CheckpointChunk>(
+      std::move(make), min_applied_index, Method::kClusterFetchCheckpoint,
+      nullptr, metrics, tasks);
+}
+
+grpc::ServerWriteReactor<v1::BackupChunk>* StartBackupStream(
+    MakeBackupFn make, absl::AnyInvocable<void() &&> done, Metrics* metrics,
+    TaskThreads* tasks) {
+  MakeFn<v1::BackupChunk> made = [make = std::move(make)]()
+      -> absl::StatusOr<MadeCheckpoint<v1::BackupChunk>> {
+    v1::BackupChunk info;
+    absl::StatusOr<OutgoingCheckpoint> checkpoint = make(info.mutable_info());
+    if (!checkpoint.ok()) return checkpoint.status();
+    return MadeCheckpoint<v1::BackupChunk>{*std::move(checkpoint),
+                                           std::move(info)};
+  };
+  return new CheckpointStreamer<v1::BackupChunk>(
+      std::move(made), 0, Method::kAdminBackup, std::move(done), metrics,
+      tasks);
 }
 
 }  // namespace dedup

@@ -19,6 +19,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/backup_restore.h"
 #include "server/data_format_check.h"
 #include "server/exit_status.h"
 #include "server/metrics_exposer.h"
@@ -82,6 +83,18 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// --restore_from fills the data dir first; a restore cut short is refused.
+absl::Status RestoreIfAsked(const std::string& data_dir,
+                            const ClusterConfig& cluster) {
+  if (const std::string backup = RestoreFromFlag(); !backup.empty()) {
+    if (absl::Status s = RestoreFromBackup(backup, data_dir, cluster);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return CheckNoUnfinishedRestore(data_dir);
+}
+
 // A failed step's error as it ends the process: `prefix` and its message.
 absl::Status Fail(int code, const absl::Status& error,
                   absl::string_view prefix = "") {
@@ -116,6 +129,9 @@ absl::Status Daemon::Start() {
       ClusterConfigFromFlags(config_.store, security_, auth_.get());
   if (!cluster.ok()) return Fail(exit_code::kBadFlags, cluster.status());
   cluster_ = *std::move(cluster);
+  if (absl::Status s = RestoreIfAsked(config_.store.path, cluster_); !s.ok()) {
+    return s;
+  }
   // Before anything touches the dir: a newer release's dir stays as it was.
   absl::StatusOr<storage::DataFormat> format =
       CheckDataDirFormat(config_.store.path);
@@ -256,6 +272,15 @@ absl::Status Daemon::StartServer() {
   admin_ = std::make_unique<AdminService>(
       store_.get(), metrics_.get(), auth_.get(),
       BuildInfo{build_.version, build_.git_sha, durability_}, policies_.get());
+  BackupSource backup;
+  backup.store = store_.get();
+  backup.replicated = replicated_;
+  backup.scratch_dir = config_.store.path + "/backup-checkpoint";
+  backup.clock =
+      config_.store.clock != nullptr ? config_.store.clock : RealClock();
+  backup.version = build_.version;
+  backup.git_sha = build_.git_sha;
+  admin_->EnableBackup(std::move(backup));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

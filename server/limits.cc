@@ -107,6 +107,8 @@ const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
           {"node_id", "raft_address"},
           {"node_id"},
           {},
+          {},
+          // Admin: Backup.
           {}};
   return kFields->at(method_index);
 }

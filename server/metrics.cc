@@ -27,7 +27,8 @@ constexpr std::array<const char*, kMethodCount> kMethodNames = {
     "Cluster.AddNode",
     "Cluster.RemoveNode",
     "Cluster.TransferLeadership",
-    "Cluster.FetchCheckpoint"};
+    "Cluster.FetchCheckpoint",
+    "Admin.Backup"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
     "started",  "takeover",  "reentry", "in_use",
     "conflict", "duplicate", "expired", "rerun"};

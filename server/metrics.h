@@ -47,9 +47,10 @@ enum class Method {
   kClusterAddNode,
   kClusterRemoveNode,
   kClusterTransferLeadership,
-  kClusterFetchCheckpoint
+  kClusterFetchCheckpoint,
+  kAdminBackup
 };
-inline constexpr int kMethodCount = 20;
+inline constexpr int kMethodCount = 21;
 [[nodiscard]] const char* MethodName(Method method);
 
 // How a Begin was answered, as counted.

@@ -319,6 +319,18 @@ class Store {
   // Counts record keys physically present in RocksDB (expired or not) by a
   // full scan. For tests and tools: O(records).
   [[nodiscard]] virtual absl::StatusOr<uint64_t> CountStoredRecords() = 0;
+
+  // Writes a consistent copy of the database into `dir` (which must not
+  // exist; on the data dir's file system, files are hard links where they
+  // can be), holding every write answered before the call (memtables are
+  // flushed into it). Writes go on meanwhile; answers that wait for a WAL
+  // sync wait for the flush. For backups; blocks (never on a gRPC callback
+  // thread). The default: UNIMPLEMENTED (a replicated store's copy is
+  // ReplicatedStore::CreateOutgoingCheckpoint).
+  [[nodiscard]] virtual absl::Status CreateCheckpoint(const std::string& dir) {
+    return absl::UnimplementedError(
+        absl::StrCat("this store cannot copy itself to ", dir));
+  }
 };
 
 }  // namespace dedup

@@ -8,6 +8,7 @@
 
 #include "absl/flags/flag.h"
 #include "client/dedup_client.h"
+#include "client/dedupctl_backup.h"
 #include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
 #include "client/dedupctl_output.h"
@@ -284,6 +285,61 @@ TEST(ParseInvocationTest, ClusterRecoverTakesNoArguments) {
   ASSERT_TRUE(recover.ok()) << recover.status();
   EXPECT_EQ(recover->command, Command::kClusterRecover);
   EXPECT_FALSE(ParseInvocation({"cluster", "recover", "2"}, {}).ok());
+}
+
+TEST(ParseInvocationTest, BackupTakesADirAndNoFlag) {
+  absl::StatusOr<Invocation> backup = ParseInvocation({"backup", "/b/1"}, {});
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  EXPECT_EQ(backup->command, Command::kBackup);
+  EXPECT_EQ(backup->dir, "/b/1");
+  EXPECT_FALSE(ParseInvocation({"backup"}, {}).ok());
+  EXPECT_FALSE(ParseInvocation({"backup", "a", "b"}, {}).ok());
+  CommandFlags flags;
+  flags.owner = "x";
+  EXPECT_FALSE(ParseInvocation({"backup", "a"}, flags).ok());
+}
+
+TEST(PrintBackupSummaryTest, OneFieldPerLine) {
+  BackupSummary s;
+  s.dir = "/b/1";
+  s.address = "127.0.0.1:50051";
+  s.mode = "cluster";
+  s.node_id = 2;
+  s.applied_index = 77;
+  s.term = 3;
+  s.files = 4;
+  s.bytes = 9000;
+  s.estimated_records = 12;
+  s.created_at_ms = 0;
+  std::ostringstream out;
+  PrintBackupSummary(out, s);
+  EXPECT_EQ(out.str(),
+            "dir: /b/1\naddress: 127.0.0.1:50051\nmode: cluster\nnode_id: 2\n"
+            "applied_index: 77\nterm: 3\nfiles: 4\nbytes: 9000\n"
+            "estimated_records: 12\n"
+            "created_at: 1970-01-01T00:00:00.000Z (0)\n");
+}
+
+TEST(PrintBackupSummaryTest, JsonUsesTheProtoMappingsNames) {
+  BackupSummary s;
+  s.dir = "/b/1";
+  s.address = "127.0.0.1:50051";
+  s.mode = "single";
+  s.node_id = 0;
+  s.applied_index = 0;
+  s.files = 4;
+  s.bytes = 9000;
+  s.estimated_records = 12;
+  s.created_at_ms = 1000;
+  const nlohmann::json j = BackupSummaryJson(s);
+  EXPECT_EQ(j["dir"], "/b/1");
+  EXPECT_EQ(j["mode"], "single");
+  EXPECT_EQ(j["files"], "4");
+  EXPECT_EQ(j["bytes"], "9000");
+  EXPECT_EQ(j["estimatedRecords"], "12");
+  EXPECT_EQ(j["nodeId"], "0");
+  EXPECT_EQ(j["createdAt"], "1970-01-01T00:00:01.000Z");
+  EXPECT_EQ(j.size(), 11u);
 }
 
 // A group with no leader: node 3 has the highest last log term although

@@ -434,3 +434,33 @@ TEST_F(AuthTest, UnsafeOrBrokenSettingsStopTheStart) {
 
 }  // namespace
 }  // namespace dedup::testing
+
+namespace dedup::testing {
+namespace {
+
+// A backup copies the whole database: operators only.
+TEST_F(AuthTest, BackupNeedsTheOperatorRole) {
+  DEDUP_START_SERVER(server, {"--tenants_file=" + tenants_file_});
+  const std::string a = server->address();
+  ASSERT_TRUE(Begin(a, kBilling, "billing:x", "k").ok());
+  v1::BackupChunk first;
+  // The first message, or the status the call ended with.
+  auto backup = [&](const Credentials& c) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, c);
+    auto reader =
+        v1::Admin::NewStub(Channel(a, c))->Backup(&ctx, v1::BackupRequest());
+    const bool read = reader->Read(&first);
+    if (read) ctx.TryCancel();
+    const grpc::Status status = reader->Finish();
+    return read ? grpc::Status::OK : status;
+  };
+  EXPECT_EQ(backup(kBilling).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(backup(kNobody).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const grpc::Status ops = backup(kOps);
+  ASSERT_TRUE(ops.ok()) << ops.error_message();
+  EXPECT_EQ(first.info().mode(), "single");
+}
+
+}  // namespace
+}  // namespace dedup::testing
