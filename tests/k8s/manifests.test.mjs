@@ -450,6 +450,7 @@ describe(`deploy/k8s (${manifestDir})`, () => {
         `--health_address=0.0.0.0:${HEALTH_PORT}`,
         '--data_dir=/var/lib/dedup/data',
         '--shutdown_grace_ms=10000',
+        '--lame_duck_ms=5000',
         '--peer_tls_cert_file=/etc/dedup/peer-tls/tls.crt',
         '--peer_tls_key_file=/etc/dedup/peer-tls/tls.key',
         '--peer_tls_ca_file=/etc/dedup/peer-tls/ca.crt',
