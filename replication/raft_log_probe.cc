@@ -16,6 +16,7 @@ extern "C" {
 
 #include "absl/strings/str_cat.h"
 #include "replication/raft_codes.h"
+#include "replication/raft_trace.h"
 
 namespace dedup {
 namespace {
@@ -131,6 +132,7 @@ absl::Status WithRaftIo(const std::string& dir, uint64_t id,
     return absl::InvalidArgumentError(
         absl::StrCat("raft log in ", dir, ": ", io.errmsg));
   }
+  raft_uv_set_tracer(&io, RaftLogTracer());
   if (io.init(&io, id, raft_address.c_str()) != 0) {
     status = absl::InvalidArgumentError(
         absl::StrCat("raft log in ", dir, ": ", io.errmsg));
