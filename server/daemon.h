@@ -51,8 +51,8 @@ class Daemon {
 
   // Reads the flags (after absl::ParseCommandLine), blocks the signals
   // Serve takes in this and every later thread, opens the store, starts the
-  // services and listeners, logs "dedupd listening on ..." and writes
-  // --ready_file.
+  // services and listeners, logs "listening on ..." (event "listening") and
+  // writes --ready_file.
   [[nodiscard]] absl::Status Start();
 
   // Waits for SIGINT or SIGTERM; each SIGHUP before reloads the tenants and

@@ -279,6 +279,27 @@ class StructuredLogsTest(unittest.TestCase):
         self.assertTrue(any(line["component"] == "raft" for line in traced))
         self.assert_events_on_stdout(nodes)
 
+    def test_refused_starts_write_json_lines(self) -> None:
+        # An address in use: gRPC says why at its default verbosity (error),
+        # then dedupd; a flag that does not exist is refused before any.
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            in_use = subprocess.run(
+                [DEDUPD, f"--address=127.0.0.1:{port}", "--metrics_address=",
+                 f"--data_dir={self.work / 'in-use'}"],
+                capture_output=True, text=True, timeout=30)
+        self.assertEqual(in_use.returncode, 4, in_use.stderr)
+        lines = json_lines(self, in_use.stderr, "address in use")
+        self.assertIn(("grpc", "error"),
+                      {(line["component"], line["level"]) for line in lines})
+        unknown = subprocess.run([DEDUPD, "--no_such_flag"],
+                                 capture_output=True, text=True, timeout=30)
+        self.assertEqual(unknown.returncode, 2, unknown.stderr)
+        self.assertIn("--no_such_flag",
+                      json_lines(self, unknown.stderr, "unknown flag")[0]["msg"])
+
     def test_text_format_is_for_people(self) -> None:
         node = self.start("text", [f"--address=127.0.0.1:{free_port()}",
                                    "--durability=none", "--log_format=text"],
