@@ -79,33 +79,34 @@ void LogAnnouncement(absl::string_view component, absl::string_view event,
 #define DEDUP_LOG_INTERNAL_CAT(a, b) DEDUP_LOG_INTERNAL_CAT2(a, b)
 #define DEDUP_LOG_INTERNAL_STR2(a) #a
 #define DEDUP_LOG_INTERNAL_STR(a) DEDUP_LOG_INTERNAL_STR2(a)
+#define DEDUP_LOG_NAMESPACE DEDUP_LOG_INTERNAL_CAT(log_, DEDUP_LOG_COMPONENT)
 
-inline namespace DEDUP_LOG_INTERNAL_CAT(log_, DEDUP_LOG_COMPONENT) {
+inline namespace DEDUP_LOG_NAMESPACE {
 
-  // The component of this file's lines (see the top of this file).
-  inline constexpr absl::string_view kLogComponent =
-      DEDUP_LOG_INTERNAL_STR(DEDUP_LOG_COMPONENT);
+// The component of this file's lines (see the top of this file).
+inline constexpr absl::string_view kLogComponent =
+    DEDUP_LOG_INTERNAL_STR(DEDUP_LOG_COMPONENT);
 
-  template <typename... Args>
-  void LogDebug(const Args&... args) {
-    if (GetLogLevel() <= LogLevel::kDebug)
-      Log(LogLevel::kDebug, kLogComponent, absl::StrCat(args...));
-  }
-  template <typename... Args>
-  void LogInfo(const Args&... args) {
-    if (GetLogLevel() <= LogLevel::kInfo)
-      Log(LogLevel::kInfo, kLogComponent, absl::StrCat(args...));
-  }
-  template <typename... Args>
-  void LogWarning(const Args&... args) {
-    Log(LogLevel::kWarning, kLogComponent, absl::StrCat(args...));
-  }
-  template <typename... Args>
-  void LogError(const Args&... args) {
-    Log(LogLevel::kError, kLogComponent, absl::StrCat(args...));
-  }
+template <typename... Args>
+void LogDebug(const Args&... args) {
+  if (GetLogLevel() <= LogLevel::kDebug)
+    Log(LogLevel::kDebug, kLogComponent, absl::StrCat(args...));
+}
+template <typename... Args>
+void LogInfo(const Args&... args) {
+  if (GetLogLevel() <= LogLevel::kInfo)
+    Log(LogLevel::kInfo, kLogComponent, absl::StrCat(args...));
+}
+template <typename... Args>
+void LogWarning(const Args&... args) {
+  Log(LogLevel::kWarning, kLogComponent, absl::StrCat(args...));
+}
+template <typename... Args>
+void LogError(const Args&... args) {
+  Log(LogLevel::kError, kLogComponent, absl::StrCat(args...));
+}
 
-}  // namespace )
+}  // namespace DEDUP_LOG_NAMESPACE
 
 }  // namespace dedup
 
