@@ -9,6 +9,7 @@
 #include "replication/raft_codes.h"
 #include "replication/raft_consensus_impl.h"
 #include "replication/raft_dir_repair.h"
+#include "replication/raft_trace.h"
 #include "storage/durable_dir.h"
 
 namespace dedup {
@@ -42,6 +43,7 @@ absl::Status RaftConsensus::Start() {
     return absl::InvalidArgumentError(
         absl::StrCat("raft log in ", options_.dir, ": ", io_.io.errmsg));
   }
+  raft_uv_set_tracer(&io_.io, RaftLogTracer());
   // Version 2: Debian's raft_uv has no async_work, which asynchronous
   // snapshots (version 3) need. Snapshot() is cheap instead (a WAL fsync).
   fsm_.version = 2;
@@ -57,6 +59,7 @@ absl::Status RaftConsensus::Start() {
         absl::StrCat("raft init: ", raft_errmsg(&raft_)));
   }
   raft_.data = this;
+  raft_.tracer = RaftLogTracer();
   raft_set_election_timeout(&raft_, options_.election_timeout_ms);
   raft_set_heartbeat_timeout(&raft_, options_.heartbeat_timeout_ms);
   raft_set_snapshot_threshold(&raft_, options_.snapshot_threshold);

@@ -17,6 +17,7 @@ extern "C" {
 #include "absl/strings/str_cat.h"
 #include "replication/raft_codes.h"
 #include "replication/raft_offline_io.h"
+#include "replication/raft_trace.h"
 
 namespace dedup {
 namespace {
@@ -132,6 +133,7 @@ absl::Status WithRaftIo(
     return absl::InvalidArgumentError(
         absl::StrCat("raft log in ", dir, ": ", io.errmsg));
   }
+  raft_uv_set_tracer(&io, RaftLogTracer());
   if (io.init(&io, id, raft_address.c_str()) != 0) {
     status = absl::InvalidArgumentError(
         absl::StrCat("raft log in ", dir, ": ", io.errmsg));

@@ -378,8 +378,10 @@ absl::Status Authorizer::Reload() {
       contents.ok() ? ParseFile(path_, *contents) : contents.status();
   if (!table.ok()) {
     reloads_failed_->Increment();
-    LogWarning("tenants file not reloaded, the previous tenants stay in use: ",
-               table.status().message());
+    Log(LogLevel::kWarning, "auth",
+        absl::StrCat("tenants file not reloaded, the previous tenants stay "
+                     "in use: ",
+                     table.status().message()));
     return table.status();
   }
   size_t count = (*table)->tenants().size();
@@ -390,7 +392,8 @@ absl::Status Authorizer::Reload() {
   }
   reloads_ok_->Increment();
   tenants_->Set(count);
-  LogInfo("tenants file ", path_, " loaded: ", count, " tenants");
+  Log(LogLevel::kInfo, "auth",
+      absl::StrCat("tenants file ", path_, " loaded: ", count, " tenants"));
   return absl::OkStatus();
 }
 

@@ -166,6 +166,7 @@ absl::Status Daemon::ReadConfig() {
   if (!config.ok()) return Fail(exit_code::kBadFlags, config.status());
   config_ = *std::move(config);
   SetLogLevel(config_.log_level);
+  SetLogFormat(config_.log_format);
   absl::StatusOr<SecurityConfig> security =
       SecurityConfigFromFlags(config_.address);
   if (!security.ok()) return Fail(exit_code::kBadFlags, security.status());
@@ -261,7 +262,9 @@ absl::Status Daemon::StartMetrics() {
   exposer_ = *std::move(started);
   metrics_address_ =
       absl::StrCat(HostOf(config_.metrics_address), ":", exposer_->port());
-  LogAnnouncement(absl::StrCat("metrics on ", metrics_address_));
+  LogAnnouncement(kLogComponent, "metrics",
+                  absl::StrCat("metrics on ", metrics_address_),
+                  {{"address", metrics_address_}});
   return absl::OkStatus();
 }
 
@@ -385,14 +388,17 @@ absl::Status Daemon::AnnounceReady() {
   ready_.version = build_.version;
   // Recorded in the dir by now (RecordDataDirFormat).
   ready_.data_format = storage::kDataFormatVersion;
-  LogAnnouncement(absl::StrCat(
-      "listening on ", ready_.address, " (data_dir=", ready_.data_dir,
-      " durability=", ready_.durability, " tls=", ready_.tls,
-      " auth=", ready_.auth,
-      cluster_.enabled ? absl::StrCat(" node=", ready_.node_id,
-                                      " raft=", ready_.raft_address)
-                       : "",
-      ")"));
+  LogAnnouncement(kLogComponent, "listening",
+                  absl::StrCat("listening on ", ready_.address,
+                               " (data_dir=", ready_.data_dir,
+                               " durability=", ready_.durability,
+                               " tls=", ready_.tls, " auth=", ready_.auth,
+                               cluster_.enabled
+                                   ? absl::StrCat(" node=", ready_.node_id,
+                                                  " raft=", ready_.raft_address)
+                                   : "",
+                               ")"),
+                  {{"address", ready_.address}});
   if (!config_.ready_file.empty()) {
     if (absl::Status s = WriteReadyFile(config_.ready_file, ready_); !s.ok()) {
       server_->Shutdown();

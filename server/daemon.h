@@ -53,8 +53,8 @@ class Daemon {
 
   // Reads the flags (after absl::ParseCommandLine), blocks the signals
   // Serve takes in this and every later thread, opens the store, starts the
-  // services and listeners, logs "dedupd listening on ..." and writes
-  // --ready_file, then tells systemd READY=1 (sd_notify.h).
+  // services and listeners, logs "listening on ..." (event "listening"),
+  // writes --ready_file, then tells systemd READY=1 (sd_notify.h).
   [[nodiscard]] absl::Status Start();
 
   // Waits for SIGINT or SIGTERM; each SIGHUP before reloads the tenants and

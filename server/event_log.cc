@@ -106,9 +106,10 @@ absl::StatusOr<std::unique_ptr<EventLog>> EventLog::Open(
   if (options.sample_rate > 1) {
     return absl::InvalidArgumentError("event log sample rate must be 0..1");
   }
-  if (options.destination == "stderr") {
+  if (options.destination == "stdout" || options.destination == "stderr") {
+    std::FILE* stream = options.destination == "stdout" ? stdout : stderr;
     return std::unique_ptr<EventLog>(
-        new EventLog(options, stderr, /*owns_sink=*/false, metrics));
+        new EventLog(options, stream, /*owns_sink=*/false, metrics));
   }
   std::FILE* file = std::fopen(options.destination.c_str(), "a");
   if (file == nullptr) {

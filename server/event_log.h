@@ -33,8 +33,11 @@
 namespace dedup {
 
 struct EventLogOptions {
-  // "stderr", "off", or a file path (appended to).
-  std::string destination = "stderr";
+  // "stdout", "stderr", "off", or a file path (appended to). stdout by
+  // default: events are data for a pipeline, apart from the process log on
+  // stderr (common/log.h), and a container runtime or journald collects
+  // stdout without configuration.
+  std::string destination = "stdout";
   // Fraction of events written, 0..1 (deterministic: exactly every 1/rate-th).
   double sample_rate = 1.0;
   bool raw_keys = false;

@@ -9,10 +9,13 @@
 #include "common/version.h"
 #include "server/daemon.h"
 #include "server/exit_status.h"
+#include "server/grpc_log.h"
 #include "server/process_exit.h"
+#include "server/server_config.h"
 #include "server/usage.h"
 
 int main(int argc, char** argv) {
+  dedup::RouteGrpcLogs();
   dedup::ConfigureUsage();
   // ParseCommandLine would exit 1 on a bad flag; we promise 2.
   if (absl::Status s = dedup::CheckFlagSyntax(argc, argv); !s.ok()) {
@@ -20,6 +23,7 @@ int main(int argc, char** argv) {
     return dedup::exit_code::kBadFlags;
   }
   absl::ParseCommandLine(argc, argv);
+  dedup::ApplyLogFormatFlag();
   // Debian's Abseil checks every mutex acquisition for lock-order cycles;
   // that costs a few percent of each request and the tests cover ordering.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -196,15 +196,17 @@ absl::Status Force(ClusterConfig& config, const RaftLogSummary& own,
                " is out of reach of the log's (at most ", own.max_term,
                "): reset to ", decision.reset_term);
   }
-  LogAnnouncement(absl::StrCat(
-      "RECOVERY: forcing the configuration of node ", raft.id,
-      " to itself as the only voter [", raft.id, " voter ", decision.address,
-      "], replacing [", DescribeMembers(own.members), "]; this node's last ",
-      "log entry: term ", own.last_term, " index ", own.last_index,
-      " (current term ", own.current_term, "), every entry in it will commit. ",
-      DescribePeers(peers),
-      ". Stop and wipe every other old member; add fresh ones with "
-      "`dedupctl cluster add`"));
+  LogAnnouncement(
+      kLogComponent, "recovery",
+      absl::StrCat(
+          "RECOVERY: forcing the configuration of node ", raft.id,
+          " to itself as the only voter [", raft.id, " voter ",
+          decision.address, "], replacing [", DescribeMembers(own.members),
+          "]; this node's last ", "log entry: term ", own.last_term, " index ",
+          own.last_index, " (current term ", own.current_term,
+          "), every entry in it will commit. ", DescribePeers(peers),
+          ". Stop and wipe every other old member; add fresh ones with "
+          "`dedupctl cluster add`"));
   if (absl::Status s = WriteMarker(raft, own.last_index + 1); !s.ok()) {
     return ExitWith(exit_code::kDataDir,
                     absl::StrCat("--recover_as_sole_voter: ", s.message()));

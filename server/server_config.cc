@@ -28,9 +28,10 @@ ABSL_FLAG(std::vector<std::string>, metrics_namespaces, {},
           "comma-separated namespaces that get their own label value in "
           "dedup_namespace_begin_total{dedup_namespace}; others count as "
           "'other' (keeps label cardinality bounded)");
-ABSL_FLAG(std::string, event_log, "stderr",
+ABSL_FLAG(std::string, event_log, "stdout",
           "where JSON event lines (duplicates, takeovers, stale fences, "
-          "conflicts) go: stderr, off, or a file path");
+          "conflicts) go: stdout, stderr (mixed with the log lines), off, or "
+          "a file path (appended to)");
 ABSL_FLAG(double, event_log_sample_rate, 1.0,
           "fraction of events logged, 0..1");
 ABSL_FLAG(std::string, event_log_key_file, "",
@@ -86,6 +87,9 @@ ABSL_FLAG(int64_t, lame_duck_ms, 250,
 ABSL_FLAG(std::string, log_level, "info",
           "lowest level of the log lines written to stderr: debug, info, "
           "warning or error");
+ABSL_FLAG(std::string, log_format, "json",
+          "format of the log lines on stderr: json (one object per line: ts, "
+          "level, component, msg) or text (for people)");
 ABSL_FLAG(uint32_t, default_ttl_s, 24 * 3600, "TTL when a request gives 0");
 ABSL_FLAG(uint32_t, min_ttl_s, 1, "smallest ttl_s accepted");
 ABSL_FLAG(uint32_t, max_ttl_s, 30 * 24 * 3600, "largest ttl_s accepted");
@@ -235,6 +239,12 @@ absl::Status TransportFromFlags(TransportLimits& transport) {
 
 }  // namespace
 
+void ApplyLogFormatFlag() {
+  absl::StatusOr<LogFormat> format =
+      ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (format.ok()) SetLogFormat(*format);
+}
+
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   ServerConfig config;
   config.address = absl::GetFlag(FLAGS_address);
@@ -277,6 +287,13 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
         absl::StrCat("--log_level: ", log_level.status().message()));
   }
   config.log_level = *log_level;
+  absl::StatusOr<LogFormat> log_format =
+      ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!log_format.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_format: ", log_format.status().message()));
+  }
+  config.log_format = *log_format;
 
   LimitsFromFlags(config.limits);
   config.policy_file = absl::GetFlag(FLAGS_policy_file);

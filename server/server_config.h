@@ -40,7 +40,14 @@ struct ServerConfig {
   TransportLimits transport;
   // --log_level: lines below it are not written (common/log.h).
   LogLevel log_level = LogLevel::kInfo;
+  // --log_format: JSON lines or text (common/log.h).
+  LogFormat log_format = LogFormat::kJson;
 };
+
+// Applies --log_format at once (after the flags are parsed), so that errors
+// in the other flags are written in it too. An unknown format is left as it
+// was, for ServerConfigFromFlags to refuse.
+void ApplyLogFormatFlag();
 
 // Reads the flags after absl::ParseCommandLine. Fails with INVALID_ARGUMENT
 // naming the flag when a value is malformed or incoherent.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/log.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/support/interceptor.h"
@@ -132,12 +132,16 @@ void RateLimitedLog(google::protobuf::LogLevel level, const char* filename,
     return;
   }
   const int64_t skipped = held_back.exchange(0);
-  std::fprintf(
-      stderr, "dedupd: protobuf %s:%d: %s%s\n", filename, line, message.c_str(),
-      skipped > 0 ? absl::StrCat(" (", skipped,
-                                 " such lines held back in the last minute)")
-                        .c_str()
-                  : "");
+  const LogLevel ours =
+      level >= google::protobuf::LOGLEVEL_ERROR     ? LogLevel::kError
+      : level == google::protobuf::LOGLEVEL_WARNING ? LogLevel::kWarning
+                                                    : LogLevel::kInfo;
+  Log(ours, "protobuf",
+      absl::StrCat(filename, ":", line, ": ", message,
+                   skipped > 0 ? absl::StrCat(" (", skipped,
+                                              " such lines held back in the "
+                                              "last minute)")
+                               : ""));
 }
 
 }  // namespace

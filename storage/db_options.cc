@@ -7,6 +7,7 @@
 #include <memory>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -44,29 +45,37 @@ std::shared_ptr<rocksdb::MemTableRepFactory> SlotMemtableFactory() {
   return *kFactory;
 }
 
-// RocksDB's warnings and errors go to stderr, beside dedupd's own lines, not
-// to a LOG file in the data dir: on a full disk the LOG file is the first
-// thing to fail, and the next line RocksDB writes to a failed file trips an
-// assertion in Debian's librocksdb (built with assertions on), aborting the
-// process. And they are the lines an operator needs to see.
+// RocksDB's warnings and errors go to dedupd's log (component "rocksdb"),
+// beside dedupd's own lines, not to a LOG file in the data dir: on a full
+// disk the LOG file is the first thing to fail, and the next line RocksDB
+// writes to a failed file trips an assertion in Debian's librocksdb (built
+// with assertions on), aborting the process. And they are the lines an
+// operator needs to see.
 class StderrLogger : public rocksdb::Logger {
  public:
   StderrLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
 
-  using rocksdb::Logger::Logv;
   void Logv(const char* format, va_list ap) override {
+    Write(LogLevel::kInfo, format, ap);
+  }
+  // RocksDB's errors are ours at error level, so that --log_level=error
+  // still shows them.
+  void Logv(const rocksdb::InfoLogLevel level, const char* format,
+            va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    Write(level >= rocksdb::InfoLogLevel::ERROR_LEVEL  ? LogLevel::kError
+          : level >= rocksdb::InfoLogLevel::WARN_LEVEL ? LogLevel::kWarning
+          : level >= rocksdb::InfoLogLevel::INFO_LEVEL ? LogLevel::kInfo
+                                                       : LogLevel::kDebug,
+          format, ap);
+  }
+
+ private:
+  static void Write(LogLevel level, const char* format, va_list ap) {
     char line[1024];
     const int n = std::vsnprintf(line, sizeof(line), format, ap);
     if (n < 0) return;
-    // RocksDB marks its levels in the text ("[ERROR] ..."); its errors are
-    // ours at error level, so that --log_level=error still shows them.
-    const absl::string_view text(line);
-    if (absl::StartsWith(text, "[ERROR]") ||
-        absl::StartsWith(text, "[FATAL]")) {
-      LogError("rocksdb: ", text);
-    } else {
-      LogWarning("rocksdb: ", text);
-    }
+    Log(level, "rocksdb", absl::StripTrailingAsciiWhitespace(line));
   }
 };
 

@@ -27,7 +27,8 @@ TEST_F(ClusterTest, FollowersNameTheLeader) {
   // A group's first start is not an error: RocksDB used to log "[ERROR]
   // Error when reading .../state dir NotFound" on every new node.
   for (int id = 1; id <= 3; ++id) {
-    EXPECT_EQ(cluster_.process(id)->captured_stderr().find("[ERROR]"),
+    EXPECT_EQ(cluster_.process(id)->captured_stderr().find(
+                  "\"level\":\"error\",\"component\":\"rocksdb\""),
               std::string::npos)
         << "node " << id << ": " << cluster_.process(id)->captured_stderr();
   }
