@@ -28,29 +28,6 @@ uint64_t Le64(const unsigned char* p) {
   return value;
 }
 
-// Frees what raft_io's load handed over (entries share batch allocations).
-void FreeLoaded(struct raft_snapshot* snapshot, struct raft_entry* entries,
-                size_t n) {
-  std::set<void*> batches;
-  for (size_t i = 0; i < n; ++i) {
-    if (entries[i].batch != nullptr) {
-      batches.insert(entries[i].batch);
-    } else {
-      raft_free(entries[i].buf.base);
-    }
-  }
-  for (void* batch : batches) raft_free(batch);
-  if (entries != nullptr) raft_free(entries);
-  if (snapshot != nullptr) {
-    for (unsigned i = 0; i < snapshot->n_bufs; ++i) {
-      raft_free(snapshot->bufs[i].base);
-    }
-    raft_free(snapshot->bufs);
-    raft_configuration_close(&snapshot->configuration);
-    raft_free(snapshot);
-  }
-}
-
 std::vector<Member> MembersOf(const struct raft_configuration& conf) {
   std::vector<Member> members;
   for (unsigned i = 0; i < conf.n; ++i) {
@@ -111,6 +88,28 @@ bool Pristine(const std::string& dir) {
 }
 
 }  // namespace
+
+void FreeLoaded(struct raft_snapshot* snapshot, struct raft_entry* entries,
+                size_t n) {
+  std::set<void*> batches;
+  for (size_t i = 0; i < n; ++i) {
+    if (entries[i].batch != nullptr) {
+      batches.insert(entries[i].batch);
+    } else {
+      raft_free(entries[i].buf.base);
+    }
+  }
+  for (void* batch : batches) raft_free(batch);
+  if (entries != nullptr) raft_free(entries);
+  if (snapshot != nullptr) {
+    for (unsigned i = 0; i < snapshot->n_bufs; ++i) {
+      raft_free(snapshot->bufs[i].base);
+    }
+    raft_free(snapshot->bufs);
+    raft_configuration_close(&snapshot->configuration);
+    raft_free(snapshot);
+  }
+}
 
 absl::Status WithRaftIo(
     const std::string& dir, uint64_t id, const std::string& raft_address,

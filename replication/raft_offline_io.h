@@ -11,6 +11,7 @@ extern "C" {
 #include <raft.h>
 }
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -25,6 +26,11 @@ namespace dedup {
 [[nodiscard]] absl::Status WithRaftIo(
     const std::string& dir, uint64_t id, const std::string& raft_address,
     const std::function<void(struct raft_io&, uv_loop_t&)>& action);
+
+// Frees what raft_io's load handed over: the snapshot (or null) and `n`
+// entries (or null), whose buffers may share batch allocations.
+void FreeLoaded(struct raft_snapshot* snapshot, struct raft_entry* entries,
+                size_t n);
 
 }  // namespace dedup
 

@@ -1,7 +1,6 @@
 #include "replication/raft_seed.h"
 
 #include <cstring>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "replication/raft_offline_io.h"
@@ -36,24 +35,7 @@ absl::Status CheckPristine(struct raft_io& io, const std::string& dir) {
         absl::StrCat("raft log in ", dir, ": ", io.errmsg));
   }
   const bool pristine = term == 0 && snapshot == nullptr && n == 0;
-  if (snapshot != nullptr) {
-    raft_configuration_close(&snapshot->configuration);
-    for (unsigned i = 0; i < snapshot->n_bufs; ++i) {
-      raft_free(snapshot->bufs[i].base);
-    }
-    raft_free(snapshot->bufs);
-    raft_free(snapshot);
-  }
-  std::set<void*> batches;  // entries of one batch share it
-  for (size_t i = 0; i < n; ++i) {
-    if (entries[i].batch != nullptr) {
-      batches.insert(entries[i].batch);
-    } else {
-      raft_free(entries[i].buf.base);
-    }
-  }
-  for (void* batch : batches) raft_free(batch);
-  if (entries != nullptr) raft_free(entries);
+  FreeLoaded(snapshot, entries, n);
   if (!pristine) {
     return absl::FailedPreconditionError(
         absl::StrCat("raft log in ", dir, " is not empty"));
