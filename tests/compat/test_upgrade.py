@@ -32,6 +32,7 @@ from dedup.v1 import dedup_pb2_grpc as pb_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from history import ready as ready_file  # noqa: E402
+from write_records import find_leader as leader  # noqa: E402
 
 # Exit code of a data dir format this binary cannot read (common/exit_codes.h).
 EXIT_DATA_FORMAT = 8
@@ -99,19 +100,6 @@ class Server:
             return self.process.wait()
 
 
-def leader(targets: list[str], timeout_s: float = 30) -> pb_grpc.DedupStub:
-    """The member that answers a Get: a leader, in a group."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for target in targets:
-            stub = pb_grpc.DedupStub(grpc.insecure_channel(target))
-            try:
-                stub.Get(pb.GetRequest(namespace="probe", key="probe"), timeout=2)
-                return stub
-            except grpc.RpcError:
-                pass
-        time.sleep(0.2)
-    raise TimeoutError(f"no leader among {targets}")
 
 
 class RecordChecks:

@@ -42,9 +42,9 @@ LONG_TTL_S = 3_000_000_000
 LONGEST_LEASE_MS = 4_294_967_295
 
 
-def find_leader(targets: list[str]) -> pb_grpc.DedupStub:
+def find_leader(targets: list[str], timeout_s: float = 30) -> pb_grpc.DedupStub:
     """The stub of the member that answers a Get (only a leader does)."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for target in targets:
             stub = pb_grpc.DedupStub(grpc.insecure_channel(target))
@@ -54,7 +54,7 @@ def find_leader(targets: list[str]) -> pb_grpc.DedupStub:
             except grpc.RpcError:
                 continue
         time.sleep(0.2)
-    raise SystemExit(f"no member of {targets} answers")
+    raise TimeoutError(f"no member of {targets} answers")
 
 
 def compact(target: str) -> None:
