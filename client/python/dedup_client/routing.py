@@ -25,6 +25,12 @@ waits for that thread's pending watch forever. So an atexit hook closes
 every Router still open, while the watchers still run (a weak set: it keeps
 no Client alive).
 
+Closing unsubscribes first and waits for the watcher to end (its next wake,
+within grpcio's 0.2 s poll) before it closes the channel: a watcher that
+polls a closed channel dies with a ValueError traceback on stderr, and one
+still running when the interpreter finalizes can be frozen holding the
+channel's lock, which the channel's finalizer then waits for forever.
+
 Thread-safe: shared by every thread of a Client and its CoalescingClient.
 """
 
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 from typing import Any, Callable, Optional
 
@@ -68,23 +75,55 @@ def _keep_connecting(_: grpc.ChannelConnectivity) -> None:
     what counts (see the module docstring), not the states reported."""
 
 
+# How long close() waits for grpcio's watcher threads to end; they wake every
+# 0.2 s, so this is only reached on a machine stalled for seconds.
+_WATCHERS_END_TIMEOUT_S = 2.0
+
+
+def _watcher_ended(channel: Any) -> bool:
+    """Whether grpcio's watcher and delivery threads of an unsubscribed
+    `channel` have left its lock for good. Read under that lock: once the
+    watcher has set `polling` False it never takes the lock again. True for
+    a grpcio without these internals (nothing to wait for then)."""
+    state = getattr(channel, "_connectivity_state", None)
+    if state is None and hasattr(channel, "_interceptor"):
+        state = getattr(getattr(channel, "_channel", None), "_connectivity_state", None)
+    lock = getattr(state, "lock", None)
+    if lock is None:
+        return True
+    with lock:
+        return not getattr(state, "polling", False) and not getattr(state, "delivering", False)
+
+
+def _unsubscribe_and_close(channels: list[Any]) -> None:
+    """Unsubscribes every channel, waits for their watchers to end together
+    (see the module docstring), then closes them."""
+    for channel in channels:
+        channel.unsubscribe(_keep_connecting)
+    deadline = time.monotonic() + _WATCHERS_END_TIMEOUT_S
+    pending = channels
+    while True:
+        pending = [c for c in pending if not _watcher_ended(c)]
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    for channel in channels:
+        channel.close()
+
+
 # Routers with watched channels, closed at exit (see the module docstring).
 _open_routers: "weakref.WeakSet[Router]" = weakref.WeakSet()
 _open_routers_lock = threading.Lock()
 
 
 def _close_open_routers() -> None:
-    """atexit: closes every Router not closed yet. All are unsubscribed
-    first, so their watches end together (each within grpcio's 0.2 s poll)
-    rather than one after another."""
+    """atexit: closes every Router not closed yet, all together, so their
+    watches end within one of grpcio's 0.2 s polls rather than one after
+    another."""
     with _open_routers_lock:
         routers = list(_open_routers)
         _open_routers.clear()
-    channels = [c for router in routers for c in router._close_owned()]
-    for channel in channels:
-        channel.unsubscribe(_keep_connecting)
-    for channel in channels:
-        channel.close()
+    _unsubscribe_and_close([c for router in routers for c in router._close_owned()])
 
 
 atexit.register(_close_open_routers)
@@ -201,13 +240,12 @@ class Router:
             self._cursor += 1
 
     def close(self) -> None:
-        """Closes the channels this Router opened; later stub() calls for a
+        """Closes the channels this Router opened, once their watcher
+        threads have ended (usually within 0.2 s); later stub() calls for a
         new address raise, and calls on the closed channels fail."""
         with _open_routers_lock:
             _open_routers.discard(self)
-        for channel in self._close_owned():
-            channel.unsubscribe(_keep_connecting)
-            channel.close()
+        _unsubscribe_and_close(self._close_owned())
 
     def _close_owned(self) -> list[Any]:
         """Marks the router closed; returns the channels it opened."""
