@@ -1,0 +1,103 @@
+// The Store of a node hosting replicas of several Raft groups (sharding):
+// routes every operation by its key's slot (storage_key.h SlotOf) to the
+// group owning it in the layout.
+//
+// - A group this node hosts: the operation goes to that group's Store (a
+//   ReplicatedStore), which answers as it would alone (the leader decides,
+//   a follower refuses UNAVAILABLE with kLeaderAddressPayload).
+// - A group this node does not host: answered at once with
+//   Options::not_hosted(group), an UNAVAILABLE that carries
+//   kLeaderAddressPayload (the group's last known leader, or a replica)
+//   when one is known, so the server forwards it or the client goes there.
+// - BeginMany / CompleteMany are split by group: each hosted group gets its
+//   items in one call (one log entry where they fit), each item is answered
+//   through its own callback; there is no atomicity across groups.
+//
+// CheckServing / CheckServingReads cannot name a key: they answer OK while
+// the router is open (UNAVAILABLE once closed), and each operation learns
+// its group's state from its callback. Close closes nothing it does not own:
+// the hosted stores belong to the caller. Stats and the stored bytes are
+// summed over the hosted stores; CountStoredRecords too.
+//
+// Thread safety: every method may be called from any thread, as the hosted
+// stores allow. Callbacks run where the hosted store runs them, or (for a
+// group not hosted here, or a closed router) on the calling thread.
+#ifndef DEDUP_REPLICATION_GROUP_ROUTER_H_
+#define DEDUP_REPLICATION_GROUP_ROUTER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "replication/shard_layout.h"
+#include "storage/store.h"
+
+namespace dedup {
+
+class GroupRouter final : public Store {
+ public:
+  struct Options {
+    // Must pass ValidateLayout.
+    ShardLayout layout;
+    // The stores of the groups this node hosts, by group id. Not owned:
+    // they must outlive the router.
+    std::map<uint32_t, Store*> hosted;
+    // The refusal of an operation on a group not hosted here: UNAVAILABLE,
+    // with kLeaderAddressPayload when an address of the group is known.
+    // Called on any thread; must be thread-safe and quick.
+    std::function<absl::Status(uint32_t group_id)> not_hosted;
+  };
+
+  // INVALID_ARGUMENT: an invalid layout, a hosted id not in it, or no
+  // not_hosted.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<GroupRouter>> Create(
+      Options options);
+
+  // The group id owning (ns, key).
+  [[nodiscard]] uint32_t GroupOf(absl::string_view ns,
+                                 absl::string_view key) const;
+
+  void Begin(std::string ns, std::string key, BeginParams params,
+             int64_t wait_ms, StoreCallback<BeginResult> done) override;
+  void Complete(std::string ns, std::string key, CompleteParams params,
+                StoreCallback<FencedDecision> done) override;
+  void Release(std::string ns, std::string key, uint64_t fence,
+               StoreCallback<FencedDecision> done) override;
+  void Renew(std::string ns, std::string key, uint64_t fence, int64_t lease_ms,
+             StoreCallback<FencedDecision> done) override;
+  void Checkpoint(std::string ns, std::string key, CheckpointParams params,
+                  StoreCallback<FencedDecision> done) override;
+  void BeginMany(std::vector<BeginCall> calls) override;
+  void CompleteMany(std::vector<CompleteCall> calls) override;
+  void Get(std::string ns, std::string key,
+           StoreCallback<std::optional<Record>> done) override;
+  void Forget(std::string ns, std::string key,
+              StoreCallback<bool> done) override;
+  [[nodiscard]] absl::Status CheckServing() const override;
+  void DrainWaiters() override;
+  // Marks the router closed (later operations: UNAVAILABLE); the hosted
+  // stores stay open (the caller closes them).
+  absl::Status Close() override;
+  [[nodiscard]] absl::Status CompactAll() override;
+  [[nodiscard]] StoreStats Stats() override;
+  [[nodiscard]] StoredBytes StoredBytesByNamespace() const override;
+  [[nodiscard]] absl::StatusOr<uint64_t> CountStoredRecords() override;
+
+ private:
+  explicit GroupRouter(Options options);
+  // The hosted store of `group_id`, or null (then `refusal` says why).
+  Store* Route(absl::string_view ns, absl::string_view key,
+               absl::Status& refusal) const;
+
+  const Options options_;
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace dedup
+
+#endif  // DEDUP_REPLICATION_GROUP_ROUTER_H_
