@@ -84,8 +84,11 @@ absl::Status CheckFits(const BackupManifest& m, const ClusterConfig& cluster) {
         "the backup is of a group: restore it as the first node of a new "
         "group (--node_id, --peers listing only this node)");
   }
-  const std::vector<Member>& founders = cluster.store.raft.bootstrap;
-  if (founders.size() != 1 || founders[0].id != cluster.store.node_id) {
+  if (cluster.group_count > 1) {
+    return Refuse("a restore is not yet supported with --groups > 1");
+  }
+  const std::vector<Member>& founders = cluster.groups.front().raft.bootstrap;
+  if (founders.size() != 1 || founders[0].id != cluster.node_id) {
     return Refuse(
         "a restored group starts with this node alone: --peers must list "
         "only this node (not --join); add the other nodes afterwards with "
@@ -120,11 +123,11 @@ absl::Status CopyFiles(const std::string& backup_dir, const std::string& target,
 
 // A new group's log: a snapshot at the backup's index, taken by this node.
 absl::Status SeedLog(const BackupManifest& m, const ClusterConfig& cluster) {
-  const RaftOptions& raft = cluster.store.raft;
+  const RaftOptions& raft = cluster.groups.front().raft;
   if (absl::Status s = CreateDirectoriesDurably(raft.dir); !s.ok()) return s;
   SnapshotDescriptor descriptor;
   descriptor.index = m.applied_index;
-  descriptor.taker = cluster.store.node_id;
+  descriptor.taker = cluster.node_id;
   return SeedRaftLog(raft.dir, raft.id, raft.raft_address, m.applied_index,
                      EncodeSnapshotDescriptor(descriptor));
 }
@@ -162,7 +165,7 @@ absl::Status RestoreFromBackup(const std::string& backup_dir,
   if (!manifest.ok()) return Refuse(manifest.status().message());
   if (absl::Status s = CheckFits(*manifest, cluster); !s.ok()) return s;
   const std::string target =
-      cluster.enabled ? cluster.store.state.path : data_dir;
+      cluster.enabled ? cluster.groups.front().state.path : data_dir;
   const std::string marker = absl::StrCat(data_dir, "/", kRestoreMarker);
   absl::Status copied = CreateDirectoriesDurably(data_dir);
   if (copied.ok()) copied = CreateFileDurably(marker, backup_dir + "\n", 0644);

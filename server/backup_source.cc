@@ -87,6 +87,9 @@ absl::StatusOr<OutgoingCheckpoint> ClusterBackup(const BackupSource& source,
 
 absl::StatusOr<OutgoingCheckpoint> MakeBackup(const BackupSource& source,
                                               v1::BackupInfo* info) {
+  if (!source.refusal.empty()) {
+    return absl::FailedPreconditionError(source.refusal);
+  }
   if (source.replicated != nullptr) return ClusterBackup(source, info);
   return SingleNodeBackup(source, info);
 }

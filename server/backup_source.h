@@ -18,6 +18,9 @@ namespace dedup {
 struct BackupSource {
   Store* store = nullptr;                 // always
   ReplicatedStore* replicated = nullptr;  // cluster mode; else null
+  // When not empty, every backup is refused FAILED_PRECONDITION with this
+  // message (a node whose data no backup covers whole).
+  std::string refusal;
   // Single node: where the checkpoint is made (inside the data dir, so
   // that its files are hard links); replaced by each backup.
   std::string scratch_dir;

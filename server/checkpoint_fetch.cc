@@ -198,18 +198,17 @@ absl::Status ReadChunks(grpc::ClientReader<v1::CheckpointChunk>& reader,
 
 }  // namespace
 
-absl::StatusOr<uint64_t> FetchCheckpoint(const ChannelFactory& open,
-                                         const std::string& address,
-                                         uint64_t min_applied_index,
-                                         const std::string& dir,
-                                         const FetchLimits& limits,
-                                         const std::atomic<bool>* cancelled) {
+absl::StatusOr<uint64_t> FetchCheckpoint(
+    const ChannelFactory& open, const std::string& address, uint32_t group_id,
+    uint64_t min_applied_index, const std::string& dir,
+    const FetchLimits& limits, const std::atomic<bool>* cancelled) {
   if (::mkdir(dir.c_str(), 0755) != 0) return Errno("cannot create", dir);
   auto stub = v1::Cluster::NewStub(open(address));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + limits.total));
   v1::FetchCheckpointRequest request;
   request.set_min_applied_index(min_applied_index);
+  request.set_group_id(group_id);
   FetchWatchdog watchdog(&context, limits, cancelled);
   std::unique_ptr<grpc::ClientReader<v1::CheckpointChunk>> reader =
       stub->FetchCheckpoint(&context, request);

@@ -23,15 +23,15 @@ struct FetchLimits {
   absl::Duration total = absl::Hours(6);
 };
 
-// Fetches a checkpoint covering at least `min_applied_index` from the node
-// serving clients at `address`, over a channel from `open` (TLS and the
-// node's token, see --peer_token_file), into `dir` (created; it must not
-// exist), and makes every file and the directory durable. Returns the
-// checkpoint's applied index. Blocks the calling thread for the transfer,
-// within `limits`; CANCELLED soon after `*cancelled` (if not null) becomes
-// true. On error `dir` may hold part of a copy: remove it.
+// Fetches a checkpoint of group `group_id`'s state covering at least
+// `min_applied_index` from the node serving clients at `address`, over a
+// channel from `open` (TLS and the node's token, see --peer_token_file), into
+// `dir` (created; it must not exist), and makes every file and the directory
+// durable. Returns the checkpoint's applied index. Blocks the calling thread
+// for the transfer, within `limits`; CANCELLED soon after `*cancelled` (if not
+// null) becomes true. On error `dir` may hold part of a copy: remove it.
 [[nodiscard]] absl::StatusOr<uint64_t> FetchCheckpoint(
-    const ChannelFactory& open, const std::string& address,
+    const ChannelFactory& open, const std::string& address, uint32_t group_id,
     uint64_t min_applied_index, const std::string& dir,
     const FetchLimits& limits, const std::atomic<bool>* cancelled);
 

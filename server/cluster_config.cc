@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/flags/flag.h"
@@ -14,6 +15,7 @@
 #include "replication/raft_consensus.h"
 #include "server/checkpoint_fetch.h"
 #include "server/peer_plane_config.h"
+#include "storage/storage_key.h"
 
 // The Raft flags default to RaftOptions' own defaults (explained there), so
 // the two cannot drift apart. A temporary, not a static object: a flag's
@@ -59,6 +61,14 @@ ABSL_FLAG(uint32_t, raft_log_budget_mb,
           "cluster mode: MiB of entries the Raft log may hold (in memory as "
           "well as on disk); large entries lower --snapshot_threshold and "
           "--snapshot_trailing to fit, down to 16 entries each");
+ABSL_FLAG(uint32_t, groups, 1,
+          "cluster mode: Raft groups the 16384 slots are split between (each "
+          "a contiguous range with --replication_factor replicas placed over "
+          "the --peers founders); 1 (the default): one group of every "
+          "founder. Every node must be started with the same value");
+ABSL_FLAG(uint32_t, replication_factor, 0,
+          "cluster mode with --groups > 1: replicas of each group, 1, 3 or 5 "
+          "(at most the founders in --peers); default min(3, founders)");
 ABSL_FLAG(uint32_t, checkpoint_fetch_stall_s, 10,
           "cluster mode: a node fetching another's state for a snapshot "
           "gives that source up after this many seconds without data, and "
@@ -137,27 +147,37 @@ absl::StatusOr<ChannelFactory> PeerChannels(const SecurityConfig& security) {
 
 namespace {
 
-// --peers, --raft_address and --join: who founds the group and where this
-// node listens for its peers.
-absl::Status MembershipFromFlags(uint64_t id, ClusterStoreOptions& store) {
+// --peers, in order, with no id twice.
+absl::StatusOr<std::vector<ClusterNode>> PeersFromFlags() {
+  std::vector<ClusterNode> peers;
   for (const std::string& peer : absl::GetFlag(FLAGS_peers)) {
     absl::StatusOr<ClusterNode> node = ParsePeer(peer);
     if (!node.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--peers: ", node.status().message()));
     }
-    for (const ClusterNode& seen : store.nodes) {
+    for (const ClusterNode& seen : peers) {
       if (seen.id == node->id) {
         return absl::InvalidArgumentError(
             absl::StrCat("--peers: node id ", node->id, " appears twice"));
       }
     }
-    store.nodes.push_back(*std::move(node));
+    peers.push_back(*std::move(node));
   }
-  const ClusterNode* self = nullptr;
-  for (const ClusterNode& node : store.nodes) {
-    if (node.id == id) self = &node;
+  return peers;
+}
+
+const ClusterNode* FindNode(const std::vector<ClusterNode>& nodes,
+                            uint64_t id) {
+  for (const ClusterNode& node : nodes) {
+    if (node.id == id) return &node;
   }
+  return nullptr;
+}
+
+// --raft_address, else this node's --peers entry.
+absl::StatusOr<std::string> RaftAddressFromFlags(
+    uint64_t id, const std::vector<ClusterNode>& peers) {
   std::string raft_address = absl::GetFlag(FLAGS_raft_address);
   if (!raft_address.empty()) {
     absl::StatusOr<std::string> resolved = ResolveIpv4(raft_address);
@@ -165,28 +185,62 @@ absl::Status MembershipFromFlags(uint64_t id, ClusterStoreOptions& store) {
       return absl::InvalidArgumentError(
           absl::StrCat("--raft_address: ", resolved.status().message()));
     }
-    raft_address = *resolved;
-  } else if (self != nullptr) {
-    raft_address = self->raft_address;
-  } else {
+    return *resolved;
+  }
+  if (const ClusterNode* self = FindNode(peers, id)) return self->raft_address;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--raft_address: must be set when --peers has no entry for node ", id));
+}
+
+// --groups and --replication_factor: the groups' placement over the
+// founders (--peers). One group keeps every founder as a voter, as before
+// groups existed (a joining node has none).
+absl::Status LayoutFromFlags(uint64_t id, ClusterConfig& config) {
+  const uint32_t groups = absl::GetFlag(FLAGS_groups);
+  if (groups == 0 || groups > kSlotCount) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--groups: must be in [1, ", kSlotCount, "]"));
+  }
+  const bool join = absl::GetFlag(FLAGS_join);
+  if (!join && FindNode(config.peers, id) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--peers: must list this node (id ", id,
+                     ") to found a group; use --join to be added to one"));
+  }
+  std::vector<uint64_t> founders;
+  for (const ClusterNode& node : config.peers) founders.push_back(node.id);
+  const uint32_t rf = absl::GetFlag(FLAGS_replication_factor);
+  if (rf != 0 && rf != 1 && rf != 3 && rf != 5) {
+    return absl::InvalidArgumentError(
+        "--replication_factor: must be 1, 3 or 5");
+  }
+  if (rf > founders.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replication_factor: ", rf, " is more than the ",
+                     founders.size(), " founders in --peers"));
+  }
+  config.group_count = groups;
+  if (groups == 1) {
+    GroupPlacement all{0, 0, kSlotCount,
+                       join ? std::vector<uint64_t>{} : founders};
+    config.layout.epoch = 1;
+    config.layout.groups = {all};
+    return absl::OkStatus();
+  }
+  if (join) {
+    return absl::InvalidArgumentError(
+        "--join: not yet supported with --groups > 1");
+  }
+  const uint32_t factor =
+      rf != 0 ? rf
+              : std::min<uint32_t>(3, static_cast<uint32_t>(founders.size()));
+  absl::StatusOr<ShardLayout> layout =
+      FoundingLayout(std::move(founders), groups, factor);
+  if (!layout.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--raft_address: must be set when --peers has no entry for node ", id));
+        "--groups/--replication_factor: ", layout.status().message()));
   }
-  if (!absl::GetFlag(FLAGS_join)) {
-    if (self == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--peers: must list this node (id ", id,
-                       ") to found a group; use --join to be added to one"));
-    }
-    for (const ClusterNode& node : store.nodes) {
-      Member member;
-      member.id = node.id;
-      member.raft_address = node.raft_address;
-      store.raft.bootstrap.push_back(member);
-    }
-  }
-  store.raft.id = id;
-  store.raft.raft_address = raft_address;
+  config.layout = *std::move(layout);
   return absl::OkStatus();
 }
 
@@ -214,11 +268,11 @@ absl::Status RaftTuningFromFlags(RaftOptions& raft) {
 }
 
 // The replicated state's options, taken from the single-node ones where
-// both modes share a flag.
-void StateFromSingle(const StoreOptions& single, ClusterStoreOptions& store) {
-  const std::filesystem::path data(single.path);
-  store.state.path = (data / "state").string();
-  store.state.memory_budget_bytes = single.memory_budget_bytes;
+// both modes share a flag; the memory budget is split between `hosted`
+// groups.
+void StateFromSingle(const StoreOptions& single, size_t hosted,
+                     ClusterStoreOptions& store) {
+  store.state.memory_budget_bytes = single.memory_budget_bytes / hosted;
   // By default room to flush every memtable plus libraft's segments (8 MiB
   // each, up to three open) and headroom for RocksDB's own files.
   store.min_free_disk_bytes =
@@ -230,7 +284,73 @@ void StateFromSingle(const StoreOptions& single, ClusterStoreOptions& store) {
   store.clock = single.clock;
 }
 
+// How a node installing a snapshot of `group_id` copies the state.
+absl::StatusOr<FetchCheckpointFn> CheckpointFetcher(ChannelFactory open,
+                                                    uint32_t group_id) {
+  const uint32_t stall_s = absl::GetFlag(FLAGS_checkpoint_fetch_stall_s);
+  if (stall_s == 0) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_fetch_stall_s: must be > 0");
+  }
+  FetchLimits limits;
+  limits.stall = absl::Seconds(stall_s);
+  return [open = std::move(open), limits, group_id](
+             const std::string& address, uint64_t min_applied_index,
+             const std::string& dir, const std::atomic<bool>* cancelled) {
+    return FetchCheckpoint(open, address, group_id, min_applied_index, dir,
+                           limits, cancelled);
+  };
+}
+
+// Group `group`'s store on this node: `tuning`'s Raft settings, its own
+// directories, its replicas as founders and their client addresses.
+absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
+                                                 const GroupPlacement& group,
+                                                 const RaftOptions& tuning,
+                                                 const StoreOptions& single) {
+  ClusterStoreOptions store;
+  store.raft = tuning;
+  store.raft.id = config.node_id;
+  store.raft.raft_address = config.raft_address;
+  store.raft.peer_plane = config.peer_plane;
+  store.raft.group_id = group.id;
+  const std::filesystem::path dir(GroupDir(single.path, group.id));
+  store.raft.dir = (dir / "raft").string();
+  store.state.path = (dir / "state").string();
+  for (uint64_t replica : group.replicas) {
+    const ClusterNode* node = FindNode(config.peers, replica);
+    store.raft.bootstrap.push_back({replica, node->raft_address});
+  }
+  // One group: every --peers entry, as before groups (a joining node may
+  // list members that are not founders).
+  store.nodes =
+      config.group_count == 1 ? config.peers : std::vector<ClusterNode>{};
+  for (uint64_t replica : group.replicas) {
+    if (config.group_count > 1) {
+      store.nodes.push_back(*FindNode(config.peers, replica));
+    }
+  }
+  store.node_id = config.node_id;
+  store.log_dir = store.raft.dir;
+  store.consensus = [raft = store.raft](StateMachine* machine) {
+    return StartRaft(raft, machine);
+  };
+  const size_t hosted = config.layout.HostedBy(config.node_id).size();
+  StateFromSingle(single, std::max<size_t>(hosted, 1), store);
+  absl::StatusOr<FetchCheckpointFn> fetch =
+      CheckpointFetcher(config.open_peer, group.id);
+  if (!fetch.ok()) return fetch.status();
+  store.fetch_checkpoint = *std::move(fetch);
+  return store;
+}
+
 }  // namespace
+
+std::string GroupDir(const std::string& data_dir, uint32_t group_id) {
+  const std::filesystem::path data(data_dir);
+  if (group_id == 0) return data.string();
+  return (data / "groups" / std::to_string(group_id)).string();
+}
 
 absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
     const StoreOptions& single, const SecurityConfig& security,
@@ -245,37 +365,34 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
     return config;
   }
   config.enabled = true;
-  ClusterStoreOptions& store = config.store;
-  if (absl::Status s = MembershipFromFlags(id, store); !s.ok()) return s;
-  store.raft.dir = (std::filesystem::path(single.path) / "raft").string();
-  if (absl::Status s = RaftTuningFromFlags(store.raft); !s.ok()) return s;
+  config.node_id = id;
+  absl::StatusOr<std::vector<ClusterNode>> peers = PeersFromFlags();
+  if (!peers.ok()) return peers.status();
+  config.peers = *std::move(peers);
+  absl::StatusOr<std::string> raft_address =
+      RaftAddressFromFlags(id, config.peers);
+  if (!raft_address.ok()) return raft_address.status();
+  config.raft_address = *std::move(raft_address);
+  if (absl::Status s = LayoutFromFlags(id, config); !s.ok()) return s;
+  RaftOptions tuning;
+  if (absl::Status s = RaftTuningFromFlags(tuning); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<PeerPlane>> plane = PeerPlaneFromFlags(
-      security, store.raft.raft_address, store.raft.log_budget_bytes, auth);
+      security, config.raft_address, tuning.log_budget_bytes, auth);
   if (!plane.ok()) return plane.status();
-  store.raft.peer_plane = *std::move(plane);
-  store.node_id = id;
-  store.log_dir = store.raft.dir;
-  store.consensus = [raft = store.raft](StateMachine* machine) {
-    return StartRaft(raft, machine);
-  };
-  StateFromSingle(single, store);
+  config.peer_plane = *std::move(plane);
   absl::StatusOr<ChannelFactory> open_peer = PeerChannels(security);
   if (!open_peer.ok()) return open_peer.status();
-  config.open_peer = *open_peer;
-  const uint32_t stall_s = absl::GetFlag(FLAGS_checkpoint_fetch_stall_s);
-  if (stall_s == 0) {
-    return absl::InvalidArgumentError(
-        "--checkpoint_fetch_stall_s: must be > 0");
+  config.open_peer = *std::move(open_peer);
+  // One group always runs here (a joining node is added to it later).
+  const std::vector<uint32_t> hosted = config.group_count == 1
+                                           ? std::vector<uint32_t>{0}
+                                           : config.layout.HostedBy(id);
+  for (uint32_t g : hosted) {
+    absl::StatusOr<ClusterStoreOptions> group =
+        GroupOptions(config, *config.layout.Find(g), tuning, single);
+    if (!group.ok()) return group.status();
+    config.groups.push_back(*std::move(group));
   }
-  FetchLimits limits;
-  limits.stall = absl::Seconds(stall_s);
-  store.fetch_checkpoint =
-      [open = *std::move(open_peer), limits](
-          const std::string& address, uint64_t min_applied_index,
-          const std::string& dir, const std::atomic<bool>* cancelled) {
-        return FetchCheckpoint(open, address, min_applied_index, dir, limits,
-                               cancelled);
-      };
   return config;
 }
 

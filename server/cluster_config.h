@@ -10,6 +10,7 @@
 #include "common/channel_security.h"
 #include "replication/raft_consensus.h"
 #include "replication/replicated_store.h"
+#include "replication/shard_layout.h"
 #include "server/auth.h"
 #include "server/security_config.h"
 #include "storage/store.h"
@@ -25,10 +26,33 @@ struct ClusterStoreOptions : ReplicatedStoreOptions {
 
 struct ClusterConfig {
   bool enabled = false;  // --node_id > 0
-  ClusterStoreOptions store;
+  uint64_t node_id = 0;
+  // --groups: how many Raft groups the cluster runs (1: one group of every
+  // founder, exactly as before groups existed).
+  uint32_t group_count = 1;
+  // With group_count > 1: FoundingLayout of the founders (--peers), the
+  // groups and --replication_factor. With 1: one group owning every slot
+  // with the founders as replicas (none when joining).
+  ShardLayout layout;
+  // --peers as given (resolved), in order.
+  std::vector<ClusterNode> peers;
+  // The groups this node hosts, ascending by group id (raft.group_id), each
+  // with its own directories and consensus, all on `peer_plane`. With
+  // group_count 1: exactly one, group 0, in DATA/raft and DATA/state.
+  std::vector<ClusterStoreOptions> groups;
+  // The node's one Raft plane, shared by every hosted group.
+  std::shared_ptr<PeerPlane> peer_plane;
+  // host:port this node serves Raft on.
+  std::string raft_address;
   // Opens channels to other nodes' client ports, secured as configured.
   ChannelFactory open_peer;
 };
+
+// The directory holding group `group_id`'s raft/ and state/ inside the data
+// dir: the data dir itself for group 0 (as before groups existed),
+// DATA/groups/<id> for the others.
+[[nodiscard]] std::string GroupDir(const std::string& data_dir,
+                                   uint32_t group_id);
 
 // Reads the cluster flags after absl::ParseCommandLine; `single` supplies
 // the data directory and RocksDB tuning, `security` how this node's own
@@ -38,7 +62,9 @@ struct ClusterConfig {
 // (store.raft.peer_plane, peer_plane_config.h) checks other nodes with
 // `auth` (not owned; stop the plane before it goes). Resolves host names in
 // raft addresses to IPv4 literals (libraft 0.15 takes nothing else).
-// Fails with INVALID_ARGUMENT naming the flag.
+// --groups > 1 places the groups by FoundingLayout and splits the memory
+// budget evenly between the hosted ones. Fails with INVALID_ARGUMENT naming
+// the flag.
 [[nodiscard]] absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
     const StoreOptions& single, const SecurityConfig& security,
     const Authorizer* auth);

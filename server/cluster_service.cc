@@ -1,5 +1,6 @@
 #include "server/cluster_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -8,6 +9,7 @@
 #include "server/operator_call.h"
 #include "server/proto_convert.h"
 #include "server/rpc_call.h"
+#include "storage/storage_key.h"
 
 namespace dedup {
 namespace {
@@ -39,15 +41,67 @@ class RefusedCheckpointStream final
   void OnDone() override { delete this; }
 };
 
+// A hosted group's replicas are its live voters (one group's members change
+// with AddNode / RemoveNode); any other group's are its layout's.
+std::vector<uint64_t> ReplicasOf(const GroupDirectory& groups,
+                                 const GroupPlacement& group) {
+  ReplicatedStore* store = groups.Hosted(group.id);
+  if (store == nullptr) return group.replicas;
+  std::vector<uint64_t> voters;
+  for (const Member& member : store->GetClusterStatus().consensus.members) {
+    if (member.role == MemberRole::kVoter) voters.push_back(member.id);
+  }
+  if (voters.empty()) return group.replicas;  // not started yet
+  // The layout's order first (its first replica is the preferred leader).
+  std::vector<uint64_t> ordered;
+  for (uint64_t id : group.replicas) {
+    if (std::find(voters.begin(), voters.end(), id) != voters.end()) {
+      ordered.push_back(id);
+    }
+  }
+  for (uint64_t id : voters) {
+    if (std::find(ordered.begin(), ordered.end(), id) == ordered.end()) {
+      ordered.push_back(id);
+    }
+  }
+  return ordered;
+}
+
+void FillShardMap(const GroupDirectory& groups,
+                  v1::ShardMapResponse& response) {
+  response.set_epoch(groups.layout().epoch);
+  response.set_slot_count(kSlotCount);
+  for (const GroupPlacement& group : groups.layout().groups) {
+    v1::ShardGroup* out = response.add_groups();
+    out->set_group_id(group.id);
+    out->set_first_slot(group.first_slot);
+    out->set_end_slot(group.end_slot);
+    for (uint64_t id : ReplicasOf(groups, group)) {
+      v1::ShardReplica* replica = out->add_replicas();
+      replica->set_node_id(id);
+      replica->set_client_address(groups.ClientAddress(id));
+    }
+    const GroupDirectory::Leader leader = groups.LeaderOf(group.id);
+    out->set_leader_node_id(leader.id);
+    out->set_leader_address(leader.address);
+  }
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ClusterService::Status(
     grpc::CallbackServerContext* context,
-    const v1::ClusterStatusRequest* /*request*/,
+    const v1::ClusterStatusRequest* request,
     v1::ClusterStatusResponse* response) {
   RpcCall call(context, Method::kClusterStatus, metrics_);
   if (Refused(call, *context, "Cluster.Status")) return call.reactor();
-  const ClusterStatus status = store_->GetClusterStatus();
+  ReplicatedStore* store = StoreOf(call, request->group_id());
+  if (store == nullptr) return call.reactor();
+  const ClusterStatus status = store->GetClusterStatus();
+  response->set_group_id(request->group_id());
+  for (const auto& [id, hosted] : groups_->hosted()) {
+    response->add_hosted_groups(id);
+  }
   const ConsensusStatus& c = status.consensus;
   response->set_node_id(c.id);
   response->set_role(RoleName(c.role));
@@ -84,13 +138,15 @@ grpc::ServerUnaryReactor* ClusterService::Status(
 }
 
 grpc::ServerUnaryReactor* ClusterService::Digest(
-    grpc::CallbackServerContext* context, const v1::DigestRequest* /*request*/,
+    grpc::CallbackServerContext* context, const v1::DigestRequest* request,
     v1::DigestResponse* response) {
   RpcCall call(context, Method::kClusterDigest, metrics_);
   if (Refused(call, *context, "Cluster.Digest")) return call.reactor();
+  ReplicatedStore* store = StoreOf(call, request->group_id());
+  if (store == nullptr) return call.reactor();
   // A full scan: never on a gRPC callback thread.
-  tasks_.Start([this, call, response] {
-    absl::StatusOr<StateDigest> digest = store_->Digest();
+  tasks_.Start([store, call, response] {
+    absl::StatusOr<StateDigest> digest = store->Digest();
     if (!digest.ok()) {
       call.Fail(digest.status());
       return;
@@ -116,9 +172,10 @@ grpc::ServerUnaryReactor* ClusterService::AddNode(
         absl::StrCat("raft_address: ", raft.status().message())));
     return call.reactor();
   }
-  if (RefusedOffLeader(store_, call)) return call.reactor();
+  ReplicatedStore* store = StoreOf(call, request->group_id());
+  if (store == nullptr || RefusedOffLeader(store, call)) return call.reactor();
   ClusterNode node{request->node_id(), *raft, request->client_address()};
-  store_->AddMember(std::move(node), [call](absl::Status s) { call.Fail(s); });
+  store->AddMember(std::move(node), [call](absl::Status s) { call.Fail(s); });
   return call.reactor();
 }
 
@@ -128,9 +185,10 @@ grpc::ServerUnaryReactor* ClusterService::RemoveNode(
   RpcCall call(context, Method::kClusterRemoveNode, metrics_);
   if (Refused(call, *context, "Cluster.RemoveNode")) return call.reactor();
   if (call.Rejected(ValidNodeId(request->node_id()))) return call.reactor();
-  if (RefusedOffLeader(store_, call)) return call.reactor();
-  store_->RemoveMember(request->node_id(),
-                       [call](absl::Status s) { call.Fail(s); });
+  ReplicatedStore* store = StoreOf(call, request->group_id());
+  if (store == nullptr || RefusedOffLeader(store, call)) return call.reactor();
+  store->RemoveMember(request->node_id(),
+                      [call](absl::Status s) { call.Fail(s); });
   return call.reactor();
 }
 
@@ -142,13 +200,32 @@ grpc::ServerUnaryReactor* ClusterService::TransferLeadership(
   if (Refused(call, *context, "Cluster.TransferLeadership")) {
     return call.reactor();
   }
-  if (RefusedOffLeader(store_, call)) return call.reactor();
-  store_->TransferLeadership(
-      request->node_id(), [this, call, response](absl::Status s) {
-        response->set_leader_id(store_->GetClusterStatus().consensus.leader_id);
+  ReplicatedStore* store = StoreOf(call, request->group_id());
+  if (store == nullptr || RefusedOffLeader(store, call)) return call.reactor();
+  store->TransferLeadership(
+      request->node_id(), [store, call, response](absl::Status s) {
+        response->set_leader_id(store->GetClusterStatus().consensus.leader_id);
         call.Fail(s);
       });
   return call.reactor();
+}
+
+grpc::ServerUnaryReactor* ClusterService::ShardMap(
+    grpc::CallbackServerContext* context,
+    const v1::ShardMapRequest* /*request*/, v1::ShardMapResponse* response) {
+  RpcCall call(context, Method::kClusterShardMap, metrics_);
+  if (Refused(call, *context, "Cluster.ShardMap")) return call.reactor();
+  FillShardMap(*groups_, *response);
+  call.Finish(grpc::Status::OK);
+  return call.reactor();
+}
+
+ReplicatedStore* ClusterService::StoreOf(const RpcCall& call,
+                                         uint32_t group_id) const {
+  absl::StatusOr<ReplicatedStore*> store = groups_->HostedOrNotFound(group_id);
+  if (store.ok()) return *store;
+  call.Fail(store.status());
+  return nullptr;
 }
 
 void ClusterService::EnterLameDuck() { lame_duck_.Enter(); }
@@ -171,10 +248,13 @@ grpc::ServerWriteReactor<v1::CheckpointChunk>* ClusterService::FetchCheckpoint(
   // Draining: a new stream is refused (the fetching node asks another
   // source); the streams already running go on until the drain ends.
   if (allowed.ok()) allowed = lame_duck_.Check();
+  absl::StatusOr<ReplicatedStore*> store =
+      groups_->HostedOrNotFound(request->group_id());
+  if (allowed.ok()) allowed = store.status();
   if (!allowed.ok()) {
     return new RefusedCheckpointStream(ToGrpcStatus(allowed), metrics_);
   }
-  return StartCheckpointStream(store_, request->min_applied_index(), metrics_,
+  return StartCheckpointStream(*store, request->min_applied_index(), metrics_,
                                &tasks_);
 }
 

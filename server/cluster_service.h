@@ -1,11 +1,12 @@
 // dedup.v1.Cluster: status, digest, membership and leadership of the
-// replicated group (cluster mode only).
+// replicated groups this node hosts, and the shard map (cluster mode only).
 #ifndef DEDUP_SERVER_CLUSTER_SERVICE_H_
 #define DEDUP_SERVER_CLUSTER_SERVICE_H_
 
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "replication/replicated_store.h"
 #include "server/auth.h"
+#include "server/group_directory.h"
 #include "server/lame_duck.h"
 #include "server/metrics.h"
 #include "server/rpc_call.h"
@@ -13,18 +14,19 @@
 
 namespace dedup {
 
-// Thread-safe. Does not own `store` or `auth`, which must outlive every
-// call. Every call needs the operator role (FetchCheckpoint copies the whole
-// database; nodes call it with --peer_token_file's token). Slow
-// work (a digest scan, membership changes) never runs on gRPC's callback
-// threads: digests run on a thread of their own, membership changes finish
-// from the consensus thread.
+// Thread-safe. Does not own `groups` or `auth`, which must outlive every
+// call. Every call but ShardMap acts on this node's replica of the
+// request's group_id (NOT_FOUND when it hosts none). Every call needs the
+// operator role (FetchCheckpoint copies the whole database; nodes call it with
+// --peer_token_file's token). Slow work (a digest scan, membership changes)
+// never runs on gRPC's callback threads: digests run on a thread of their own,
+// membership changes finish from the consensus thread.
 class ClusterService final : public v1::Cluster::CallbackService {
  public:
   // Not owned; each must outlive the service.
-  ClusterService(ReplicatedStore* store, const Authorizer* auth,
+  ClusterService(const GroupDirectory* groups, const Authorizer* auth,
                  Metrics* metrics)
-      : store_(store), auth_(auth), metrics_(metrics) {}
+      : groups_(groups), auth_(auth), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* Status(
       grpc::CallbackServerContext* context,
@@ -44,6 +46,11 @@ class ClusterService final : public v1::Cluster::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::TransferLeadershipRequest* request,
       v1::TransferLeadershipResponse* response) override;
+  // Every group with its replicas and leader (a hosted group's live one,
+  // else the best hint); one group owning every slot with --groups=1.
+  grpc::ServerUnaryReactor* ShardMap(grpc::CallbackServerContext* context,
+                                     const v1::ShardMapRequest* request,
+                                     v1::ShardMapResponse* response) override;
   // Between nodes; see checkpoint_streamer.h.
   grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
       grpc::CallbackServerContext* context,
@@ -62,7 +69,10 @@ class ClusterService final : public v1::Cluster::CallbackService {
   bool Refused(const RpcCall& call, const grpc::CallbackServerContext& context,
                absl::string_view what) const;
 
-  ReplicatedStore* const store_;
+  // The replica of `group_id`, or null (and the call failed NOT_FOUND).
+  ReplicatedStore* StoreOf(const RpcCall& call, uint32_t group_id) const;
+
+  const GroupDirectory* const groups_;
   const Authorizer* const auth_;
   Metrics* const metrics_;
   LameDuck lame_duck_;

@@ -22,6 +22,7 @@
 #include "server/backup_restore.h"
 #include "server/data_format_check.h"
 #include "server/exit_status.h"
+#include "server/groups_collector.h"
 #include "server/metrics_exposer.h"
 #include "server/recovery.h"
 #include "server/tls.h"
@@ -114,9 +115,7 @@ Daemon::Daemon(Build build)
 
 // The peer plane checks credentials with auth_, which goes first.
 Daemon::~Daemon() {
-  if (cluster_.store.raft.peer_plane != nullptr) {
-    cluster_.store.raft.peer_plane->Stop();
-  }
+  if (cluster_.peer_plane != nullptr) cluster_.peer_plane->Stop();
 }
 
 absl::Status Daemon::Start() {
@@ -207,11 +206,7 @@ absl::Status Daemon::LoadTenants() {
 absl::Status Daemon::OpenStore() {
   config_.store.observer = metrics_.get();
   if (cluster_.enabled) {
-    absl::StatusOr<std::unique_ptr<ReplicatedStore>> opened =
-        ReplicatedStore::Open(cluster_.store);
-    if (!opened.ok()) return Fail(exit_code::kDataDir, opened.status());
-    replicated_ = opened->get();
-    store_ = *std::move(opened);
+    if (absl::Status s = OpenGroups(); !s.ok()) return s;
   } else {
     absl::StatusOr<std::unique_ptr<Store>> opened = Store::Open(config_.store);
     if (!opened.ok()) return Fail(exit_code::kDataDir, opened.status());
@@ -223,6 +218,54 @@ absl::Status Daemon::OpenStore() {
       [s = store_.get()] { return s->StoredBytesByNamespace(); },
       absl::Seconds(1));
   stored_bytes_watch_.auth = auth_.get();
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::OpenGroups() {
+  for (ClusterStoreOptions& options : cluster_.groups) {
+    const uint32_t id = options.raft.group_id;
+    if (id != 0) {
+      if (absl::Status s =
+              CreateDirectoriesDurably(GroupDir(config_.store.path, id));
+          !s.ok()) {
+        return Fail(exit_code::kDataDir, s, "cannot create a group's dir: ");
+      }
+    }
+    absl::StatusOr<std::unique_ptr<ReplicatedStore>> opened =
+        ReplicatedStore::Open(options);
+    if (!opened.ok()) {
+      return Fail(exit_code::kDataDir, opened.status(),
+                  id == 0 ? "" : absl::StrCat("group ", id, ": "));
+    }
+    groups_.push_back(opened->get());
+    owned_groups_.push_back(*std::move(opened));
+  }
+  replicated_ = groups_.front();
+  std::map<uint32_t, ReplicatedStore*> hosted;
+  std::map<uint32_t, Store*> routed;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    hosted[cluster_.groups[i].raft.group_id] = groups_[i];
+    routed[cluster_.groups[i].raft.group_id] = groups_[i];
+  }
+  directory_ = std::make_unique<GroupDirectory>(
+      cluster_.node_id, cluster_.layout, cluster_.peers, std::move(hosted));
+  if (cluster_.group_count == 1) {
+    store_ = std::move(owned_groups_.front());
+    owned_groups_.clear();
+    return absl::OkStatus();
+  }
+  GroupRouter::Options router;
+  router.layout = cluster_.layout;
+  router.hosted = std::move(routed);
+  router.not_hosted = [d = directory_.get()](uint32_t group_id) {
+    return d->NotHosted(group_id);
+  };
+  absl::StatusOr<std::unique_ptr<GroupRouter>> created =
+      GroupRouter::Create(std::move(router));
+  if (!created.ok()) return Fail(exit_code::kDataDir, created.status());
+  store_ = *std::move(created);
+  balancer_ =
+      std::make_unique<LeaderBalancer>(directory_.get(), absl::Seconds(1));
   return absl::OkStatus();
 }
 
@@ -257,7 +300,12 @@ absl::Status Daemon::StartMetrics() {
   }
   absl::StatusOr<std::unique_ptr<MetricsExposer>> started = StartMetricsExposer(
       config_.metrics_address, *metrics_, store_.get(), replicated_,
-      cluster_.store.raft.peer_plane, build_.version, build_.git_sha, token);
+      cluster_.peer_plane, build_.version, build_.git_sha, token,
+      cluster_.enabled
+          ? std::vector<
+                std::shared_ptr<prometheus::Collectable>>{std::make_shared<
+                GroupsCollector>(groups_)}
+          : std::vector<std::shared_ptr<prometheus::Collectable>>{});
   if (!started.ok()) return Fail(exit_code::kListen, started.status());
   exposer_ = *std::move(started);
   metrics_address_ =
@@ -278,6 +326,9 @@ absl::Status Daemon::StartServer() {
   BackupSource backup;
   backup.store = store_.get();
   backup.replicated = replicated_;
+  if (cluster_.group_count > 1) {
+    backup.refusal = "a backup is not yet supported with --groups > 1";
+  }
   backup.scratch_dir = config_.store.path + "/backup-checkpoint";
   backup.clock =
       config_.store.clock != nullptr ? config_.store.clock : RealClock();
@@ -291,9 +342,9 @@ absl::Status Daemon::StartServer() {
                            &port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(admin_.get());
-  if (replicated_ != nullptr) {
+  if (directory_ != nullptr) {
     cluster_service_ = std::make_unique<ClusterService>(
-        replicated_, auth_.get(), metrics_.get());
+        directory_.get(), auth_.get(), metrics_.get());
     builder.RegisterService(cluster_service_.get());
   }
   if (config_.enable_bench_service) builder.RegisterService(&bench_);
@@ -373,12 +424,11 @@ absl::Status Daemon::StartHealthServer() {
 absl::Status Daemon::AnnounceReady() {
   ready_.pid = getpid();
   ready_.mode = cluster_.enabled ? "cluster" : "single";
-  ready_.node_id = cluster_.enabled ? cluster_.store.raft.id : 0;
+  ready_.node_id = cluster_.node_id;
   ready_.address = absl::StrCat(HostOf(config_.address), ":", port_);
   ready_.metrics_address = metrics_address_;
   ready_.health_address = health_address_;
-  ready_.raft_address =
-      cluster_.enabled ? cluster_.store.raft.raft_address : "";
+  ready_.raft_address = cluster_.raft_address;
   ready_.data_dir = config_.store.path;
   ready_.durability = durability_;
   ready_.tls = !security_.tls()                       ? "off"
@@ -418,7 +468,12 @@ void Daemon::WatchHealth() {
   if (replicated_ == nullptr) {
     storage_check = [s = store_.get()] { return s->CheckServing(); };
   } else {
-    storage_check = [r = replicated_] { return r->CheckDiskSpace(); };
+    storage_check = [groups = groups_] {
+      for (ReplicatedStore* group : groups) {
+        if (absl::Status s = group->CheckDiskSpace(); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    };
   }
   health_watch_ = std::make_unique<HealthWatch>(
       std::move(storage_check), health_, ReadinessServices(),
@@ -434,8 +489,13 @@ void Daemon::WatchLiveness() {
         store_.get(), absl::Milliseconds(kStoreProbeIntervalMs));
     heartbeat = [p = store_probe_.get()] { return p->answered(); };
   } else {
-    heartbeat = [r = replicated_] {
-      return r->GetClusterStatus().consensus.ticks;
+    // Any group's progress: they share one node, its disks and threads.
+    heartbeat = [groups = groups_] {
+      uint64_t ticks = 0;
+      for (ReplicatedStore* group : groups) {
+        ticks += group->GetClusterStatus().consensus.ticks;
+      }
+      return ticks;
     };
   }
   LivenessOptions options;

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
+#include "replication/group_router.h"
 #include "replication/replicated_store.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
@@ -21,7 +22,9 @@
 #include "server/cluster_service.h"
 #include "server/dedup_service.h"
 #include "server/event_log.h"
+#include "server/group_directory.h"
 #include "server/health_watch.h"
+#include "server/leader_balancer.h"
 #include "server/liveness_watch.h"
 #include "server/metrics.h"
 #include "server/metrics_exposer.h"
@@ -76,6 +79,9 @@ class Daemon {
   void BlockSignals();
   absl::Status LoadTenants();
   absl::Status OpenStore();
+  // Cluster mode: every hosted group's store, then (--groups > 1) the
+  // router over them.
+  absl::Status OpenGroups();
   absl::Status OpenEventLog();
   absl::Status StartMetrics();
   absl::Status StartServer();
@@ -102,8 +108,15 @@ class Daemon {
   int stop_signal_ = 0;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Authorizer> auth_;
+  // --groups > 1: the hosted groups' stores (store_ routes to them).
+  std::vector<std::unique_ptr<ReplicatedStore>> owned_groups_;
   std::unique_ptr<Store> store_;
-  ReplicatedStore* replicated_ = nullptr;  // store_ in cluster mode
+  // Cluster mode: every hosted group's store, ascending by group id (one
+  // group: store_ itself), and the first of them (group 0 with one group),
+  // whose dedup_raft_* metrics and backups this node serves.
+  std::vector<ReplicatedStore*> groups_;
+  ReplicatedStore* replicated_ = nullptr;
+  std::unique_ptr<GroupDirectory> directory_;
   // Stops the tenants' stored_bytes watch before the store goes.
   struct StoredBytesWatch {
     Authorizer* auth = nullptr;
@@ -128,6 +141,7 @@ class Daemon {
   std::unique_ptr<HealthWatch> health_watch_;
   std::unique_ptr<StoreProbe> store_probe_;  // single node
   std::unique_ptr<LivenessWatch> liveness_watch_;
+  std::unique_ptr<LeaderBalancer> balancer_;  // --groups > 1
 };
 
 }  // namespace dedup

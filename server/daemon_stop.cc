@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
@@ -55,6 +56,13 @@ absl::Status Daemon::Stop() {
     return ExitWith(exit_code::kStopError,
                     absl::StrCat("error closing the store: ", s.message()));
   }
+  // --groups > 1: store_ was the router; the groups close after it.
+  for (std::unique_ptr<ReplicatedStore>& group : owned_groups_) {
+    if (absl::Status s = group->Close(); !s.ok()) {
+      return ExitWith(exit_code::kStopError,
+                      absl::StrCat("error closing a group: ", s.message()));
+    }
+  }
   if (!config_.ready_file.empty()) {
     RemoveReadyFile(config_.ready_file, ready_.pid);
   }
@@ -62,25 +70,52 @@ absl::Status Daemon::Stop() {
   return absl::OkStatus();
 }
 
-// A leader hands over first, so the group elects no one while this node
-// drains: clients see one redirect instead of an election's silence.
-void Daemon::HandOffLeadership() {
-  if (replicated_ == nullptr) return;
-  const ConsensusStatus status = replicated_->GetClusterStatus().consensus;
+namespace {
+
+// Hand-offs not answered yet; shared with their callbacks, which may run
+// after Stop stopped waiting.
+struct PendingHandOffs {
+  absl::Mutex mu;
+  int remaining ABSL_GUARDED_BY(mu) = 0;
+};
+
+// Asks `group` to hand leadership to another voter when this node leads
+// it and another voter exists (a sole voter has no one to hand over to:
+// asking would only log a warning at every stop).
+void AskHandOff(ReplicatedStore* group,
+                const std::shared_ptr<PendingHandOffs>& pending) {
+  const ConsensusStatus status = group->GetClusterStatus().consensus;
   if (status.role != Role::kLeader) return;
-  // A sole voter has no one to hand over to: asking would only log a
-  // warning at every stop.
   const bool other_voter = std::any_of(
       status.members.begin(), status.members.end(), [&](const Member& m) {
         return m.id != status.id && m.role == MemberRole::kVoter;
       });
   if (!other_voter) return;
-  absl::Notification transferred;
-  replicated_->TransferLeadership(0, [&transferred](absl::Status s) {
+  {
+    absl::MutexLock lock(&pending->mu);
+    ++pending->remaining;
+  }
+  group->TransferLeadership(0, [pending](absl::Status s) {
     if (!s.ok()) LogWarning("leadership transfer: ", s.message());
-    transferred.Notify();
+    absl::MutexLock lock(&pending->mu);
+    --pending->remaining;
   });
-  transferred.WaitForNotificationWithTimeout(absl::Seconds(3));
+}
+
+}  // namespace
+
+// A leader hands over first, so the group elects no one while this node
+// drains: clients see one redirect instead of an election's silence. Every
+// group this node leads hands over at once; the wait is bounded for all.
+void Daemon::HandOffLeadership() {
+  balancer_.reset();  // it would hand leadership back
+  auto pending = std::make_shared<PendingHandOffs>();
+  for (ReplicatedStore* group : groups_) AskHandOff(group, pending);
+  absl::MutexLock lock(&pending->mu);
+  pending->mu.AwaitWithTimeout(
+      absl::Condition(
+          +[](int* remaining) { return *remaining == 0; }, &pending->remaining),
+      absl::Seconds(3));
 }
 
 // Lame duck: new calls are answered UNAVAILABLE (retryable: clients go to

@@ -109,6 +109,8 @@ const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
           {},
           {},
           // Admin: Backup.
+          {},
+          // Cluster: ShardMap.
           {}};
   return kFields->at(method_index);
 }

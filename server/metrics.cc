@@ -28,7 +28,8 @@ constexpr std::array<const char*, kMethodCount> kMethodNames = {
     "Cluster.RemoveNode",
     "Cluster.TransferLeadership",
     "Cluster.FetchCheckpoint",
-    "Admin.Backup"};
+    "Admin.Backup",
+    "Cluster.ShardMap"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
     "started",  "takeover",  "reentry", "in_use",
     "conflict", "duplicate", "expired", "rerun"};

@@ -48,9 +48,10 @@ enum class Method {
   kClusterRemoveNode,
   kClusterTransferLeadership,
   kClusterFetchCheckpoint,
-  kAdminBackup
+  kAdminBackup,
+  kClusterShardMap
 };
-inline constexpr int kMethodCount = 21;
+inline constexpr int kMethodCount = 22;
 [[nodiscard]] const char* MethodName(Method method);
 
 // How a Begin was answered, as counted.

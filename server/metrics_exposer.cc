@@ -129,7 +129,8 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> StartMetricsExposer(
     const std::string& address, const Metrics& metrics, Store* store,
     ReplicatedStore* replicated, std::shared_ptr<const PeerPlane> peer_plane,
     const std::string& version, const std::string& git_sha,
-    const std::string& bearer_token) {
+    const std::string& bearer_token,
+    std::vector<std::shared_ptr<prometheus::Collectable>> extra) {
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
   collectables.push_back(metrics.registry());
   collectables.push_back(std::make_shared<StoreCollector>(store));
@@ -141,6 +142,8 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> StartMetricsExposer(
     collectables.push_back(
         std::make_shared<PeerCollector>(std::move(peer_plane)));
   }
+  for (auto& collectable : extra)
+    collectables.push_back(std::move(collectable));
   auto exposer =
       std::make_unique<MetricsExposer>(std::move(collectables), bearer_token);
   if (absl::Status served = exposer->Serve(address); !served.ok()) {

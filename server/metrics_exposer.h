@@ -51,18 +51,20 @@ class MetricsExposer {
 // Serves /metrics (GET or HEAD; gzip when asked) on `address`: the counters
 // of `metrics`, the store's gauges, process metrics, the metrics port's own
 // counters and (with `replicated`, may be null) the group's and its peer
-// plane's (`peer_plane`, may be null). Any other path is 404, any other
-// method 405, a malformed request 400/414/431/505 (server/metrics_http_*).
-// With a non-empty `bearer_token`, every request without "Authorization:
-// Bearer <bearer_token>" is answered 401 (the page names tenants and their
-// stored bytes). The exposer reads `metrics`, `store` and `replicated`:
-// destroy it before them. UNAVAILABLE when the address cannot be bound.
+// plane's (`peer_plane`, may be null), and `extra`'s. Any other path is 404,
+// any other method 405, a malformed request 400/414/431/505
+// (server/metrics_http_*). With a non-empty `bearer_token`, every request
+// without "Authorization: Bearer <bearer_token>" is answered 401 (the page
+// names tenants and their stored bytes). The exposer reads `metrics`, `store`
+// and `replicated`: destroy it before them. UNAVAILABLE when the address cannot
+// be bound.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<MetricsExposer>>
-StartMetricsExposer(const std::string& address, const Metrics& metrics,
-                    Store* store, ReplicatedStore* replicated,
-                    std::shared_ptr<const PeerPlane> peer_plane,
-                    const std::string& version, const std::string& git_sha,
-                    const std::string& bearer_token = "");
+StartMetricsExposer(
+    const std::string& address, const Metrics& metrics, Store* store,
+    ReplicatedStore* replicated, std::shared_ptr<const PeerPlane> peer_plane,
+    const std::string& version, const std::string& git_sha,
+    const std::string& bearer_token = "",
+    std::vector<std::shared_ptr<prometheus::Collectable>> extra = {});
 
 // The token in `path` (surrounding whitespace dropped), for
 // StartMetricsExposer; INVALID_ARGUMENT naming --metrics_token_file when the

@@ -176,13 +176,13 @@ std::string DescribePeers(const std::vector<PeerLogPosition>& peers) {
 absl::Status Force(ClusterConfig& config, const RaftLogSummary& own,
                    RecoveryDecision decision,
                    const std::vector<PeerLogPosition>& peers) {
-  RaftOptions& raft = config.store.raft;
+  RaftOptions& raft = config.groups.front().raft;
   if (!decision.note.empty()) {
     LogWarning("--recover_as_sole_voter: ", decision.note);
   }
   // --peers, resolved at this start, wins over the log: a member Service
   // recreated with a new IP is reached at the new one.
-  for (const ClusterNode& node : config.store.nodes) {
+  for (const ClusterNode& node : config.groups.front().nodes) {
     if (node.id == raft.id) decision.address = node.raft_address;
   }
   if (decision.reset_term > 0) {
@@ -212,7 +212,7 @@ absl::Status Force(ClusterConfig& config, const RaftLogSummary& own,
                     absl::StrCat("--recover_as_sole_voter: ", s.message()));
   }
   raft.force_sole_voter_at = decision.address;
-  config.store.consensus = [raft](StateMachine* machine) {
+  config.groups.front().consensus = [raft](StateMachine* machine) {
     return StartRaft(raft, machine);
   };
   return absl::OkStatus();
@@ -321,7 +321,12 @@ absl::Status PrepareRecovery(ClusterConfig& config,
     return ExitWith(exit_code::kBadFlags,
                     "--recover_as_sole_voter: cluster mode only (--node_id)");
   }
-  RaftOptions& raft = config.store.raft;
+  if (config.group_count > 1) {
+    return ExitWith(exit_code::kBadFlags,
+                    "--recover_as_sole_voter: not yet supported with "
+                    "--groups > 1");
+  }
+  RaftOptions& raft = config.groups.front().raft;
   // The offline read below would stop where libraft's start would: at a
   // truncation a cut interrupted, which the start repairs anyway.
   if (absl::StatusOr<std::vector<std::string>> repaired =
@@ -339,7 +344,7 @@ absl::Status PrepareRecovery(ClusterConfig& config,
         absl::StrCat("--recover_as_sole_voter: ", own.status().message()));
   }
   absl::StatusOr<std::map<uint64_t, std::string>> addresses =
-      ClientAddresses(config.store);
+      ClientAddresses(config.groups.front());
   if (!addresses.ok()) {
     return ExitWith(
         exit_code::kDataDir,
