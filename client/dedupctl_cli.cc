@@ -38,11 +38,13 @@ commands:
   reload-policy              read the server's --policy_file again (admin)
   backup DIR                 write a consistent copy of a running node's data
                              into DIR on this machine (admin)
-  cluster status             one row per node of the group
-  cluster add ID RAFT_ADDR CLIENT_ADDR
+  cluster status [--group=G] one row per node of the group (default 0)
+  cluster add ID RAFT_ADDR CLIENT_ADDR [--group=G]
                              add a node (a voter once it has caught up)
-  cluster remove ID          remove a node from the group
-  cluster transfer [ID]      hand leadership to node ID (default: any)
+  cluster remove ID [--group=G]
+                             remove a node from the group
+  cluster transfer [ID] [--group=G]
+                             hand leadership to node ID (default: any)
   cluster recover            status, then which node to recover a group
                              that lost its majority from, and the steps
 )";
@@ -252,6 +254,7 @@ absl::Status CheckApplicable(const CommandFlags& flags,
       {"step", flags.step.has_value()},
       {"data", flags.data.has_value()},
       {"accept_rerun", flags.accept_rerun.has_value()},
+      {"group", flags.group.has_value()},
   };
   for (const auto& [name, given] : set) {
     if (given && !allowed.contains(name)) {
@@ -276,11 +279,20 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
                                            const CommandFlags& flags) {
   if (args.empty()) return absl::InvalidArgumentError("missing COMMAND");
   if (args[0] == "cluster") {
-    // No per-command flag applies to a cluster command.
-    if (absl::Status s = CheckApplicable(flags, {}, "cluster"); !s.ok()) {
+    // Only --group applies to a cluster command (not to recover, which
+    // looks at group 0 only).
+    const bool recover = args.size() > 1 && args[1] == "recover";
+    if (absl::Status s =
+            CheckApplicable(flags,
+                            recover ? absl::flat_hash_set<std::string>{}
+                                    : absl::flat_hash_set<std::string>{"group"},
+                            recover ? "cluster recover" : "cluster");
+        !s.ok()) {
       return s;
     }
-    return ParseCluster(args);
+    absl::StatusOr<Invocation> inv = ParseCluster(args);
+    if (inv.ok()) inv->group_id = flags.group.value_or(0);
+    return inv;
   }
   if (args[0] == "backup") {
     if (absl::Status s = CheckApplicable(flags, {}, "backup"); !s.ok()) {

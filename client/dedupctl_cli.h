@@ -65,6 +65,7 @@ struct CommandFlags {
   std::optional<std::string> step;
   std::optional<std::string> data;
   std::optional<bool> accept_rerun;
+  std::optional<uint32_t> group;  // cluster status, add, remove, transfer.
 };
 
 struct Invocation {
@@ -83,7 +84,8 @@ struct Invocation {
   uint64_t node_id = 0;               // cluster add, remove, transfer (0: any).
   std::string raft_address;           // cluster add.
   std::string client_address;         // cluster add.
-  std::string dir;                    // backup.
+  uint32_t group_id = 0;  // cluster status, add, remove, transfer (--group).
+  std::string dir;        // backup.
   OutputFormat output = OutputFormat::kText;  // -o / --output.
 };
 

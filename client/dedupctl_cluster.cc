@@ -23,13 +23,15 @@ namespace {
 constexpr absl::Duration kMembershipDeadline = absl::Seconds(60);
 
 absl::StatusOr<v1::ClusterStatusResponse> QueryStatus(
-    LeaderRouter& router, const std::string& address, absl::Duration deadline) {
+    LeaderRouter& router, const std::string& address, uint32_t group_id,
+    absl::Duration deadline) {
   auto stub = v1::Cluster::NewStub(router.EndpointFor(address)->channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  v1::ClusterStatusRequest request;
+  request.set_group_id(group_id);
   v1::ClusterStatusResponse response;
-  const grpc::Status status =
-      stub->Status(&context, v1::ClusterStatusRequest(), &response);
+  const grpc::Status status = stub->Status(&context, request, &response);
   if (!status.ok()) return ToAbslStatus(status);
   return response;
 }
@@ -79,15 +81,18 @@ absl::StatusOr<Response> LeaderCall(LeaderRouter& router,
   return last;
 }
 
-// Asks every --address, then every member the first node to answer lists.
+// Asks every --address, then every member the first node to answer lists,
+// about group `group_id`. A node hosting no replica of the group (NOT_FOUND)
+// is left out once another node answered: it is not a member.
 std::vector<NodeReport> GatherReports(LeaderRouter& router,
-                                      const ClientOptions& options) {
+                                      const ClientOptions& options,
+                                      uint32_t group_id) {
   std::vector<NodeReport> reports;
   absl::flat_hash_set<std::string> asked;
   auto ask = [&](const std::string& address) {
     if (address.empty() || !asked.insert(address).second) return;
     reports.push_back(
-        {address, QueryStatus(router, address, options.deadline)});
+        {address, QueryStatus(router, address, group_id, options.deadline)});
   };
   for (const std::string& address : router.addresses()) ask(address);
   const v1::ClusterStatusResponse* first = nullptr;
@@ -103,6 +108,11 @@ std::vector<NodeReport> GatherReports(LeaderRouter& router,
   for (const v1::ClusterMember& member : members.members()) {
     ask(member.client_address());
   }
+  reports.erase(std::remove_if(reports.begin(), reports.end(),
+                               [](const NodeReport& r) {
+                                 return absl::IsNotFound(r.status.status());
+                               }),
+                reports.end());
   return reports;
 }
 
@@ -132,9 +142,10 @@ int ReportUnreachable(const std::vector<NodeReport>& reports,
 }
 
 int ClusterStatus(LeaderRouter& router, const ClientOptions& options,
-                  bool recover, OutputFormat format, std::ostream& out,
-                  std::ostream& err) {
-  const std::vector<NodeReport> reports = GatherReports(router, options);
+                  uint32_t group_id, bool recover, OutputFormat format,
+                  std::ostream& out, std::ostream& err) {
+  const std::vector<NodeReport> reports =
+      GatherReports(router, options, group_id);
   const bool any_answered =
       std::any_of(reports.begin(), reports.end(),
                   [](const NodeReport& r) { return r.status.ok(); });
@@ -282,7 +293,7 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
   switch (inv.command) {
     case Command::kClusterStatus:
     case Command::kClusterRecover:
-      return ClusterStatus(router, options,
+      return ClusterStatus(router, options, inv.group_id,
                            inv.command == Command::kClusterRecover, inv.output,
                            out, err);
     case Command::kClusterAdd: {
@@ -290,6 +301,7 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
       request.set_node_id(inv.node_id);
       request.set_raft_address(inv.raft_address);
       request.set_client_address(inv.client_address);
+      request.set_group_id(inv.group_id);
       auto added = LeaderCall<v1::AddNodeRequest, v1::AddNodeResponse>(
           router, options, "AddNode", &v1::Cluster::Stub::AddNode, request);
       if (!added.ok()) {
@@ -305,6 +317,7 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
     case Command::kClusterRemove: {
       v1::RemoveNodeRequest request;
       request.set_node_id(inv.node_id);
+      request.set_group_id(inv.group_id);
       auto removed = LeaderCall<v1::RemoveNodeRequest, v1::RemoveNodeResponse>(
           router, options, "RemoveNode", &v1::Cluster::Stub::RemoveNode,
           request);
@@ -321,6 +334,7 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
     case Command::kClusterTransfer: {
       v1::TransferLeadershipRequest request;
       request.set_node_id(inv.node_id);
+      request.set_group_id(inv.group_id);
       auto moved = LeaderCall<v1::TransferLeadershipRequest,
                               v1::TransferLeadershipResponse>(
           router, options, "TransferLeadership",

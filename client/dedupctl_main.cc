@@ -64,6 +64,9 @@ ABSL_FLAG(std::optional<std::string>, data, std::nullopt,
 ABSL_FLAG(bool, accept_rerun, false,
           "begin: run again an operation that completed and expired "
           "(instead of answering EXPIRED)");
+ABSL_FLAG(std::optional<uint32_t>, group, std::nullopt,
+          "cluster status/add/remove/transfer: the Raft group (--groups on "
+          "the server), default 0.");
 ABSL_FLAG(std::optional<std::string>, result, std::nullopt,
           "complete: bytes to replay to duplicates.");
 
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
   flags.step = absl::GetFlag(FLAGS_step);
   flags.data = absl::GetFlag(FLAGS_data);
   if (absl::GetFlag(FLAGS_accept_rerun)) flags.accept_rerun = true;
+  flags.group = absl::GetFlag(FLAGS_group);
   absl::StatusOr<dedup::ctl::Invocation> inv =
       dedup::ctl::ParseInvocation(args, flags);
   if (!inv.ok()) return UsageError(std::string(inv.status().message()));

@@ -32,6 +32,9 @@ struct Member {
   MemberRole role = MemberRole::kVoter;
   // Leader only: highest index known to be replicated on it (0 elsewhere).
   uint64_t match_index = 0;
+  // Leader only: a message from it arrived within the current election
+  // timeout window (false elsewhere, and briefly after each window starts).
+  bool recently_heard = false;
 };
 
 // A consistent reading of the engine's state, refreshed on the consensus

@@ -180,6 +180,7 @@ void RaftConsensus::RefreshStatus() {
     member.role = FromRaftRole(server.role);
     if (leader && raft_.leader_state.progress != nullptr) {
       member.match_index = raft_.leader_state.progress[i].match_index;
+      member.recently_heard = raft_.leader_state.progress[i].recent_recv;
     }
     member_ids.push_back(member.id);
     status.members.push_back(std::move(member));

@@ -24,9 +24,11 @@ uint64_t HandOffTarget(const GroupPlacement& group,
   const uint64_t preferred = group.replicas.front();
   if (preferred == status.id) return 0;
   for (const Member& member : status.members) {
-    // A match index of 0: the member has not answered this leader yet.
+    // A match index of 0: the member has not answered this leader yet; not
+    // heard lately: it is down (a transfer to it would only stall the
+    // group for an election timeout).
     if (member.id == preferred && member.role == MemberRole::kVoter &&
-        member.match_index > 0 &&
+        member.match_index > 0 && member.recently_heard &&
         member.match_index + kCaughtUpSlack >= status.last_index) {
       return preferred;
     }

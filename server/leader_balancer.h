@@ -20,8 +20,8 @@ namespace dedup {
 
 // The preferred leader `status` (this node's view of a group placed as
 // `group`) should hand leadership to now, or 0: this node leads, the
-// preferred leader is another voter that answered it and whose log is
-// within a few entries of the leader's last index, and no hand-off is
+// preferred leader is another voter that answered it lately and whose log
+// is within a few entries of the leader's last index, and no hand-off is
 // pending (`asked`). Pure.
 [[nodiscard]] uint64_t HandOffTarget(const GroupPlacement& group,
                                      const ConsensusStatus& status, bool asked);

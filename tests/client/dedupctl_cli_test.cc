@@ -207,6 +207,33 @@ TEST(ParseInvocationTest, ClusterUsageErrors) {
               HasSubstr("--owner does not apply to 'cluster'"));
 }
 
+TEST(ParseInvocationTest, ClusterCommandsTakeAGroup) {
+  CommandFlags group;
+  group.group = 7;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"cluster", "status"},
+           {"cluster", "add", "4", "r:1", "c:1"},
+           {"cluster", "remove", "2"},
+           {"cluster", "transfer"}}) {
+    absl::StatusOr<Invocation> inv = ParseInvocation(args, group);
+    ASSERT_TRUE(inv.ok()) << args[1] << ": " << inv.status();
+    EXPECT_EQ(inv->group_id, 7u) << args[1];
+  }
+  absl::StatusOr<Invocation> fallback =
+      ParseInvocation({"cluster", "status"}, {});
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_EQ(fallback->group_id, 0u);
+  EXPECT_THAT(
+      std::string(
+          ParseInvocation({"cluster", "recover"}, group).status().message()),
+      HasSubstr("--group does not apply to 'cluster recover'"));
+  EXPECT_THAT(
+      std::string(
+          ParseInvocation({"get", "ns", "k"}, group).status().message()),
+      HasSubstr("--group does not apply"));
+}
+
 TEST(ParseAddressListTest, SplitsTrimsAndDropsDuplicates) {
   absl::StatusOr<std::vector<std::string>> one = ParseAddressList("a:1");
   ASSERT_TRUE(one.ok());
