@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "replication/shard_layout.h"
 #include "storage/storage_key.h"
 #include "tests/cluster/cluster_fixture.h"
 
@@ -345,51 +346,60 @@ TEST_F(SixNodesTwelveGroups, KeysSpreadOverGroupsAndEveryNodeAnswers) {
 }
 
 TEST_F(SixNodesTwelveGroups, ClusterCallsNameTheirGroup) {
-  // Group g's replicas are founders g, g+1 and g+2 (mod 6): node 1 hosts
-  // groups 0, 4, 5, 6, 10 and 11, and group 1's replicas are nodes 2-4.
+  // The nodes place the groups as FoundingLayout does from --peers.
+  absl::StatusOr<ShardLayout> layout =
+      FoundingLayout({1, 2, 3, 4, 5, 6}, 12, 3);
+  ASSERT_TRUE(layout.ok()) << layout.status();
   const std::vector<uint32_t> hosted = HostedBy(1);
-  EXPECT_EQ(hosted, (std::vector<uint32_t>{0, 4, 5, 6, 10, 11}));
+  ASSERT_EQ(hosted, layout->HostedBy(1));
+  uint32_t foreign = 0;  // a group node 1 does not host
+  while (layout->groups[foreign].HasReplica(1)) ++foreign;
+  const uint32_t own = hosted.back();
   v1::ClusterStatusRequest request;
-  request.set_group_id(1);
+  request.set_group_id(foreign);
   v1::ClusterStatusResponse status;
   grpc::Status s = ClusterCall(cluster_.client_address(1),
                                &v1::Cluster::Stub::Status, request, &status);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_NE(s.error_message().find("hosts no replica of group 1"),
+  EXPECT_NE(s.error_message().find(
+                absl::StrCat("hosts no replica of group ", foreign)),
             std::string::npos)
       << s.error_message();
-  request.set_group_id(10);
+  request.set_group_id(own);
   s = ClusterCall(cluster_.client_address(1), &v1::Cluster::Stub::Status,
                   request, &status);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(status.group_id(), 10u);
+  EXPECT_EQ(status.group_id(), own);
   EXPECT_EQ(std::vector<uint32_t>(status.hosted_groups().begin(),
                                   status.hosted_groups().end()),
             hosted);
-  // Group 10's members are its replicas 5, 6 and 1, not every node.
+  // The group's members are its replicas, not every node.
   std::set<uint64_t> members;
   for (const v1::ClusterMember& m : status.members()) members.insert(m.id());
-  EXPECT_EQ(members, (std::set<uint64_t>{1, 5, 6}));
+  const std::vector<uint64_t>& replicas = layout->groups[own].replicas;
+  EXPECT_EQ(members, std::set<uint64_t>(replicas.begin(), replicas.end()));
   // A Dedup call for a key of a group node 1 does not host is refused with
   // a hint naming a replica of that group.
   std::string key;
   for (int i = 0; key.empty(); ++i) {
     const std::string k = absl::StrCat("probe", i);
-    if (GroupOfKey(k) == 1) key = k;
+    if (GroupOfKey(k) == foreign) key = k;
   }
   auto stub = cluster_.DedupStub(1);
   grpc::ClientContext context;
   v1::BeginResponse begun;
   s = stub->Begin(&context, BeginOf(key, "o"), &begun);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_NE(s.error_message().find("node 1 hosts no replica of group 1"),
+  EXPECT_NE(s.error_message().find(
+                absl::StrCat("node 1 hosts no replica of group ", foreign)),
             std::string::npos)
       << s.error_message();
   const std::string hint = LeaderHint(context);
-  EXPECT_TRUE(hint == cluster_.client_address(2) ||
-              hint == cluster_.client_address(3) ||
-              hint == cluster_.client_address(4))
-      << hint;
+  bool names_a_replica = false;
+  for (uint64_t id : layout->groups[foreign].replicas) {
+    names_a_replica |= hint == cluster_.client_address(static_cast<int>(id));
+  }
+  EXPECT_TRUE(names_a_replica) << hint;
 }
 
 class ThreeNodesThreeGroups : public GroupsTest {
