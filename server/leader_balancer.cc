@@ -14,11 +14,14 @@ constexpr uint64_t kCaughtUpSlack = 64;
 // asked again this long after, in the same term.
 constexpr absl::Duration kRetryAfter = absl::Seconds(5);
 
+// How long a term must have lasted before its leader hands over.
+constexpr absl::Duration kSettleFor = absl::Seconds(3);
+
 }  // namespace
 
 uint64_t HandOffTarget(const GroupPlacement& group,
-                       const ConsensusStatus& status, bool asked) {
-  if (status.role != Role::kLeader || group.replicas.empty() || asked) {
+                       const ConsensusStatus& status, bool hold) {
+  if (status.role != Role::kLeader || group.replicas.empty() || hold) {
     return 0;
   }
   const uint64_t preferred = group.replicas.front();
@@ -54,12 +57,18 @@ void LeaderBalancer::CheckOnce() {
     const GroupPlacement* group = groups_->layout().Find(id);
     if (group == nullptr) continue;
     const ConsensusStatus status = store->GetClusterStatus().consensus;
-    const Asked& last = asked_[id];
-    const bool asked =
-        last.term == status.term && absl::Now() < last.at + kRetryAfter;
-    const uint64_t target = HandOffTarget(*group, status, asked);
+    Seen& seen = seen_[id];
+    const absl::Time now = absl::Now();
+    if (seen.term != status.term) seen = {status.term, now, false};
+    // Leading for a while first: a preferred leader that just handed
+    // leadership here may be stopping, and is still "heard" for up to an
+    // election timeout.
+    const bool hold = now < seen.since + kSettleFor ||
+                      (seen.asked && now < seen.asked_at + kRetryAfter);
+    const uint64_t target = HandOffTarget(*group, status, hold);
     if (target == 0) continue;
-    asked_[id] = {status.term, absl::Now()};
+    seen.asked = true;
+    seen.asked_at = now;
     LogInfo("group ", id, ": handing leadership to its preferred leader, node ",
             target);
     store->TransferLeadership(target, [id = id](absl::Status s) {

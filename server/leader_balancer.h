@@ -1,7 +1,9 @@
 // Spreads leadership over the nodes: a hosted group led by this node when
 // its preferred leader (its layout's first replica) is another, caught-up
-// voter hands leadership to it: once per term, asked again every few
-// seconds while it has not taken effect (the transfer failed). With
+// voter hands leadership to it: once the term has lasted a few seconds
+// (a leader that just took over from a stopping preferred leader must not
+// hand back to it), asked again every few seconds while it has not taken
+// effect (the transfer failed). With
 // FoundingLayout every node is the preferred leader of at most ceil(G/N)
 // groups, so once all nodes are up no node leads more than that.
 #ifndef DEDUP_SERVER_LEADER_BALANCER_H_
@@ -21,10 +23,10 @@ namespace dedup {
 // The preferred leader `status` (this node's view of a group placed as
 // `group`) should hand leadership to now, or 0: this node leads, the
 // preferred leader is another voter that answered it lately and whose log
-// is within a few entries of the leader's last index, and no hand-off is
-// pending (`asked`). Pure.
+// is within a few entries of the leader's last index, and nothing holds the
+// hand-off back (`hold`: one is pending, or the term is too young). Pure.
 [[nodiscard]] uint64_t HandOffTarget(const GroupPlacement& group,
-                                     const ConsensusStatus& status, bool asked);
+                                     const ConsensusStatus& status, bool hold);
 
 // Checks every `interval` on a thread of its own (never the consensus loop
 // nor a gRPC thread); transfers are asynchronous, their failures logged.
@@ -43,12 +45,15 @@ class LeaderBalancer {
 
   const GroupDirectory* const groups_;
   const absl::Duration interval_;
-  struct Asked {
+  // What the balancer saw of a group's current term.
+  struct Seen {
     uint64_t term = 0;
-    absl::Time at = absl::InfinitePast();
+    absl::Time since = absl::InfinitePast();  // when the term was first seen
+    bool asked = false;                       // a hand-off was asked in it
+    absl::Time asked_at = absl::InfinitePast();
   };
-  // Group id -> the last hand-off asked (thread-confined).
-  std::map<uint32_t, Asked> asked_;
+  // Group id -> its current term as seen (thread-confined).
+  std::map<uint32_t, Seen> seen_;
   absl::Notification stop_;
   std::thread thread_;
 };
