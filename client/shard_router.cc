@@ -16,6 +16,8 @@ namespace {
 // Refreshes closer together than this are dropped: every answer of a
 // moved cluster carries the new epoch until the map is fetched.
 constexpr absl::Duration kMinRefreshInterval = absl::Seconds(1);
+constexpr absl::Duration kMaxFetchDeadline = absl::Seconds(2);
+constexpr absl::Duration kMaxFirstFetchWait = absl::Seconds(1);
 
 }  // namespace
 
@@ -86,7 +88,8 @@ struct ShardRouter::Fetch {
 
 ShardRouter::ShardRouter(std::shared_ptr<LeaderRouter> seed,
                          absl::Duration fetch_deadline)
-    : seed_(std::move(seed)), fetch_deadline_(fetch_deadline) {}
+    : seed_(std::move(seed)),
+      fetch_deadline_(std::min(fetch_deadline, kMaxFetchDeadline)) {}
 
 ShardRouter::~ShardRouter() {
   std::unique_lock<std::mutex> lock(fetch_mu_);
@@ -109,6 +112,7 @@ void ShardRouter::Start() {
 void ShardRouter::AwaitFirstFetch(absl::Duration timeout) {
   Start();
   std::unique_lock<std::mutex> lock(fetch_mu_);
+  timeout = std::min(timeout, kMaxFirstFetchWait);
   fetch_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                      [this] { return first_done_ || closing_; });
 }

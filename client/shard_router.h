@@ -75,7 +75,8 @@ class ShardRouter {
     uint32_t group = kNoGroup;
   };
 
-  // `seed`: the configured nodes. `fetch_deadline`: of each ShardMap call.
+  // `seed`: the configured nodes. `fetch_deadline`: of each ShardMap call,
+  // at most 2 s (a cheap read: a node slower than that is passed over).
   ShardRouter(std::shared_ptr<LeaderRouter> seed,
               absl::Duration fetch_deadline);
   ~ShardRouter();
@@ -87,8 +88,9 @@ class ShardRouter {
   // Never blocks.
   void Start();
   // Start(), then waits until the first fetch ended (with a map or not), at
-  // most `timeout`. For callers that block anyway: their first call then
-  // goes straight to its group.
+  // most `timeout` and never over 1 s (calls are correct without a map:
+  // any node forwards). For callers that block anyway: their first call
+  // then goes straight to its group.
   void AwaitFirstFetch(absl::Duration timeout);
 
   // The route of (ns, key) by the map held now.
