@@ -164,7 +164,9 @@ class FakeShardNode {
 };
 
 // Every answer names the node that gave it: DUPLICATE with result = its
-// address.
+// address. BeginBatch refuses an item whose key starts with "bad" (as the
+// server does, naming it by its position in the RPC), and a whole RPC
+// holding a key that starts with "fail".
 inline grpc::Status FakeShardDedup::Begin(grpc::ServerContext* context,
                                           const v1::BeginRequest* request,
                                           v1::BeginResponse* response) {
@@ -187,7 +189,20 @@ inline grpc::Status FakeShardDedup::BeginBatch(
     grpc::ServerContext* context, const v1::BeginBatchRequest* request,
     v1::BeginBatchResponse* response) {
   for (const v1::BeginRequest& item : request->items()) {
+    if (item.key().rfind("fail", 0) == 0) {
+      node_->Record(context, "BeginBatch", item.key());
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "fake: refused");
+    }
+  }
+  for (const v1::BeginRequest& item : request->items()) {
     node_->Record(context, "BeginBatch", item.key());
+    if (item.key().rfind("bad", 0) == 0) {
+      v1::ItemError* error = response->add_items()->mutable_error();
+      error->set_code(grpc::StatusCode::INVALID_ARGUMENT);
+      error->set_message("items[" + std::to_string(response->items_size() - 1) +
+                         "].key: bad");
+      continue;
+    }
     v1::BeginResponse* answer = response->add_items()->mutable_response();
     answer->set_status(v1::BeginResponse::DUPLICATE);
     answer->set_result(node_->address() + " " + item.key());

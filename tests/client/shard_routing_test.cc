@@ -25,9 +25,10 @@ using testing::MakeShardMap;
 constexpr char kNs[] = "ns";
 
 // The n-th key (from 0) whose slot is in `group` of `groups` equal ranges.
-std::string KeyIn(int group, int groups, int n = 0) {
+std::string KeyIn(int group, int groups, int n = 0,
+                  const std::string& prefix = "key-") {
   for (int i = 0;; ++i) {
-    std::string key = "key-" + std::to_string(i);
+    std::string key = prefix + std::to_string(i);
     if (static_cast<int>(SlotOf(kNs, key) * groups / kSlotCount) == group &&
         n-- == 0) {
       return key;
@@ -144,6 +145,44 @@ TEST_F(ShardRoutingTest, BatchesSplitPerGroupAndMergeInOrder) {
               std::vector<std::string>{i % 2 == 0 ? A() : B()});
   }
   EXPECT_EQ(CallsAt(2), 0);
+}
+
+// An item error names the item by its place in the caller's batch, not in
+// its group's RPC.
+TEST_F(ShardRoutingTest, SplitBatchItemErrorsKeepTheCallersNumbering) {
+  Client client(C());
+  std::vector<BeginBatchItem> items = {
+      {kNs, KeyIn(0, 2, 0), "", "o"},
+      {kNs, KeyIn(1, 2, 0), "", "o"},
+      {kNs, KeyIn(1, 2, 0, "bad-"), "", "o"},  // group 1's item 1
+      {kNs, KeyIn(0, 2, 0, "bad-"), "", "o"},  // group 0's item 1
+  };
+  auto answers = client.BeginBatch(items);
+  ASSERT_TRUE(answers.ok()) << answers.status();
+  EXPECT_TRUE((*answers)[0].ok());
+  EXPECT_TRUE((*answers)[1].ok());
+  EXPECT_EQ((*answers)[2].status().message(), "items[2].key: bad");
+  EXPECT_EQ((*answers)[3].status().message(), "items[3].key: bad");
+}
+
+// Groups are independent: one group's RPC refused fails its items only;
+// every group's refused fails the call.
+TEST_F(ShardRoutingTest, SplitBatchFailsAsAWholeOnlyWhenEveryGroupFails) {
+  Client client(C());
+  std::vector<BeginBatchItem> items = {
+      {kNs, KeyIn(0, 2, 0), "", "o"},
+      {kNs, KeyIn(1, 2, 0, "fail-"), "", "o"},
+      {kNs, KeyIn(1, 2, 1), "", "o"},
+  };
+  auto answers = client.BeginBatch(items);
+  ASSERT_TRUE(answers.ok()) << answers.status();
+  EXPECT_TRUE((*answers)[0].ok());
+  EXPECT_TRUE(absl::IsInvalidArgument((*answers)[1].status()));
+  EXPECT_TRUE(absl::IsInvalidArgument((*answers)[2].status()));
+
+  items[0].key = KeyIn(0, 2, 0, "fail-");
+  answers = client.BeginBatch(items);
+  EXPECT_TRUE(absl::IsInvalidArgument(answers.status())) << answers.status();
 }
 
 TEST_F(ShardRoutingTest, NewerEpochInAnAnswerRefetchesTheMap) {
