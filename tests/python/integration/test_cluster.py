@@ -49,11 +49,13 @@ def poll(condition, timeout_s: float, what: str):
 
 def redirect_of(address: str) -> str | None:
     """The leader a node names in its UNAVAILABLE to a Get (None if it
-    answered or named none)."""
+    answered or named none). The Get says it was forwarded already, so a
+    follower names the leader instead of forwarding it."""
     with grpc.insecure_channel(address) as channel:
         try:
             dedup_pb2_grpc.DedupStub(channel).Get(
-                dedup_pb2.GetRequest(namespace=NS, key="probe"), timeout=2)
+                dedup_pb2.GetRequest(namespace=NS, key="probe"), timeout=2,
+                metadata=(("dedup-forwarded", "test"),))
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.UNAVAILABLE:
                 return None
