@@ -49,13 +49,11 @@ def poll(condition, timeout_s: float, what: str):
 
 def redirect_of(address: str) -> str | None:
     """The leader a node names in its UNAVAILABLE to a Get (None if it
-    answered or named none). The Get says it was forwarded already, so a
-    follower names the leader instead of forwarding it."""
+    answered or named none)."""
     with grpc.insecure_channel(address) as channel:
         try:
             dedup_pb2_grpc.DedupStub(channel).Get(
-                dedup_pb2.GetRequest(namespace=NS, key="probe"), timeout=2,
-                metadata=(("dedup-forwarded", "test"),))
+                dedup_pb2.GetRequest(namespace=NS, key="probe"), timeout=2)
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.UNAVAILABLE:
                 return None
@@ -65,7 +63,9 @@ def redirect_of(address: str) -> str | None:
 
 class ClusterTest(unittest.TestCase):
     def setUp(self) -> None:
-        self.group = DedupdGroup()
+        # Followers name the leader instead of forwarding: these tests watch
+        # the client follow the hints (forwarding: tests/cluster/forward_test).
+        self.group = DedupdGroup(extra_flags=("--forward_to_leader=false",))
         # Stopped by PID however the test ends (after the clients closed:
         # an open connection holds up a node's clean stop).
         self.addCleanup(self._stop_group)
