@@ -193,16 +193,45 @@ TEST_F(ForwardTest, TheCallersDeadlineHolds) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
         << s.error_message();
   }
-  // The forwarded call ended too (its answer counted), long before the
-  // 20 s it asked to wait.
+  // The forwarded call ended too, long before the 20 s it asked to wait,
+  // by the deadline it carried (the leader's IN_USE just before it, or the
+  // deadline itself): not cancelled as a call that knew no deadline is.
   double ended = -1;
   for (int i = 0; i < 20 && ended < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ended = Forwarded(followers_[0], "deadline_exceeded") +
-            Forwarded(followers_[0], "ok") +
-            Forwarded(followers_[0], "cancelled");
+            Forwarded(followers_[0], "ok");
   }
   EXPECT_EQ(ended, 1);
+  EXPECT_EQ(Forwarded(followers_[0], "cancelled"), 0);
+}
+
+// A caller that cancels its call through a follower cancels the forwarded
+// one: it does not stay parked on the leader for its wait_ms.
+TEST_F(ForwardTest, TheCallersCancellationReachesTheLeader) {
+  v1::BeginResponse held;
+  ASSERT_TRUE(Call(cluster_.client_address(leader_), &v1::Dedup::Stub::Begin,
+                   BeginOf("held-c", "holder"), &held)
+                  .ok());
+  v1::BeginRequest waiting = BeginOf("held-c", "waiter");
+  waiting.set_wait_ms(20'000);
+  grpc::ClientContext context;
+  Deadline(&context, 30'000);
+  std::thread cancel([&context] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    context.TryCancel();
+  });
+  v1::BeginResponse response;
+  const grpc::Status s =
+      cluster_.DedupStub(followers_[0])->Begin(&context, waiting, &response);
+  cancel.join();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  double cancelled = -1;
+  for (int i = 0; i < 20 && cancelled < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancelled = Forwarded(followers_[0], "cancelled");
+  }
+  EXPECT_EQ(cancelled, 1);
 }
 
 TEST_F(ForwardTest, BatchesThroughAFollowerAnswerEveryItem) {
