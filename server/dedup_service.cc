@@ -152,8 +152,9 @@ grpc::ServerUnaryReactor* DedupService::Begin(
                 BeginParamsOf(*request, policy),
                 EffectiveWaitMs(*context, request->wait_ms()),
                 [this, call, request, response](absl::StatusOr<BeginResult> r) {
-                  if (!r.ok())
+                  if (!r.ok()) {
                     return FailOrForward(call, r.status(), request, response);
+                  }
                   Observe(*request, *r);
                   FillBeginResponse(*r, response);
                   call.Finish(grpc::Status::OK, r->waited);
@@ -291,8 +292,9 @@ grpc::ServerUnaryReactor* DedupService::Forget(
   if (NotServing(call, request, response)) return call.reactor();
   store_->Forget(request->namespace_(), request->key(),
                  [this, call, request, response](absl::StatusOr<bool> r) {
-                   if (!r.ok())
+                   if (!r.ok()) {
                      return FailOrForward(call, r.status(), request, response);
+                   }
                    response->set_existed(*r);
                    call.Finish(grpc::Status::OK);
                  });
