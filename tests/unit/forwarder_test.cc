@@ -20,6 +20,8 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "replication/group_router.h"
+#include "replication/shard_layout.h"
 #include "server/auth.h"
 #include "server/dedup_service.h"
 #include "server/metrics.h"
@@ -127,7 +129,7 @@ class SplitStore final : public Store {
 struct Node {
   std::string dir;
   std::unique_ptr<Store> store;
-  std::unique_ptr<Store> split;
+  std::unique_ptr<Store> split;  // what the service serves from
   Metrics metrics{{}};
   Authorizer auth{metrics.registry().get()};
   std::unique_ptr<Forwarder> forwarder;
@@ -143,7 +145,7 @@ struct Node {
 };
 
 class ForwarderTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(Start(&leader_, ""));
     ASSERT_NO_FATAL_FAILURE(Start(&node_, leader_.address));
@@ -152,6 +154,12 @@ class ForwarderTest : public ::testing::Test {
   // `leader`: "" for the leader, else the node refuses "remote*" keys
   // naming it and forwards them there.
   void Start(Node* node, const std::string& leader) {
+    ASSERT_NO_FATAL_FAILURE(OpenStore(node));
+    node->split = std::make_unique<SplitStore>(node->store.get(), leader);
+    ASSERT_NO_FATAL_FAILURE(Serve(node, /*forwarding=*/!leader.empty()));
+  }
+
+  static void OpenStore(Node* node) {
     absl::StatusOr<std::string> dir = testing::MakeTempDir("dedup-forwarder");
     ASSERT_TRUE(dir.ok()) << dir.status();
     node->dir = *dir;
@@ -161,11 +169,14 @@ class ForwarderTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options);
     ASSERT_TRUE(store.ok()) << store.status();
     node->store = *std::move(store);
-    node->split = std::make_unique<SplitStore>(node->store.get(), leader);
+  }
+
+  // Serves node->split through a DedupService on a loopback port.
+  static void Serve(Node* node, bool forwarding) {
     node->service = std::make_unique<DedupService>(node->split.get(), Limits(),
                                                    &node->metrics, &node->auth,
                                                    /*events=*/nullptr);
-    if (!leader.empty()) {
+    if (forwarding) {
       ForwarderOptions forward;
       forward.node_id = 2;
       forward.self_address = "self:1";
@@ -303,6 +314,68 @@ TEST_F(ForwarderTest, AUnaryCallGoesToTheLeaderWhoseAnswerIsRelayed) {
   EXPECT_EQ(Trailer(context, "dedup-leader"), leader_.address);
   EXPECT_TRUE(Holds(leader_, "remote-u"));
   EXPECT_FALSE(Holds(node_, "remote-u"));
+}
+
+// Two nodes, each leading one of two groups through a real GroupRouter: a
+// batch of keys of both groups through either node lands every key in its
+// group's store, each answer in its place.
+TEST(ForwarderRouterTest, ABatchOverTwoGroupsLandsEachKeyInItsGroup) {
+  absl::StatusOr<ShardLayout> layout = FoundingLayout({1, 2}, 2, 1);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  Node nodes[2];
+  std::string addresses[2];
+  std::unique_ptr<GroupRouter> routers[2];
+  for (int n = 0; n < 2; ++n) {
+    ASSERT_NO_FATAL_FAILURE(ForwarderTest::OpenStore(&nodes[n]));
+    GroupRouter::Options options;
+    options.layout = *layout;
+    options.hosted[n] = nodes[n].store.get();
+    // The other group's leader, known once both nodes listen.
+    options.not_hosted = [&addresses](uint32_t group) {
+      absl::Status s = absl::UnavailableError("group not hosted here");
+      s.SetPayload(kLeaderAddressPayload, absl::Cord(addresses[group]));
+      return s;
+    };
+    absl::StatusOr<std::unique_ptr<GroupRouter>> router =
+        GroupRouter::Create(std::move(options));
+    ASSERT_TRUE(router.ok()) << router.status();
+    routers[n] = *std::move(router);
+  }
+  for (int n = 0; n < 2; ++n) {
+    nodes[n].split = std::make_unique<SplitStore>(routers[n].get(), "");
+    ASSERT_NO_FATAL_FAILURE(ForwarderTest::Serve(&nodes[n], true));
+    addresses[n] = nodes[n].address;
+  }
+  for (int via = 0; via < 2; ++via) {
+    v1::BeginBatchRequest begins;
+    int in_group[2] = {0, 0};
+    for (int i = 0; i < 40; ++i) {
+      *begins.add_items() =
+          ForwarderTest::BeginOf(absl::StrCat("via-", via, "-key-", i));
+      ++in_group[routers[0]->GroupOf("ns", begins.items(i).key())];
+    }
+    ASSERT_GT(in_group[0], 0);
+    ASSERT_GT(in_group[1], 0);
+    grpc::ClientContext context;
+    Deadline(&context);
+    v1::BeginBatchResponse begun;
+    grpc::Status s = v1::Dedup::NewStub(grpc::CreateChannel(
+                                            nodes[via].address,
+                                            grpc::InsecureChannelCredentials()))
+                         ->BeginBatch(&context, begins, &begun);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(begun.items_size(), 40);
+    for (int i = 0; i < 40; ++i) {
+      const std::string& key = begins.items(i).key();
+      const uint32_t group = routers[0]->GroupOf("ns", key);
+      ASSERT_TRUE(begun.items(i).has_response())
+          << key << ": " << begun.items(i).error().message();
+      EXPECT_EQ(begun.items(i).response().status(), v1::BeginResponse::STARTED);
+      EXPECT_TRUE(ForwarderTest::Holds(nodes[group], key)) << key;
+      EXPECT_FALSE(ForwarderTest::Holds(nodes[1 - group], key)) << key;
+    }
+  }
+  for (Node& node : nodes) node.server->Shutdown();
 }
 
 // The leader's ABORTED + dedup-outcome: unknown reaches the caller as is,
