@@ -180,8 +180,8 @@ absl::StatusOr<uint64_t> ParseNodeId(const std::string& text) {
 absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
   if (args.size() < 2) {
     return absl::InvalidArgumentError(
-        "'cluster' takes a subcommand: status, add, remove, transfer or "
-        "recover");
+        "'cluster' takes a subcommand: status, add, remove, transfer, "
+        "recover, shards or nodes");
   }
   const std::string& sub = args[1];
   const size_t extra = args.size() - 2;
@@ -245,9 +245,9 @@ absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
     return inv;
   }
   if (auto shards = ParseShardsSubcommand(args)) return *std::move(shards);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown cluster subcommand '", sub,
-                   "' (status, add, remove, transfer or recover)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown cluster subcommand '", sub,
+      "' (status, add, remove, transfer, recover, shards or nodes)"));
 }
 
 // Names each flag that is set but not in `allowed`.
