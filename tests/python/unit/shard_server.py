@@ -43,6 +43,7 @@ class ShardNode(dedup_pb2_grpc.DedupServicer, cluster_pb2_grpc.ClusterServicer):
         self.trailers: tuple[tuple[str, str], ...] = ()
         self.redirect_to: Optional[str] = None
         self.calls: list[tuple[str, str]] = []  # (method, key), items one by one
+        self.rpcs: list[str] = []  # the method of each RPC
         self._lock = threading.Lock()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         dedup_pb2_grpc.add_DedupServicer_to_server(self, self._server)
@@ -59,9 +60,9 @@ class ShardNode(dedup_pb2_grpc.DedupServicer, cluster_pb2_grpc.ClusterServicer):
         with self._lock:
             return [k for m, k in self.calls if method is None or m == method]
 
-    def methods(self) -> list[str]:
+    def rpc_count(self, method: str) -> int:
         with self._lock:
-            return [m for m, _ in self.calls]
+            return self.rpcs.count(method)
 
     def ShardMap(self, request, context):  # noqa: N802 - gRPC's names
         with self._lock:
@@ -74,6 +75,7 @@ class ShardNode(dedup_pb2_grpc.DedupServicer, cluster_pb2_grpc.ClusterServicer):
     def _record(self, method: str, keys: Sequence[str], context: grpc.ServicerContext) -> None:
         with self._lock:
             self.calls.extend((method, k) for k in keys)
+            self.rpcs.append(method)
             trailers, redirect_to = self.trailers, self.redirect_to
         if redirect_to is not None:
             context.set_trailing_metadata(trailers + (("dedup-leader", redirect_to),))
