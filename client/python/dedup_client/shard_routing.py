@@ -13,8 +13,10 @@ again (at most once a second), as does a leader named at an address the map
 does not list.
 
 Without a map (a single node answers UNIMPLEMENTED: never asked again; any
-other failure: asked again a second later at the earliest) every call goes
-exactly where it went before sharding: the Router's one leader guess.
+other failure: asked again 1 s later at the earliest, then 2, 4, ... up to
+64 s after consecutive failures, so a node that hangs costs a call the
+fetch's deadline only now and then) every call goes exactly where it went
+before sharding: the Router's one leader guess.
 
 Thread-safe: ShardState is shared by every thread and task of a client.
 """
@@ -36,6 +38,8 @@ EPOCH_METADATA_KEY = "dedup-shard-epoch"
 # At most one map fetch per this many seconds (an epoch seen rising, a
 # leader outside the map, or a failed fetch).
 REFRESH_INTERVAL_S = 1.0
+# After consecutive failed fetches the interval doubles, up to this.
+MAX_FAILED_INTERVAL_S = 64.0
 
 # A fetch's deadline at most (the client's deadline_s when shorter): the map
 # is an optimization, a call must not wait long for it.
@@ -115,6 +119,8 @@ class ShardState:
         self._due = enabled  # guarded by _lock: a fetch is wanted
         self._fetching = False  # guarded by _lock
         self._last_fetch = float("-inf")  # guarded by _lock
+        self._interval_s = REFRESH_INTERVAL_S  # guarded by _lock
+        self._failures = 0  # guarded by _lock: consecutive failed fetches
 
     @property
     def current(self) -> Optional[ShardMap]:
@@ -125,7 +131,7 @@ class ShardState:
         common answer is False)."""
         if not self._due or self._disabled or self._fetching:
             return False
-        return self._clock() - self._last_fetch >= REFRESH_INTERVAL_S
+        return self._clock() - self._last_fetch >= self._interval_s
 
     def start_fetch(self) -> bool:
         """Claims the fetch that is due (False: none due, or another thread
@@ -145,6 +151,7 @@ class ShardState:
             if shard_map is None:
                 self._due = True  # asked again later: maybe a map in transition
                 return
+            self._interval_s, self._failures = REFRESH_INTERVAL_S, 0
             if self._map is not None and shard_map.epoch < self._map.epoch:
                 return  # an older copy than the one held
             self._map = shard_map
@@ -161,6 +168,9 @@ class ShardState:
                 self._disabled = True
             else:
                 self._due = True
+                self._failures += 1
+                self._interval_s = min(REFRESH_INTERVAL_S * 2 ** min(self._failures - 1, 6),
+                                       MAX_FAILED_INTERVAL_S)
 
     def saw_epoch(self, value: Optional[str]) -> None:
         """An answer carried dedup-shard-epoch `value`."""

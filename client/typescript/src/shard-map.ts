@@ -12,8 +12,10 @@
 // second), as does a leader named at an address the map does not list.
 //
 // Without a map (a single node answers UNIMPLEMENTED: never asked again; any
-// other failure: asked again a second later at the earliest) every call goes
-// exactly where it went before sharding (Endpoints).
+// other failure: asked again 1 s later at the earliest, then 2, 4, ... up to
+// 64 s after consecutive failures, so a node that hangs costs a call the
+// fetch's deadline only now and then) every call goes exactly where it went
+// before sharding (Endpoints).
 import { fileURLToPath } from 'node:url';
 
 import { type Client as GrpcClient, type Metadata, status as GrpcStatus } from '@grpc/grpc-js';
@@ -27,6 +29,8 @@ export const EPOCH_METADATA_KEY = 'dedup-shard-epoch';
 export const LEADER_METADATA_KEY = 'dedup-leader';
 /** At most one map fetch per this many ms (an epoch seen rising, a leader outside the map, a failed fetch). */
 export const REFRESH_INTERVAL_MS = 1000;
+/** After consecutive failed fetches the interval doubles, up to this. */
+export const MAX_FAILED_INTERVAL_MS = 64_000;
 /** A fetch's deadline at most (the client's deadline when shorter): the map is an optimization. */
 export const FETCH_TIMEOUT_MS = 2000;
 
@@ -125,6 +129,9 @@ export class ShardRouting {
   private due = true;
   private fetching = false;
   private lastFetch = -Infinity;
+  private intervalMs = REFRESH_INTERVAL_MS;
+  /** Consecutive failed fetches. */
+  private failures = 0;
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -135,7 +142,7 @@ export class ShardRouting {
   /** Claims the fetch that is due (false: none due, or one in flight); the claimant reports fetched or fetchFailed. */
   startFetch(): boolean {
     if (this.disabled || !this.due || this.fetching) return false;
-    if (this.now() - this.lastFetch < REFRESH_INTERVAL_MS) return false;
+    if (this.now() - this.lastFetch < this.intervalMs) return false;
     this.fetching = true;
     this.due = false;
     this.lastFetch = this.now();
@@ -149,6 +156,8 @@ export class ShardRouting {
       this.due = true; // asked again later: maybe a map in transition
       return;
     }
+    this.intervalMs = REFRESH_INTERVAL_MS;
+    this.failures = 0;
     if (this.map !== undefined && map.epoch < this.map.epoch) return; // older than the one held
     this.map = map;
     this.leaders.clear();
@@ -158,8 +167,13 @@ export class ShardRouting {
   /** UNIMPLEMENTED (a single node, or a server from before sharding) is final; any other failure is asked again later. */
   fetchFailed(code: number | undefined): void {
     this.fetching = false;
-    if (code === GrpcStatus.UNIMPLEMENTED && this.map === undefined) this.disabled = true;
-    else this.due = true;
+    if (code === GrpcStatus.UNIMPLEMENTED && this.map === undefined) {
+      this.disabled = true;
+      return;
+    }
+    this.due = true;
+    this.failures++;
+    this.intervalMs = Math.min(REFRESH_INTERVAL_MS * 2 ** Math.min(this.failures - 1, 6), MAX_FAILED_INTERVAL_MS);
   }
 
   /** An answer carried dedup-shard-epoch `value`. */

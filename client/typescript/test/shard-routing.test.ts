@@ -11,6 +11,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
 import { DedupClient, type DedupClientOptions } from '../src/index.js';
+import { ShardRouting } from '../src/shard-map.js';
 import { fenceOf, groupOf, keyIn, keysPerGroup, NS, ShardNode, shardMap } from './fake-shards.js';
 
 const nodes: ShardNode[] = [];
@@ -233,4 +234,25 @@ test("a group leader that cannot be reached: its calls move to the group's next 
     a.keys('BeginBatch'),
     keys.filter((k) => groupOf(k, 3) === 0),
   );
+});
+
+test('failed fetches back off up to a minute; a map resets the interval', () => {
+  let now = 0;
+  const routing = new ShardRouting(() => now);
+  const fetchedAt: number[] = [];
+  for (; now < 200_000; now += 500) {
+    if (!routing.startFetch()) continue;
+    fetchedAt.push(now / 1000);
+    routing.fetchFailed(GrpcStatus.DEADLINE_EXCEEDED);
+  }
+  assert.deepEqual(fetchedAt, [0, 1, 3, 7, 15, 31, 63, 127, 191]);
+  now += 64_000;
+  assert.ok(routing.startFetch());
+  routing.fetched(shardMap(1, ['a:1']));
+  assert.equal(routing.current?.epoch, 1n);
+  routing.sawEpoch('2');
+  now += 999;
+  assert.equal(routing.startFetch(), false);
+  now += 1;
+  assert.ok(routing.startFetch());
 });

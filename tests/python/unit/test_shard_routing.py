@@ -212,6 +212,23 @@ class NoMapTest(unittest.TestCase):
         self.assertEqual(nodes[0].map_calls, 2)
         self.assertEqual(nodes[2].keys("Get"), [key])
 
+    def test_failed_fetches_back_off_up_to_a_minute(self) -> None:
+        node = ShardNode(map_error=grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.addCleanup(node.stop)
+        client = Client(node.target)
+        self.addCleanup(client.close)
+        clock = FakeClock()
+        client._router.shards._clock = clock  # noqa: SLF001 - the test's time
+        fetched_at = []
+        for _ in range(400):  # 200 s in half seconds, a call each
+            before = node.map_calls
+            client.get(NAMESPACE, "k1")
+            if node.map_calls > before:
+                fetched_at.append(clock.now - 1000.0)
+            clock.now += 0.5
+        self.assertEqual(fetched_at, [0, 1, 3, 7, 15, 31, 63, 127, 191])
+        self.assertEqual(node.keys("Get"), ["k1"] * 400)
+
     def test_a_given_channel_without_a_factory_never_asks(self) -> None:
         node = ShardNode()
         self.addCleanup(node.stop)
