@@ -238,7 +238,10 @@ class ShardState:
 
 class GroupRoute:
     """The Router as one group's calls see it (AttemptRoute and the
-    coalescing lanes use leader, follow, failed, can_follow and stub)."""
+    coalescing lanes use leader, follow, failed, can_follow and stub).
+    What it learns moves the Router's own guess too, so leader_address()
+    still names the last node that answered as a leader (with one group:
+    the leader, as without a map), and a fetch goes to a live node."""
 
     def __init__(self, router: Any, shards: ShardState, group: ShardGroup) -> None:
         self._router = router
@@ -254,9 +257,11 @@ class GroupRoute:
 
     def follow(self, address: str) -> None:
         self._shards.follow(self.group, address)
+        self._router.follow(address)
 
     def failed(self, address: str) -> None:
         self._shards.failed(self.group, address)
+        self._router.failed(address)
 
     def stub(self, address: str) -> Any:
         return self._router.stub(address)

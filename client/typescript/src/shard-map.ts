@@ -222,8 +222,17 @@ export class ShardRouting {
   }
 }
 
-/** The Endpoints as one group's calls see them (invoke's Route), on the same channels. */
+/**
+ * The Endpoints as one group's calls see them (invoke's Route), on the same
+ * channels; one per call. What it learns moves the Endpoints' own guess too,
+ * so currentAddress still names the last node that answered as a leader
+ * (with one group: the leader, as without a map), and a fetch goes to a live
+ * node.
+ */
 export class GroupRoute implements Route {
+  /** Where this call's latest attempt went (invoke opens its channel right before sending). */
+  private sentTo: string | undefined;
+
   constructor(
     private readonly endpoints: Endpoints,
     private readonly routing: ShardRouting,
@@ -235,19 +244,23 @@ export class GroupRoute implements Route {
   }
 
   channel(address: string): GrpcClient {
+    this.sentTo = address;
     return this.endpoints.channel(address);
   }
 
   follow(leader: string): void {
     this.routing.follow(this.group, leader);
+    this.endpoints.follow(leader);
   }
 
   failed(address: string): void {
     this.routing.failed(this.group, address);
+    this.endpoints.failed(address);
   }
 
-  /** An answer's or error's trailing metadata: its leader hint (answers only) and epoch. */
+  /** An answer's or error's trailing metadata: who answered (answers only), its leader hint and epoch. */
   trailers(metadata: Metadata | undefined, answered: boolean): void {
+    if (answered && this.sentTo !== undefined) this.follow(this.sentTo);
     const leader = metadataValue(metadata, LEADER_METADATA_KEY);
     if (answered && leader !== undefined && leader !== '') this.follow(leader);
     this.routing.sawEpoch(metadataValue(metadata, EPOCH_METADATA_KEY));

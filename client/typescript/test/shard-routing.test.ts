@@ -62,6 +62,8 @@ test('each call goes to its group leader; the map is fetched once, from the give
     [1, 0, 0],
   );
   assert.equal(c.shardMap?.epoch, 1n);
+  // The last node that answered as a (group's) leader.
+  assert.equal(c.currentAddress, (c3[groupOf(keys[keys.length - 1] as string, 3)] as ShardNode).address);
 });
 
 test('a batch is split per group and answered in order', async () => {
@@ -206,7 +208,7 @@ test('a redirect is followed; one to an address outside the map refreshes it', a
   assert.equal(answer.fence, BigInt(fenceOf(key)));
   assert.deepEqual(s.keys('Begin'), [key]);
   const moved = shardMap(2, [s.address, b.address, z.address]);
-  for (const n of c3) n.map = moved;
+  for (const n of [...c3, s]) n.map = moved;
   await delay(1050);
   await c.begin({ namespace: NS, key, owner: 'o' });
   assert.equal(c.shardMap?.epoch, 2n);

@@ -71,6 +71,8 @@ class RoutingTest(ShardedCase):
         self.assert_landed(keys, "Begin")
         self.assert_landed(keys, "Get")
         self.assertEqual(client.shard_map().epoch, 1)
+        # The last node that answered as a (group's) leader.
+        self.assertEqual(client.leader_address(), self.node_of(keys[-1]).target)
         # Fetched once, from the given address.
         self.assertEqual([n.map_calls for n in self.nodes], [1, 0, 0])
 
