@@ -75,12 +75,15 @@ def main() -> None:
         "batches of each kind in flight), durable (`--durability=sync`); `keys`: BeginBatch of 100 "
         "fresh keys. `CPU µs/unit per node`: each node's utime+stime (`/proc/PID/stat`) over the "
         "measured window divided by the cell's units, mean and range over the nodes; `node CPU`: "
-        "the same time as a share of the node's quota (100%: the emulated machine is saturated).")
+        "the same time as a share of the node's quota (100%: the emulated machine is saturated); "
+        "`others`: the CPU (in cores) the machine spent on anything but these nodes and the load "
+        "generator during the window: other tenants of a shared machine, which a quota does not "
+        "keep from taking the cores the nodes were to get (a node far under its quota then).")
     if a.quick == "1":
         out += ["", "**Quick run** (a smoke check): figures too short to read."]
     out += ["", "| cell | workload | units/s | unit | spread | p50 ms | p99 ms | CPU µs/unit per node "
-            "(mean; min–max) | node CPU % of quota (mean; max) | load CPU % of quota | errors |",
-            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "(mean; min–max) | node CPU % of quota (mean; max) | load CPU % of quota | others | errors |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for cell in cells:
         for label, _ in WORKLOADS:
             rs = [r for r in rows if r["cell"] == cell and r["label"] == label]
@@ -92,12 +95,14 @@ def main() -> None:
             tput = [x["units_per_s"] for x in rs]
             spread = (max(tput) - min(tput)) / 2 / statistics.median(tput) * 100 if min(tput) > 0 else 0
             load = r["load_cpu_s"] / r["window_s"] / float(a.load_cpu) * 100
+            others = max(0.0, r.get("machine_busy_s", 0) - sum(r["node_cpu_s"]) - r["load_cpu_s"])
+            others /= r["window_s"]
             state = " (FAILED)" if any(x["failed"] for x in rs) else ""
             out.append(
                 f"| {cell}{state} | {label} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
                 f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {statistics.mean(us):.1f} "
                 f"({min(us):.1f}–{max(us):.1f}) | {statistics.mean(share):.0f}% ({max(share):.0f}%) | "
-                f"{load:.0f}% | {sum(x['errors'] for x in rs)} |")
+                f"{load:.0f}% | {others:.2f} | {sum(x['errors'] for x in rs)} |")
 
     out += ["", "| ratio | " + " | ".join(name for _, name in WORKLOADS) + " | target |",
             "|---|" + "---:|" * len(WORKLOADS) + "---|"]

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 CGROUP_CPU = "/sys/fs/cgroup/cpu"
 COLUMNS = ["cell", "workload", "units/s", "unit", "spread", "p50 ms", "p99 ms",
            "CPU µs/unit per node (mean; min–max)", "node CPU % of quota (mean; max)",
-           "load CPU % of quota", "errors"]
+           "load CPU % of quota", "others", "errors"]
 
 
 def number(text: str) -> float:
