@@ -69,8 +69,9 @@ def main() -> None:
         f"(`cpu.cfs_quota_us` {int(node_cpu * 100000)} per `cpu.cfs_period_us` 100000): an emulated "
         f"machine. The load generator (`dedup-bench`) runs in one more, capped at "
         f"{float(a.load_cpu):g} CPU. A cell `NxG` is N nodes founding G Raft groups (default "
-        "replication factor); with one group the load goes to its leader, with several to every "
-        "node alike (one `dedup-bench` per node, each with its share of the operations in flight). "
+        "replication factor). `load to`: `leader`, the one group's leader; `every node`: one "
+        "`dedup-bench` per node, each with its share of the operations in flight, the nodes "
+        "forwarding each call to its group's leader. "
         "`pairs`: Begin + Complete on fresh keys through the `CoalescingClient` (one channel, two "
         "batches of each kind in flight), durable (`--durability=sync`); `keys`: BeginBatch of 100 "
         "fresh keys. `CPU µs/unit per node`: each node's utime+stime (`/proc/PID/stat`) over the "
@@ -81,9 +82,9 @@ def main() -> None:
         "keep from taking the cores the nodes were to get (a node far under its quota then).")
     if a.quick == "1":
         out += ["", "**Quick run** (a smoke check): figures too short to read."]
-    out += ["", "| cell | workload | units/s | unit | spread | p50 ms | p99 ms | CPU µs/unit per node "
+    out += ["", "| cell | load to | workload | units/s | unit | spread | p50 ms | p99 ms | CPU µs/unit per node "
             "(mean; min–max) | node CPU % of quota (mean; max) | load CPU % of quota | others | errors |",
-            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for cell in cells:
         for label, _ in WORKLOADS:
             rs = [r for r in rows if r["cell"] == cell and r["label"] == label]
@@ -99,7 +100,7 @@ def main() -> None:
             others /= r["window_s"]
             state = " (FAILED)" if any(x["failed"] for x in rs) else ""
             out.append(
-                f"| {cell}{state} | {label} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
+                f"| {cell}{state} | {'leader' if r.get('route') == 'leader' else 'every node'} | {label} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
                 f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {statistics.mean(us):.1f} "
                 f"({min(us):.1f}–{max(us):.1f}) | {statistics.mean(share):.0f}% ({max(share):.0f}%) | "
                 f"{load:.0f}% | {others:.2f} | {sum(x['errors'] for x in rs)} |")
