@@ -36,6 +36,41 @@ std::vector<uint32_t> ShardLayout::HostedBy(uint64_t node) const {
   return ids;
 }
 
+namespace {
+
+// The founder leading fewest groups so far, then holding fewest replicas,
+// ties going to the first from `start` (mod N): no founder ever leads more
+// than ceil(G/N) groups.
+size_t Leader(const std::vector<uint32_t>& leads,
+              const std::vector<uint32_t>& load, size_t start) {
+  const size_t n = load.size();
+  size_t best = start;
+  for (size_t d = 1; d < n; ++d) {
+    const size_t i = (start + d) % n;
+    if (std::make_pair(leads[i], load[i]) <
+        std::make_pair(leads[best], load[best])) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+// The `count` least loaded founders other than `leader`, ties going to the
+// nearest after it (mod N), so that every founder ends with about the same
+// number of replicas whatever G and N.
+std::vector<size_t> Followers(const std::vector<uint32_t>& load, size_t leader,
+                              uint32_t count) {
+  const size_t n = load.size();
+  std::vector<size_t> others;
+  for (size_t d = 1; d < n; ++d) others.push_back((leader + d) % n);
+  std::stable_sort(others.begin(), others.end(),
+                   [&](size_t a, size_t b) { return load[a] < load[b]; });
+  others.resize(count);
+  return others;
+}
+
+}  // namespace
+
 absl::StatusOr<ShardLayout> FoundingLayout(std::vector<uint64_t> founders,
                                            uint32_t groups,
                                            uint32_t replication_factor) {
@@ -57,14 +92,21 @@ absl::StatusOr<ShardLayout> FoundingLayout(std::vector<uint64_t> founders,
   }
   ShardLayout layout;
   layout.epoch = 1;
+  std::vector<uint32_t> load(n, 0);   // replicas placed per founder
+  std::vector<uint32_t> leads(n, 0);  // preferred leaderships per founder
   for (uint32_t g = 0; g < groups; ++g) {
     GroupPlacement group;
     group.id = g;
     group.first_slot = static_cast<uint32_t>(uint64_t{g} * kSlotCount / groups);
     group.end_slot =
         static_cast<uint32_t>(uint64_t{g + 1} * kSlotCount / groups);
-    for (uint32_t k = 0; k < replication_factor; ++k) {
-      group.replicas.push_back(founders[(g + k) % n]);
+    const size_t leader = Leader(leads, load, g % n);
+    ++leads[leader];
+    group.replicas.push_back(founders[leader]);
+    ++load[leader];
+    for (size_t index : Followers(load, leader, replication_factor - 1)) {
+      group.replicas.push_back(founders[index]);
+      ++load[index];
     }
     layout.groups.push_back(std::move(group));
   }

@@ -43,13 +43,13 @@ struct ShardLayout {
 
 // The layout a new cluster starts with (epoch 1): `groups` contiguous
 // ranges of equal size (group g owns [g*S/G, (g+1)*S/G), S = kSlotCount,
-// ids 0..G-1), and the replicas of group g on the founders
-// g, g+1, ..., g+rf-1 (mod N) in ascending id order, so that every
-// founder is the preferred leader of at most ceil(G/N) groups and holds
-// about G*rf/N replicas. Every node computes the same layout from the same
-// flags. INVALID_ARGUMENT when founders is empty, holds 0 or a duplicate,
-// groups is 0 or above kSlotCount, or replication_factor is not in
-// [1, founders.size()].
+// ids 0..G-1). Groups are placed in id order over the founders (ascending
+// ids): group g's preferred leader is a founder leading fewest groups so far
+// (so none leads more than ceil(G/N)), its other rf-1 replicas the least
+// loaded other founders (so none holds more than ceil(G*rf/N) + 1). Every node
+// computes the same layout from the same flags. INVALID_ARGUMENT when founders
+// is empty, holds 0 or a duplicate, groups is 0 or above kSlotCount, or
+// replication_factor is not in [1, founders.size()].
 [[nodiscard]] absl::StatusOr<ShardLayout> FoundingLayout(
     std::vector<uint64_t> founders, uint32_t groups,
     uint32_t replication_factor);

@@ -1,0 +1,235 @@
+#include "replication/group_router.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "storage/storage_key.h"
+
+namespace dedup {
+namespace {
+
+absl::Status Closed() {
+  return absl::UnavailableError("the store is closed (the node is stopping)");
+}
+
+// Sums what adds up, keeps the worst of what does not.
+void AddStats(const StoreStats& s, StoreStats& sum) {
+  sum.estimated_records += s.estimated_records;
+  sum.expired_dropped += s.expired_dropped;
+  sum.tombstones_dropped += s.tombstones_dropped;
+  sum.tombstones_made += s.tombstones_made;
+  sum.waiting_begins += s.waiting_begins;
+  sum.inflight_leases += s.inflight_leases;
+  sum.lapsed_leases += s.lapsed_leases;
+  sum.oldest_lapsed_lease_ms =
+      std::max(sum.oldest_lapsed_lease_ms, s.oldest_lapsed_lease_ms);
+  sum.inflight_tracking_saturated |= s.inflight_tracking_saturated;
+  sum.live_sst_bytes += s.live_sst_bytes;
+  sum.pending_compaction_bytes += s.pending_compaction_bytes;
+  sum.block_cache_usage_bytes += s.block_cache_usage_bytes;
+  sum.memtable_bytes += s.memtable_bytes;
+  sum.background_errors += s.background_errors;
+  sum.write_resumes += s.write_resumes;
+  if (s.write_stopped && !sum.write_stopped) sum.write_error = s.write_error;
+  sum.write_stopped |= s.write_stopped;
+  // Every group's data sits on the node's one data dir file system.
+  if (s.data_dir_free_bytes != 0 &&
+      (sum.data_dir_free_bytes == 0 ||
+       s.data_dir_free_bytes < sum.data_dir_free_bytes)) {
+    sum.data_dir_free_bytes = s.data_dir_free_bytes;
+  }
+}
+
+// Calls split by destination: a hosted store's share, in arrival order.
+template <typename Call>
+struct Split {
+  std::map<Store*, std::vector<Call>> by_store;
+  std::vector<std::pair<Call, absl::Status>> refused;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GroupRouter>> GroupRouter::Create(
+    Options options) {
+  if (absl::Status s = ValidateLayout(options.layout); !s.ok()) return s;
+  for (const auto& [id, store] : options.hosted) {
+    if (options.layout.Find(id) == nullptr || store == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hosted group ", id, " is not in the layout"));
+    }
+  }
+  if (!options.not_hosted) {
+    return absl::InvalidArgumentError("not_hosted: required");
+  }
+  return std::unique_ptr<GroupRouter>(new GroupRouter(std::move(options)));
+}
+
+GroupRouter::GroupRouter(Options options) : options_(std::move(options)) {}
+
+uint32_t GroupRouter::GroupOf(absl::string_view ns,
+                              absl::string_view key) const {
+  return options_.layout.GroupOfSlot(SlotOf(ns, key)).id;
+}
+
+Store* GroupRouter::Route(absl::string_view ns, absl::string_view key,
+                          absl::Status& refusal) const {
+  if (closed_.load(std::memory_order_acquire)) {
+    refusal = Closed();
+    return nullptr;
+  }
+  const uint32_t group = GroupOf(ns, key);
+  auto it = options_.hosted.find(group);
+  if (it == options_.hosted.end()) {
+    refusal = options_.not_hosted(group);
+    return nullptr;
+  }
+  return it->second;
+}
+
+void GroupRouter::Begin(std::string ns, std::string key, BeginParams params,
+                        int64_t wait_ms, StoreCallback<BeginResult> done) {
+  absl::Status refusal;
+  Store* store = Route(ns, key, refusal);
+  if (store == nullptr) return std::move(done)(refusal);
+  store->Begin(std::move(ns), std::move(key), std::move(params), wait_ms,
+               std::move(done));
+}
+
+void GroupRouter::Complete(std::string ns, std::string key,
+                           CompleteParams params,
+                           StoreCallback<FencedDecision> done) {
+  absl::Status refusal;
+  Store* store = Route(ns, key, refusal);
+  if (store == nullptr) return std::move(done)(refusal);
+  store->Complete(std::move(ns), std::move(key), std::move(params),
+                  std::move(done));
+}
+
+void GroupRouter::Release(std::string ns, std::string key, uint64_t fence,
+                          StoreCallback<FencedDecision> done) {
+  absl::Status refusal;
+  Store* store = Route(ns, key, refusal);
+  if (store == nullptr) return std::move(done)(refusal);
+  store->Release(std::move(ns), std::move(key), fence, std::move(done));
+}
+
+void GroupRouter::Renew(std::string ns, std::string key, uint64_t fence,
+                        int64_t lease_ms, StoreCallback<FencedDecision> done) {
+  absl::Status refusal;
+  Store* store = Route(ns, key, refusal);
+  if (store == nullptr) return std::move(done)(refusal);
+  store->Renew(std::move(ns), std::move(key), fence, lease_ms, std::move(done));
+}
+
+void GroupRouter::Checkpoint(std::string ns, std::string key,
+                             CheckpointParams params,
+                             StoreCallback<FencedDecision> done) {
+  absl::Status refusal;
+  Store* store = Route(ns, key, refusal);
+  if (store == nullptr) return std::move(done)(refusal);
+  store->Checkpoint(std::move(ns), std::move(key), std::move(params),
+                    std::move(done));
+}
+
+void GroupRouter::BeginMany(std::vector<BeginCall> calls) {
+  Split<BeginCall> split;
+  for (BeginCall& call : calls) {
+    absl::Status refusal;
+    if (Store* store = Route(call.ns, call.key, refusal)) {
+      split.by_store[store].push_back(std::move(call));
+    } else {
+      split.refused.emplace_back(std::move(call), std::move(refusal));
+    }
+  }
+  for (auto& [call, refusal] : split.refused) std::move(call.done)(refusal);
+  for (auto& [store, share] : split.by_store)
+    store->BeginMany(std::move(share));
+}
+
+void GroupRouter::CompleteMany(std::vector<CompleteCall> calls) {
+  Split<CompleteCall> split;
+  for (CompleteCall& call : calls) {
+    absl::Status refusal;
+    if (Store* store = Route(call.ns, call.key, refusal)) {
+      split.by_store[store].push_back(std::move(call));
+    } else {
+      split.refused.emplace_back(std::move(call), std::move(refusal));
+    }
+  }
+  for (auto& [call, refusal] : split.refused) std::move(call.done)(refusal);
+  for (auto& [store, share] : split.by_store) {
+    store->CompleteMany(std::move(share));
+  }
+}
+
+void GroupRouter::Get(std::string ns, std::string key,
+                      StoreCallback<std::optional<Record>> done) {
+  absl::Status refusal;
+  Store* store = Route(ns, key, refusal);
+  if (store == nullptr) return std::move(done)(refusal);
+  store->Get(std::move(ns), std::move(key), std::move(done));
+}
+
+void GroupRouter::Forget(std::string ns, std::string key,
+                         StoreCallback<bool> done) {
+  absl::Status refusal;
+  Store* store = Route(ns, key, refusal);
+  if (store == nullptr) return std::move(done)(refusal);
+  store->Forget(std::move(ns), std::move(key), std::move(done));
+}
+
+absl::Status GroupRouter::CheckServing() const {
+  return closed_.load(std::memory_order_acquire) ? Closed() : absl::OkStatus();
+}
+
+void GroupRouter::DrainWaiters() {
+  for (const auto& [id, store] : options_.hosted) store->DrainWaiters();
+}
+
+absl::Status GroupRouter::Close() {
+  closed_.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::Status GroupRouter::CompactAll() {
+  for (const auto& [id, store] : options_.hosted) {
+    if (absl::Status s = store->CompactAll(); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("group ", id, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+StoreStats GroupRouter::Stats() {
+  StoreStats sum;
+  for (const auto& [id, store] : options_.hosted) AddStats(store->Stats(), sum);
+  return sum;
+}
+
+StoredBytes GroupRouter::StoredBytesByNamespace() const {
+  StoredBytes sum;
+  sum.complete = true;
+  for (const auto& [id, store] : options_.hosted) {
+    StoredBytes part = store->StoredBytesByNamespace();
+    sum.complete &= part.complete;
+    sum.truncated |= part.truncated;
+    for (const auto& [ns, bytes] : part.by_namespace) {
+      sum.by_namespace[ns] += bytes;
+    }
+  }
+  return sum;
+}
+
+absl::StatusOr<uint64_t> GroupRouter::CountStoredRecords() {
+  uint64_t total = 0;
+  for (const auto& [id, store] : options_.hosted) {
+    absl::StatusOr<uint64_t> n = store->CountStoredRecords();
+    if (!n.ok()) return n.status();
+    total += *n;
+  }
+  return total;
+}
+
+}  // namespace dedup
