@@ -10,13 +10,13 @@ namespace dedup {
 
 CoalescingClient::CoalescingClient(std::shared_ptr<grpc::Channel> channel,
                                    CoalescingOptions options)
-    : CoalescingClient(std::make_unique<LeaderRouter>(
+    : CoalescingClient(std::make_shared<LeaderRouter>(
                            std::move(channel), options.rpc.channel_factory),
                        options) {}
 
 CoalescingClient::CoalescingClient(std::vector<std::string> targets,
                                    CoalescingOptions options)
-    : CoalescingClient(std::make_unique<LeaderRouter>(
+    : CoalescingClient(std::make_shared<LeaderRouter>(
                            std::move(targets), options.rpc.channel_factory),
                        options) {}
 
@@ -33,16 +33,17 @@ CoalescingOptions Resolved(CoalescingOptions options,
 
 }  // namespace
 
-CoalescingClient::CoalescingClient(std::unique_ptr<LeaderRouter> router,
+CoalescingClient::CoalescingClient(std::shared_ptr<LeaderRouter> seed,
                                    const CoalescingOptions& options)
-    : router_(std::move(router)),
+    : deadline_(options.rpc.deadline),
+      shards_(std::make_unique<ShardRouter>(seed, deadline_)),
       outstanding_(std::make_unique<OutstandingCalls>()),
       begins_(std::make_unique<CoalescingLane<BeginLaneTraits>>(
-          *router_, Resolved(options, *router_), *outstanding_)),
+          *shards_, Resolved(options, *seed), *outstanding_)),
       completes_(std::make_unique<CoalescingLane<CompleteLaneTraits>>(
-          *router_, Resolved(options, *router_), *outstanding_)),
+          *shards_, Resolved(options, *seed), *outstanding_)),
       checkpoints_(std::make_unique<CoalescingLane<CheckpointLaneTraits>>(
-          *router_, Resolved(options, *router_), *outstanding_)) {}
+          *shards_, Resolved(options, *seed), *outstanding_)) {}
 
 CoalescingClient::~CoalescingClient() { outstanding_->WaitZero(); }
 
@@ -80,12 +81,14 @@ absl::StatusOr<Answer> AwaitAnswer(Start start) {
 
 absl::StatusOr<v1::BeginResponse> CoalescingClient::Begin(
     const BeginBatchItem& item) {
+  shards_->AwaitFirstFetch(deadline_);
   return AwaitAnswer<v1::BeginResponse>(
       [&](Done<v1::BeginResponse> done) { BeginAsync(item, std::move(done)); });
 }
 
 absl::StatusOr<v1::CompleteResponse> CoalescingClient::Complete(
     const CompleteBatchItem& item) {
+  shards_->AwaitFirstFetch(deadline_);
   return AwaitAnswer<v1::CompleteResponse>(
       [&](Done<v1::CompleteResponse> done) {
         CompleteAsync(item, std::move(done));
@@ -94,6 +97,7 @@ absl::StatusOr<v1::CompleteResponse> CoalescingClient::Complete(
 
 absl::StatusOr<v1::CheckpointResponse> CoalescingClient::Checkpoint(
     const CheckpointBatchItem& item) {
+  shards_->AwaitFirstFetch(deadline_);
   return AwaitAnswer<v1::CheckpointResponse>(
       [&](Done<v1::CheckpointResponse> done) {
         CheckpointAsync(item, std::move(done));

@@ -22,6 +22,11 @@
 // unary call (with the retries and leader following of a batch), and it
 // alone is refused, exactly as Client's call is (".../Begin").
 //
+// Sharded clusters (client/shard_router.h): a call joins a batch of its
+// key's group, sent to that group's leader; calls made before the first
+// fetch of the shard map ended go the way they go without one (the blocking
+// forms wait for it, as Client's calls do).
+//
 // Cluster mode is handled as by Client: batches follow the leader a follower
 // names ("dedup-leader") at once, move to the next address on other
 // UNAVAILABLEs, and remember the leader. Items are settled one by one, as
@@ -66,6 +71,7 @@
 #include "absl/status/statusor.h"
 #include "client/dedup_client.h"
 #include "client/leader_router.h"
+#include "client/shard_router.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "grpcpp/channel.h"
 
@@ -128,10 +134,12 @@ class CoalescingClient {
       const CheckpointBatchItem& item);
 
  private:
-  CoalescingClient(std::unique_ptr<LeaderRouter> router,
+  CoalescingClient(std::shared_ptr<LeaderRouter> seed,
                    const CoalescingOptions& options);
 
-  const std::unique_ptr<LeaderRouter> router_;
+  // How long a blocking call waits for the first fetch of the shard map.
+  const absl::Duration deadline_;
+  const std::unique_ptr<ShardRouter> shards_;
   const std::unique_ptr<OutstandingCalls> outstanding_;
   const std::unique_ptr<CoalescingLane<BeginLaneTraits>> begins_;
   const std::unique_ptr<CoalescingLane<CompleteLaneTraits>> completes_;

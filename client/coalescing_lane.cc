@@ -61,10 +61,10 @@ void OutstandingCalls::WaitZero() {
 }
 
 template <typename Traits>
-CoalescingLane<Traits>::CoalescingLane(LeaderRouter& router,
+CoalescingLane<Traits>::CoalescingLane(ShardRouter& shards,
                                        const CoalescingOptions& options,
                                        OutstandingCalls& outstanding)
-    : router_(router),
+    : shards_(shards),
       rpc_(options.rpc),
       max_items_(std::clamp(options.max_batch_items, 1, 1000)),
       max_in_flight_(std::max(options.max_batches_in_flight, 1)),
@@ -77,6 +77,8 @@ void CoalescingLane<Traits>::Submit(const Item& item,
   ToProto(item, &proto);
   const size_t bytes = proto.ByteSizeLong();
   const bool parseable = StringsAreValidUtf8(proto);
+  shards_.Start();
+  const uint32_t group = shards_.RouteOf(proto.namespace_(), proto.key()).group;
   outstanding_.Add(1);
   std::unique_ptr<Batch> ready;
   {
@@ -84,16 +86,20 @@ void CoalescingLane<Traits>::Submit(const Item& item,
     if (unary_ || !parseable) {
       ready = std::make_unique<Batch>();
       ready->unary = true;
+      ready->group = group;
       AddItem(*ready, std::move(proto), bytes, std::move(done));
     } else {
-      if (queued_.empty() || queued_.back()->sealed ||
-          queued_.back()->request.items_size() >= max_items_ ||
-          (queued_.back()->bytes > 0 &&
-           queued_.back()->bytes + bytes > kMaxBatchBytes)) {
-        queued_.push_back(std::make_unique<Batch>());
+      Queue& queue = queues_[group];
+      auto& queued = queue.queued;
+      if (queued.empty() || queued.back()->sealed ||
+          queued.back()->request.items_size() >= max_items_ ||
+          (queued.back()->bytes > 0 &&
+           queued.back()->bytes + bytes > kMaxBatchBytes)) {
+        queued.push_back(std::make_unique<Batch>());
+        queued.back()->group = group;
       }
-      AddItem(*queued_.back(), std::move(proto), bytes, std::move(done));
-      if (in_flight_ < max_in_flight_) ready = TakeLocked();
+      AddItem(*queued.back(), std::move(proto), bytes, std::move(done));
+      if (queue.in_flight < max_in_flight_) ready = TakeLocked(queue);
     }
   }
   if (ready != nullptr) Send(ready.release());
@@ -111,10 +117,11 @@ void CoalescingLane<Traits>::AddItem(Batch& batch,
 }
 
 template <typename Traits>
-auto CoalescingLane<Traits>::TakeLocked() -> std::unique_ptr<Batch> {
-  std::unique_ptr<Batch> batch = std::move(queued_.front());
-  queued_.pop_front();
-  ++in_flight_;
+auto CoalescingLane<Traits>::TakeLocked(Queue& queue)
+    -> std::unique_ptr<Batch> {
+  std::unique_ptr<Batch> batch = std::move(queue.queued.front());
+  queue.queued.pop_front();
+  ++queue.in_flight;
   return batch;
 }
 
@@ -127,7 +134,8 @@ void CoalescingLane<Traits>::Send(Batch* batch, bool new_attempt) {
   batch->context = std::make_unique<grpc::ClientContext>();
   batch->context->set_deadline(absl::ToChronoTime(batch->deadline));
   batch->response.Clear();
-  batch->endpoint = router_.Current();
+  batch->route = shards_.RouteOfGroup(batch->group);
+  batch->endpoint = batch->route.router->Current();
   if (batch->endpoint == nullptr) {
     OnDone(batch, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "no server address configured"));
@@ -162,6 +170,9 @@ void CoalescingLane<Traits>::SendLater(Batch* batch, absl::Duration delay,
 
 template <typename Traits>
 void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
+  if (batch->endpoint != nullptr) {
+    shards_.Observe(batch->route, *batch->endpoint, *batch->context, status);
+  }
   // A whole batch's unknown outcome is not retried as a batch: it is
   // settled item by item below, re-sending only the items safe to re-send.
   const RetryDecision decision = DecideRetry(
@@ -171,11 +182,11 @@ void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
       rpc_, /*retry_unknown=*/false, ThreadLocalUniform01);
   if (decision.action == RetryAction::kFollowLeader) {
     ++batch->hops;
-    router_.FollowLeader(*batch->endpoint, decision.leader);
+    batch->route.router->FollowLeader(*batch->endpoint, decision.leader);
     SendLater(batch, absl::ZeroDuration(), /*new_attempt=*/false);
     return;
   }
-  if (decision.advance) router_.Advance(*batch->endpoint);
+  if (decision.advance) batch->route.router->Advance(*batch->endpoint);
   if (decision.action == RetryAction::kRetry) {
     ++batch->attempt;
     SendLater(batch, decision.delay, /*new_attempt=*/true);
@@ -275,6 +286,7 @@ typename CoalescingLane<Traits>::Resends CoalescingLane<Traits>::SortOutResends(
         out.refit.push_back(std::make_unique<Batch>());
         out.refit.back()->round = batch.round;
         out.refit.back()->sealed = true;
+        out.refit.back()->group = batch.group;
       }
       MoveItem(batch, i, *out.refit.back());
       out.resent[i] = true;
@@ -289,6 +301,7 @@ typename CoalescingLane<Traits>::Resends CoalescingLane<Traits>::SortOutResends(
       out.again = std::make_unique<Batch>();
       out.again->round = batch.round + 1;
       out.again->unary = batch.unary;
+      out.again->group = batch.group;
     }
     MoveItem(batch, i, *out.again);
     out.resent[i] = true;
@@ -323,12 +336,13 @@ void CoalescingLane<Traits>::Continue(const Batch& batch, Resends resends) {
   std::vector<std::unique_ptr<Batch>> ready;
   {
     absl::MutexLock lock(&mu_);
+    Queue& queue = queues_[batch.group];
     for (auto it = resends.refit.rbegin(); it != resends.refit.rend(); ++it) {
-      queued_.push_front(std::move(*it));
+      queue.queued.push_front(std::move(*it));
     }
-    if (resends.again == nullptr && !batch.unary) --in_flight_;
-    while (in_flight_ < max_in_flight_ && !queued_.empty()) {
-      ready.push_back(TakeLocked());
+    if (resends.again == nullptr && !batch.unary) --queue.in_flight;
+    while (queue.in_flight < max_in_flight_ && !queue.queued.empty()) {
+      ready.push_back(TakeLocked(queue));
     }
   }
   if (resends.again != nullptr) {
@@ -356,6 +370,7 @@ void CoalescingLane<Traits>::Split(
     auto single = std::make_unique<Batch>();
     single->round = batch.round;
     single->unary = unary;
+    single->group = batch.group;
     MoveItem(batch, i, *single);
     singles.push_back(std::move(single));
   }
@@ -368,7 +383,7 @@ void CoalescingLane<Traits>::SendEachAlone(Batch& batch) {
   Split(batch, /*unary=*/false, singles);
   {
     absl::MutexLock lock(&mu_);
-    in_flight_ += items - 1;
+    queues_[batch.group].in_flight += items - 1;
   }
   for (auto& single : singles) Send(single.release());
 }
@@ -380,11 +395,13 @@ void CoalescingLane<Traits>::SendUnary(Batch& batch) {
   {
     absl::MutexLock lock(&mu_);
     unary_ = true;
-    for (std::unique_ptr<Batch>& queued : queued_) {
-      Split(*queued, /*unary=*/true, singles);
+    for (auto& [group, queue] : queues_) {
+      for (std::unique_ptr<Batch>& queued : queue.queued) {
+        Split(*queued, /*unary=*/true, singles);
+      }
+      queue.queued.clear();
     }
-    queued_.clear();
-    --in_flight_;
+    --queues_[batch.group].in_flight;
   }
   for (auto& single : singles) Send(single.release());
 }

@@ -17,11 +17,13 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/coalescing_client.h"
 #include "client/dedup_client.h"
 #include "client/leader_router.h"
+#include "client/shard_router.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/client_context.h"
@@ -130,10 +132,13 @@ struct CheckpointLaneTraits {
   static constexpr bool kBatchMayBeMissing = true;
 };
 
-// The calls of one kind: a queue of batches being filled, and how many are
-// on the wire. Invariant: the queue is empty unless max_batches_in_flight
-// batches are out, so a call never waits while a batch could leave. Batches
-// close at max_batch_items (at most 1000) or 3 MiB of requests.
+// The calls of one kind: per group of the shard map (one queue for all
+// calls while the client holds no map, see client/shard_router.h), a queue
+// of batches being filled, and how many are on the wire; a batch holds the
+// calls of one group and goes to that group's leader. Invariant: a group's
+// queue is empty unless max_batches_in_flight of its batches are out, so a
+// call never waits while a batch could leave. Batches close at
+// max_batch_items (at most 1000) or 3 MiB of requests.
 //
 // A call the server could not parse (a string field that is not UTF-8)
 // never joins a batch, whose whole request the server would refuse: it
@@ -150,9 +155,9 @@ class CoalescingLane {
   using Item = typename Traits::Item;
   using Answer = typename Traits::Answer;
 
-  // `router` and `outstanding` outlive the lane. options.rpc as resolved
-  // for the router's addresses (ResolveClientOptions).
-  CoalescingLane(LeaderRouter& router, const CoalescingOptions& options,
+  // `shards` and `outstanding` outlive the lane. options.rpc as resolved
+  // for the seed router's addresses (ResolveClientOptions).
+  CoalescingLane(ShardRouter& shards, const CoalescingOptions& options,
                  OutstandingCalls& outstanding);
 
   // Sends `item` now or queues it; `done` gets its answer, once. The call
@@ -166,6 +171,11 @@ class CoalescingLane {
     std::vector<CoalescingClient::Done<Answer>> dones;  // one per item
     size_t bytes = 0;  // of the items, serialized
     std::unique_ptr<grpc::ClientContext> context;
+    // The group of its items' keys (ShardRouter::kNoGroup: no map), and the
+    // route the current attempt took (looked up at each send: the map may
+    // have moved on).
+    uint32_t group = ShardRouter::kNoGroup;
+    ShardRouter::Route route;
     // The node the current attempt went to, and that attempt's deadline,
     // which redirects to the leader keep.
     std::shared_ptr<const Endpoint> endpoint;
@@ -193,9 +203,16 @@ class CoalescingLane {
     std::vector<std::unique_ptr<grpc::Alarm>> backoffs;
   };
 
+  // The batches of one group.
+  struct Queue {
+    std::deque<std::unique_ptr<Batch>> queued;
+    int in_flight = 0;
+  };
+
   static void AddItem(Batch& batch, typename Traits::ItemProto proto,
                       size_t bytes, CoalescingClient::Done<Answer> done);
-  std::unique_ptr<Batch> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::unique_ptr<Batch> TakeLocked(Queue& queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Owns `batch` until its answers are delivered. A new attempt gets a
   // fresh deadline; a redirect to the leader keeps the attempt's.
   void Send(Batch* batch, bool new_attempt = true);
@@ -238,15 +255,14 @@ class CoalescingLane {
   // queued batches and of every later call as its own unary call.
   void SendUnary(Batch& batch);
 
-  LeaderRouter& router_;
+  ShardRouter& shards_;
   const ClientOptions rpc_;
   const int max_items_;
   const int max_in_flight_;
   OutstandingCalls& outstanding_;
 
   absl::Mutex mu_;
-  std::deque<std::unique_ptr<Batch>> queued_ ABSL_GUARDED_BY(mu_);
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint32_t, Queue> queues_ ABSL_GUARDED_BY(mu_);
   // The server lacks the batch method: calls go as unary RPCs.
   bool unary_ ABSL_GUARDED_BY(mu_) = false;
 };

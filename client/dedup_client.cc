@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "client/batch_answers.h"
 #include "client/retry_decision.h"
 #include "client/retrying_call.h"
+#include "client/shard_router.h"
 #include "common/channel_security.h"
 #include "grpcpp/client_context.h"
 
@@ -36,28 +38,38 @@ absl::StatusOr<Response> Conclude(absl::string_view method,
   return last;
 }
 
+using Route = ShardRouter::Route;
+
+// Runs the call on `route`'s router; every attempt's trailers go to the
+// shard router (epoch changes, leader hints).
 template <typename Request, typename Response>
-CallOutcome Send(LeaderRouter& router, const ClientOptions& options,
+CallOutcome Send(ShardRouter& shards, const Route& route,
+                 const ClientOptions& options,
                  RpcMethod<Request, Response> method, const Request& request,
                  absl::Duration extra_deadline, bool retry_unknown,
                  Response* response) {
   return RetryingCall(
-      router, options, extra_deadline, retry_unknown,
+      *route.router, options, extra_deadline, retry_unknown,
       [&](const Endpoint& endpoint, grpc::ClientContext* context) {
         response->Clear();
-        return ((*endpoint.stub).*method)(context, request, response);
+        grpc::Status status =
+            ((*endpoint.stub).*method)(context, request, response);
+        shards.Observe(route, endpoint, *context, status);
+        return status;
       });
 }
 
+// A unary call, sent to its key's group.
 template <typename Request, typename Response>
 absl::StatusOr<Response> Call(
-    absl::string_view name, LeaderRouter& router, const ClientOptions& options,
+    absl::string_view name, ShardRouter& shards, const ClientOptions& options,
     RpcMethod<Request, Response> method, const Request& request,
     absl::Duration extra_deadline = absl::ZeroDuration(),
     bool retry_unknown = true) {
   Response response;
-  const CallOutcome outcome = Send(router, options, method, request,
-                                   extra_deadline, retry_unknown, &response);
+  const CallOutcome outcome =
+      Send(shards, shards.RouteOf(request.namespace_(), request.key()), options,
+           method, request, extra_deadline, retry_unknown, &response);
   return Conclude(name, outcome, std::move(response));
 }
 
@@ -81,19 +93,25 @@ absl::StatusOr<Response> Call(
 // the RPC it came from. An answer that held none (one result larger than
 // the whole budget, e.g. stored under a larger --max_result_bytes) makes
 // its refused items ordinary UNAVAILABLEs.
+//
+// `numbering[i]` is item i's position in the caller's batch (this may be
+// one group's part of it), as item errors name it.
 template <typename Answer, typename Request, typename Response,
           typename Resendable, typename HoldsResult>
 absl::StatusOr<std::vector<absl::StatusOr<Answer>>> BatchCall(
-    absl::string_view name, LeaderRouter& router, const ClientOptions& options,
-    RpcMethod<Request, Response> method, const Request& request,
-    Resendable resendable, HoldsResult holds_result) {
+    absl::string_view name, ShardRouter& shards, const Route& route,
+    const ClientOptions& options, RpcMethod<Request, Response> method,
+    const Request& request, Resendable resendable, HoldsResult holds_result,
+    const std::vector<int>& numbering) {
   const int n = request.items_size();
   std::vector<absl::StatusOr<Answer>> results(n,
                                               absl::InternalError("no answer"));
   std::vector<bool> was_unknown(n, false);
   std::vector<int> pending(n);
   for (int i = 0; i < n; ++i) pending[i] = i;
-  auto item_name = [&](int i) { return absl::StrCat(name, " items[", i, "]"); };
+  auto item_name = [&](int i) {
+    return absl::StrCat(name, " items[", numbering[i], "]");
+  };
   bool sent = false;  // an RPC was answered or failed
 
   const int rounds = std::max(options.max_attempts, 1);
@@ -115,7 +133,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Answer>>> BatchCall(
       // Unknown outcomes are retried here, per item: only the items for
       // which that is safe.
       const CallOutcome outcome =
-          Send(router, options, method, whole ? request : subset,
+          Send(shards, route, options, method, whole ? request : subset,
                absl::ZeroDuration(), /*retry_unknown=*/false, &response);
       absl::StatusOr<std::vector<absl::StatusOr<Answer>>> answers;
       if (outcome.outcome_unknown) {
@@ -149,7 +167,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Answer>>> BatchCall(
           continue;
         }
         const absl::Status error =
-            RenumberItem(answer.status(), static_cast<int>(j), i);
+            RenumberItem(answer.status(), static_cast<int>(j), numbering[i]);
         results[i] = error;
         if (fitted > 0 && IsResultBudgetRefusal(error)) {
           refused.push_back(i);
@@ -183,6 +201,65 @@ absl::StatusOr<std::vector<absl::StatusOr<Answer>>> BatchCall(
   }
 }
 
+// A batch split by the group of each item's key: one BatchCall per group,
+// run in parallel, answers merged back in the caller's order. Fails as a
+// whole only when every group's call does (then nothing was done); a group
+// whose call failed gives that error to each of its items.
+template <typename Answer, typename Request, typename Response,
+          typename Resendable, typename HoldsResult>
+absl::StatusOr<std::vector<absl::StatusOr<Answer>>> RoutedBatchCall(
+    absl::string_view name, ShardRouter& shards, const ClientOptions& options,
+    RpcMethod<Request, Response> method, const Request& request,
+    Resendable resendable, HoldsResult holds_result) {
+  const int n = request.items_size();
+  std::vector<Route> routes;
+  std::vector<std::vector<int>> members;  // per route: the caller's indexes
+  for (int i = 0; i < n; ++i) {
+    Route route =
+        shards.RouteOf(request.items(i).namespace_(), request.items(i).key());
+    size_t p = 0;
+    while (p < routes.size() && routes[p].router != route.router) ++p;
+    if (p == routes.size()) {
+      routes.push_back(std::move(route));
+      members.emplace_back();
+    }
+    members[p].push_back(i);
+  }
+  if (routes.size() <= 1) {
+    std::vector<int> numbering(n);
+    for (int i = 0; i < n; ++i) numbering[i] = i;
+    return BatchCall<Answer>(
+        name, shards,
+        routes.empty() ? shards.RouteOfGroup(ShardRouter::kNoGroup) : routes[0],
+        options, method, request, resendable, holds_result, numbering);
+  }
+  std::vector<absl::StatusOr<std::vector<absl::StatusOr<Answer>>>> parts(
+      routes.size(), absl::InternalError("no answer"));
+  auto run = [&](size_t p) {
+    Request part;
+    for (int i : members[p]) *part.add_items() = request.items(i);
+    parts[p] = BatchCall<Answer>(name, shards, routes[p], options, method, part,
+                                 resendable, holds_result, members[p]);
+  };
+  std::vector<std::thread> threads;
+  for (size_t p = 1; p < routes.size(); ++p) threads.emplace_back(run, p);
+  run(0);
+  for (std::thread& thread : threads) thread.join();
+  const auto any_ok = std::find_if(parts.begin(), parts.end(),
+                                   [](const auto& part) { return part.ok(); });
+  if (any_ok == parts.end()) return parts[0].status();
+  std::vector<absl::StatusOr<Answer>> results(n,
+                                              absl::InternalError("no answer"));
+  for (size_t p = 0; p < routes.size(); ++p) {
+    for (size_t j = 0; j < members[p].size(); ++j) {
+      results[members[p][j]] = parts[p].ok()
+                                   ? std::move((*parts[p])[j])
+                                   : absl::StatusOr<Answer>(parts[p].status());
+    }
+  }
+  return results;
+}
+
 }  // namespace
 
 Client::Client(const std::string& target, ClientOptions options)
@@ -195,15 +272,26 @@ ClientOptions ResolveClientOptions(ClientOptions options, size_t addresses) {
 
 Client::Client(std::vector<std::string> targets, ClientOptions options)
     : options_(ResolveClientOptions(std::move(options), targets.size())),
-      router_(std::make_unique<LeaderRouter>(std::move(targets),
-                                             options_.channel_factory)) {}
+      shards_(std::make_unique<ShardRouter>(
+          std::make_shared<LeaderRouter>(std::move(targets),
+                                         options_.channel_factory),
+          options_.deadline)) {}
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
     : options_(ResolveClientOptions(std::move(options), 1)),
-      router_(std::make_unique<LeaderRouter>(std::move(channel),
-                                             options_.channel_factory)) {}
+      shards_(std::make_unique<ShardRouter>(
+          std::make_shared<LeaderRouter>(std::move(channel),
+                                         options_.channel_factory),
+          options_.deadline)) {}
 
 Client::~Client() = default;
+
+ShardRouter& Client::Shards() const {
+  // Returns at once after the first fetch ended; until then a call waits
+  // for it, so even the first call goes straight to its group.
+  shards_->AwaitFirstFetch(options_.deadline);
+  return *shards_;
+}
 
 absl::StatusOr<v1::BeginResponse> Client::Begin(
     absl::string_view ns, absl::string_view key, absl::string_view args_hash,
@@ -218,7 +306,7 @@ absl::StatusOr<v1::BeginResponse> Client::Begin(
   request.set_accept_rerun(options.accept_rerun);
   request.set_wait_ms(options.wait_ms);
   // Only an owner makes a repeated Begin re-enter its own claim.
-  return Call("Begin", *router_, options_, &Stub::Begin, request,
+  return Call("Begin", Shards(), options_, &Stub::Begin, request,
               absl::Milliseconds(options.wait_ms),
               /*retry_unknown=*/!options.owner.empty());
 }
@@ -233,7 +321,7 @@ absl::StatusOr<v1::CompleteResponse> Client::Complete(
   request.set_outcome(outcome);
   request.set_result(std::string(result));
   request.set_ttl_s(ttl_s);
-  return Call("Complete", *router_, options_, &Stub::Complete, request);
+  return Call("Complete", Shards(), options_, &Stub::Complete, request);
 }
 
 absl::StatusOr<v1::ReleaseResponse> Client::Release(absl::string_view ns,
@@ -244,9 +332,10 @@ absl::StatusOr<v1::ReleaseResponse> Client::Release(absl::string_view ns,
   request.set_key(std::string(key));
   request.set_fence(fence);
   v1::ReleaseResponse response;
+  ShardRouter& shards = Shards();
   const CallOutcome outcome =
-      Send(*router_, options_, &Stub::Release, request, absl::ZeroDuration(),
-           /*retry_unknown=*/true, &response);
+      Send(shards, shards.RouteOf(ns, key), options_, &Stub::Release, request,
+           absl::ZeroDuration(), /*retry_unknown=*/true, &response);
   // A successful Release deletes the record, so a retry of one that took
   // effect finds nothing: that is the first attempt's success.
   if (outcome.status.ok() && outcome.outcome_unknown &&
@@ -266,7 +355,7 @@ absl::StatusOr<v1::RenewResponse> Client::Renew(absl::string_view ns,
   request.set_key(std::string(key));
   request.set_fence(fence);
   request.set_lease_ms(lease_ms);
-  return Call("Renew", *router_, options_, &Stub::Renew, request);
+  return Call("Renew", Shards(), options_, &Stub::Renew, request);
 }
 
 absl::StatusOr<v1::CheckpointResponse> Client::Checkpoint(
@@ -279,7 +368,7 @@ absl::StatusOr<v1::CheckpointResponse> Client::Checkpoint(
   request.set_step(std::string(step));
   request.set_data(std::string(data));
   request.set_lease_ms(lease_ms);
-  return Call("Checkpoint", *router_, options_, &Stub::Checkpoint, request);
+  return Call("Checkpoint", Shards(), options_, &Stub::Checkpoint, request);
 }
 
 absl::StatusOr<v1::GetResponse> Client::Get(absl::string_view ns,
@@ -287,7 +376,7 @@ absl::StatusOr<v1::GetResponse> Client::Get(absl::string_view ns,
   v1::GetRequest request;
   request.set_namespace_(std::string(ns));
   request.set_key(std::string(key));
-  return Call("Get", *router_, options_, &Stub::Get, request);
+  return Call("Get", Shards(), options_, &Stub::Get, request);
 }
 
 absl::StatusOr<v1::ForgetResponse> Client::Forget(absl::string_view ns,
@@ -295,7 +384,7 @@ absl::StatusOr<v1::ForgetResponse> Client::Forget(absl::string_view ns,
   v1::ForgetRequest request;
   request.set_namespace_(std::string(ns));
   request.set_key(std::string(key));
-  return Call("Forget", *router_, options_, &Stub::Forget, request);
+  return Call("Forget", Shards(), options_, &Stub::Forget, request);
 }
 
 absl::StatusOr<BeginBatchResults> Client::BeginBatch(
@@ -307,8 +396,8 @@ absl::StatusOr<BeginBatchResults> Client::BeginBatch(
   }
   // Built once and re-sent as is by every attempt: that keeps each item's
   // owner across retries. No extra deadline: batch items never wait.
-  return BatchCall<v1::BeginResponse>(
-      "BeginBatch", *router_, options_, &Stub::BeginBatch, request,
+  return RoutedBatchCall<v1::BeginResponse>(
+      "BeginBatch", Shards(), options_, &Stub::BeginBatch, request,
       [](const v1::BeginRequest& item) { return !item.owner().empty(); },
       [](const v1::BeginResponse& answer) { return !answer.result().empty(); });
 }
@@ -320,8 +409,8 @@ absl::StatusOr<CompleteBatchResults> Client::CompleteBatch(
   for (const CompleteBatchItem& item : items) {
     ToProto(item, request.add_items());
   }
-  return BatchCall<v1::CompleteResponse>(
-      "CompleteBatch", *router_, options_, &Stub::CompleteBatch, request,
+  return RoutedBatchCall<v1::CompleteResponse>(
+      "CompleteBatch", Shards(), options_, &Stub::CompleteBatch, request,
       [](const v1::CompleteRequest&) { return true; },
       [](const v1::CompleteResponse&) { return false; });
 }

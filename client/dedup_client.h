@@ -1,6 +1,13 @@
 // Typed, retrying client for the dedup.v1.Dedup service, for a single dedupd
 // or a replicated group (cluster mode) where only the leader answers.
 //
+// Sharded clusters (smart routing, client/shard_router.h): before its first
+// call the client asks the configured nodes for Cluster.ShardMap (a single
+// node answers UNIMPLEMENTED: nothing changes) and then sends each call to
+// the leader of its key's group; a batch is split per group (sent in
+// parallel, answers merged back in the items' order; no atomicity across
+// groups). Everything below then holds per group.
+//
 // Leader following: a follower answers UNAVAILABLE naming the leader in the
 // trailer "dedup-leader"; the client sends the call there at once (the
 // address need not be one it was given) and keeps sending later calls there.
@@ -39,6 +46,8 @@
 #include "grpcpp/channel.h"
 
 namespace dedup {
+
+class ShardRouter;
 
 struct ClientOptions {
   // Deadline of each attempt, leader redirects within it included. Begin
@@ -221,9 +230,12 @@ class Client {
   const ClientOptions& options() const { return options_; }
 
  private:
+  // The route of (ns, key), once the first fetch of the shard map ended.
+  [[nodiscard]] ShardRouter& Shards() const;
+
   const ClientOptions options_;
   // Which node calls go to; shared by all threads (it locks internally).
-  const std::unique_ptr<LeaderRouter> router_;
+  const std::unique_ptr<ShardRouter> shards_;
 };
 
 // The environment variables every dedup client reads, with the same names

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/dedupctl_format.h"
+#include "client/dedupctl_shards.h"
 
 namespace dedup::ctl {
 
@@ -47,6 +48,10 @@ commands:
                              hand leadership to node ID (default: any)
   cluster recover            status, then which node to recover a group
                              that lost its majority from, and the steps
+  cluster shards             the shard map: groups, slot ranges, replicas,
+                             leaders and the map's epoch
+  cluster nodes              per node: groups hosted, groups led and their
+                             members' lag
 )";
 
 namespace {
@@ -113,6 +118,13 @@ cluster commands (dedup.v1.Cluster, cluster mode only):
             go to the leader (following dedup-leader) and wait until done
             (add: until the node is a voter); each prints one line
             (added: ID, removed: ID, leader_id: ID).
+  shards    the shard map from the first --address that gives it: "epoch: E",
+            then GROUP SLOTS ([first,end)) REPLICAS (node ids) LEADER
+            LEADER_ADDRESS; -o json: the ShardMapResponse.
+  nodes     per node of the map: NODE ADDRESS HOSTED LEADS LAG, LAG per led
+            group as gG(nID=LAG,...) from that node's status of the group;
+            -o json: {"epoch","nodes":[{"nodeId","clientAddress",
+            "hostedGroups","ledGroups":[{"groupId","members"|"error"}]}]}.
 stats and compact ask the first --address (they are per node).
 backup asks the --address entries in order until one makes the copy (in
 cluster mode only the leader does); DIR must be new or empty, and holds the
@@ -170,8 +182,8 @@ absl::StatusOr<uint64_t> ParseNodeId(const std::string& text) {
 absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
   if (args.size() < 2) {
     return absl::InvalidArgumentError(
-        "'cluster' takes a subcommand: status, add, remove, transfer or "
-        "recover");
+        "'cluster' takes a subcommand: status, add, remove, transfer, "
+        "recover, shards or nodes");
   }
   const std::string& sub = args[1];
   const size_t extra = args.size() - 2;
@@ -234,9 +246,10 @@ absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
     }
     return inv;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown cluster subcommand '", sub,
-                   "' (status, add, remove, transfer or recover)"));
+  if (auto shards = ParseShardsSubcommand(args)) return *std::move(shards);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown cluster subcommand '", sub,
+      "' (status, add, remove, transfer, recover, shards or nodes)"));
 }
 
 // Names each flag that is set but not in `allowed`.
@@ -381,6 +394,8 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     case Command::kClusterRemove:
     case Command::kClusterTransfer:
     case Command::kClusterRecover:
+    case Command::kClusterShards:
+    case Command::kClusterNodes:
       break;
   }
   if (absl::Status s = CheckApplicable(flags, allowed, spec->name); !s.ok()) {

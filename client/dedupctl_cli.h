@@ -50,6 +50,9 @@ enum class Command {
   kClusterRemove,
   kClusterTransfer,
   kClusterRecover,
+  // Sharded clusters (dedupctl_shards.h): the shard map; the nodes.
+  kClusterShards,
+  kClusterNodes,
 };
 
 // The per-command flags as given; std::nullopt when not on the command line,

@@ -8,6 +8,7 @@
 #include "client/dedupctl_cluster.h"
 #include "client/dedupctl_format.h"
 #include "client/dedupctl_output.h"
+#include "client/dedupctl_shards.h"
 #include "grpcpp/client_context.h"
 
 namespace dedup::ctl {
@@ -119,6 +120,9 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
     case Command::kClusterTransfer:
     case Command::kClusterRecover:
       return RunClusterCommand(cluster, options, inv, out, err);
+    case Command::kClusterShards:
+    case Command::kClusterNodes:
+      return RunShardsCommand(cluster, options, inv, out, err);
   }
   err << "dedupctl: unhandled command\n";
   return kExitUsage;

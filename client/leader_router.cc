@@ -30,27 +30,41 @@ ChannelFactory OrInsecure(ChannelFactory factory) {
   };
 }
 
-std::string TrailerValue(const grpc::ClientContext& context, const char* name) {
-  const auto& trailers = context.GetServerTrailingMetadata();
-  const auto it = trailers.find(name);
-  if (it == trailers.end()) return "";
-  return std::string(it->second.data(), it->second.size());
-}
-
 }  // namespace
+
+EndpointPool::EndpointPool(ChannelFactory factory)
+    : factory_(OrInsecure(std::move(factory))) {}
+
+std::shared_ptr<const Endpoint> EndpointPool::Get(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto& slot = endpoints_[address];
+  if (slot == nullptr) {
+    slot = MakeEndpoint(address, factory_(address));
+    watch_.Watch(slot->channel);
+  }
+  return slot;
+}
 
 LeaderRouter::LeaderRouter(std::vector<std::string> addresses,
                            ChannelFactory factory)
-    : addresses_(std::move(addresses)),
-      factory_(OrInsecure(std::move(factory))) {
+    : LeaderRouter(std::make_shared<EndpointPool>(std::move(factory)),
+                   std::move(addresses)) {}
+
+LeaderRouter::LeaderRouter(std::shared_ptr<EndpointPool> pool,
+                           std::vector<std::string> addresses)
+    : addresses_(std::move(addresses)), pool_(std::move(pool)) {
   absl::MutexLock lock(&mu_);
-  if (!addresses_.empty()) current_ = EndpointForLocked(addresses_.front());
+  if (!addresses_.empty()) current_ = pool_->Get(addresses_.front());
 }
 
 LeaderRouter::LeaderRouter(std::shared_ptr<grpc::Channel> channel,
                            ChannelFactory factory)
-    : factory_(OrInsecure(std::move(factory))),
-      initial_(MakeEndpoint("", std::move(channel))) {
+    : LeaderRouter(std::make_shared<EndpointPool>(std::move(factory)),
+                   std::move(channel)) {}
+
+LeaderRouter::LeaderRouter(std::shared_ptr<EndpointPool> pool,
+                           std::shared_ptr<grpc::Channel> channel)
+    : pool_(std::move(pool)), initial_(MakeEndpoint("", std::move(channel))) {
   absl::MutexLock lock(&mu_);
   current_ = initial_;
 }
@@ -65,7 +79,7 @@ void LeaderRouter::FollowLeader(const Endpoint& from,
   absl::MutexLock lock(&mu_);
   // Another call may have found the leader (or a newer one) meanwhile.
   if (current_.get() != &from) return;
-  current_ = EndpointForLocked(leader);
+  current_ = pool_->Get(leader);
 }
 
 void LeaderRouter::Advance(const Endpoint& failed) {
@@ -77,28 +91,25 @@ void LeaderRouter::Advance(const Endpoint& failed) {
           : std::find(addresses_.begin(), addresses_.end(), failed.address);
   if (it != addresses_.end()) {
     const size_t next = (it - addresses_.begin() + 1) % addresses_.size();
-    current_ = EndpointForLocked(addresses_[next]);
+    current_ = pool_->Get(addresses_[next]);
   } else if (initial_ != nullptr) {
     current_ = initial_;
   } else if (!addresses_.empty()) {
-    current_ = EndpointForLocked(addresses_.front());
+    current_ = pool_->Get(addresses_.front());
   }
 }
 
 std::shared_ptr<const Endpoint> LeaderRouter::EndpointFor(
     const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  return EndpointForLocked(address);
+  return pool_->Get(address);
 }
 
-std::shared_ptr<const Endpoint> LeaderRouter::EndpointForLocked(
-    const std::string& address) {
-  auto& slot = endpoints_[address];
-  if (slot == nullptr) {
-    slot = MakeEndpoint(address, factory_(address));
-    watch_.Watch(slot->channel);
-  }
-  return slot;
+std::string TrailerValue(const grpc::ClientContext& context,
+                         absl::string_view name) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto it = trailers.find(grpc::string_ref(name.data(), name.size()));
+  if (it == trailers.end()) return "";
+  return std::string(it->second.data(), it->second.size());
 }
 
 std::string LeaderHint(const grpc::ClientContext& context) {

@@ -1,11 +1,10 @@
 // Which dedupd node a client sends its next call to, for a single server or
 // a replicated group where only the leader answers.
 //
-// The router holds the configured addresses and a cache of channels (one per
-// address ever used, including leader addresses learnt from "dedup-leader"
-// trailers that were not configured). The channels it opens connect at once
-// and keep reconnecting while their server is away (ChannelWatch, one thread
-// per router). Calls go to the current endpoint; a
+// The router holds the configured addresses and an EndpointPool (one channel
+// per address ever used, including leader addresses learnt from
+// "dedup-leader" trailers that were not configured), its own or one shared
+// with other routers. Calls go to the current endpoint; a
 // caller moves it with FollowLeader (a follower named the leader) or Advance
 // (the endpoint failed or knows no leader). The current endpoint is shared by
 // every call, so a leader found once is remembered for later calls.
@@ -44,14 +43,45 @@ struct Endpoint {
   std::unique_ptr<v1::Dedup::Stub> stub;
 };
 
+// The endpoints of a client, one per address ever used, shared by the
+// routers of one client (a cluster's groups share their nodes). The channels
+// it opens connect at once and keep reconnecting while their server is away
+// (ChannelWatch, one thread per pool). Thread-safe; endpoints live as long as
+// the pool.
+class EndpointPool {
+ public:
+  explicit EndpointPool(ChannelFactory factory);
+
+  EndpointPool(const EndpointPool&) = delete;
+  EndpointPool& operator=(const EndpointPool&) = delete;
+
+  // The cached endpoint for `address`, opened if needed.
+  [[nodiscard]] std::shared_ptr<const Endpoint> Get(const std::string& address);
+
+ private:
+  const ChannelFactory factory_;
+  // Declared before endpoints_: destroyed after the channels, which ends
+  // their watches at once.
+  ChannelWatch watch_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const Endpoint>> endpoints_
+      ABSL_GUARDED_BY(mu_);
+};
+
 class LeaderRouter {
  public:
   // `addresses` in the order they are tried; an empty list yields no
   // endpoint (Current() returns nullptr).
   LeaderRouter(std::vector<std::string> addresses, ChannelFactory factory);
+  // As above, with the endpoints of `pool` (shared with other routers).
+  LeaderRouter(std::shared_ptr<EndpointPool> pool,
+               std::vector<std::string> addresses);
   // One endpoint over an existing channel (any credentials); leader
   // addresses learnt later are opened with `factory`.
   LeaderRouter(std::shared_ptr<grpc::Channel> channel, ChannelFactory factory);
+  // As above, with the endpoints of `pool`.
+  LeaderRouter(std::shared_ptr<EndpointPool> pool,
+               std::shared_ptr<grpc::Channel> channel);
 
   LeaderRouter(const LeaderRouter&) = delete;
   LeaderRouter& operator=(const LeaderRouter&) = delete;
@@ -76,24 +106,24 @@ class LeaderRouter {
 
   const std::vector<std::string>& addresses() const { return addresses_; }
 
- private:
-  std::shared_ptr<const Endpoint> EndpointForLocked(const std::string& address)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The caller's channel of the channel constructor; else nullptr.
+  const std::shared_ptr<const Endpoint>& initial() const { return initial_; }
 
+  const std::shared_ptr<EndpointPool>& pool() const { return pool_; }
+
+ private:
   const std::vector<std::string> addresses_;
-  const ChannelFactory factory_;
-  // Keeps the channels opened here reconnecting (not a caller's channel).
-  // Declared before endpoints_: destroyed after the channels, which ends
-  // their watches at once.
-  ChannelWatch watch_;
+  const std::shared_ptr<EndpointPool> pool_;
   // The caller's channel, for the channel constructor; else nullptr.
   const std::shared_ptr<const Endpoint> initial_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const Endpoint>> endpoints_
-      ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Endpoint> current_ ABSL_GUARDED_BY(mu_);
 };
+
+// The trailer `name` of a finished call, or "" when the server sent none.
+[[nodiscard]] std::string TrailerValue(const grpc::ClientContext& context,
+                                       absl::string_view name);
 
 // The "dedup-leader" trailer of a finished call (a follower's UNAVAILABLE),
 // or "" when the server sent none.

@@ -22,6 +22,7 @@
 #include "server/backup_restore.h"
 #include "server/data_format_check.h"
 #include "server/exit_status.h"
+#include "server/forward_config.h"
 #include "server/groups_collector.h"
 #include "server/metrics_exposer.h"
 #include "server/recovery.h"
@@ -316,10 +317,26 @@ absl::Status Daemon::StartMetrics() {
   return absl::OkStatus();
 }
 
+void Daemon::StartForwarding() {
+  ForwardConfig forward = ForwardConfigFromFlags(security_);
+  if (!cluster_.enabled || !forward.enabled) return;
+  ForwarderOptions options;
+  options.node_id = cluster_.node_id;
+  for (const ClusterNode& node : cluster_.peers) {
+    if (node.id == options.node_id) options.self_address = node.client_address;
+  }
+  options.open = std::move(forward.open);
+  options.auth_enabled = auth_->enabled();
+  options.registry = metrics_->registry().get();
+  forwarder_ = std::make_unique<Forwarder>(std::move(options));
+  service_->EnableForwarding(forwarder_.get());
+}
+
 absl::Status Daemon::StartServer() {
   service_ = std::make_unique<DedupService>(store_.get(), config_.limits,
                                             metrics_.get(), auth_.get(),
                                             events_.get(), policies_.get());
+  StartForwarding();
   admin_ = std::make_unique<AdminService>(
       store_.get(), metrics_.get(), auth_.get(),
       BuildInfo{build_.version, build_.git_sha, durability_}, policies_.get());

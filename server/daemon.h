@@ -22,6 +22,7 @@
 #include "server/cluster_service.h"
 #include "server/dedup_service.h"
 #include "server/event_log.h"
+#include "server/forwarder.h"
 #include "server/group_directory.h"
 #include "server/health_watch.h"
 #include "server/leader_balancer.h"
@@ -85,6 +86,9 @@ class Daemon {
   absl::Status OpenEventLog();
   absl::Status StartMetrics();
   absl::Status StartServer();
+  // Cluster mode with --forward_to_leader: makes forwarder_ and gives it to
+  // service_ (before the server serves).
+  void StartForwarding();
   absl::Status StartHealthServer();
   absl::Status AnnounceReady();
   void WatchHealth();
@@ -127,6 +131,8 @@ class Daemon {
   std::unique_ptr<MetricsExposer> exposer_;
   std::string metrics_address_;  // as bound
   std::unique_ptr<PolicyFile> policies_;
+  // Cluster mode with --forward_to_leader; outlives the service's calls.
+  std::unique_ptr<Forwarder> forwarder_;
   std::unique_ptr<DedupService> service_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<ClusterService> cluster_service_;

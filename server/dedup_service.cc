@@ -97,13 +97,18 @@ template void DedupService::Observe(Method, const v1::CheckpointRequest&,
 
 void DedupService::EnterLameDuck() { lame_duck_.Enter(); }
 
-bool DedupService::NotServing(const RpcCall& call, Access access) const {
+absl::Status DedupService::Serving(Access access) const {
   absl::Status serving = access == Access::kRead ? store_->CheckServingReads()
                                                  : store_->CheckServing();
   if (serving.ok()) serving = lame_duck_.Check();
-  if (serving.ok()) return false;
-  call.Fail(serving);
-  return true;
+  return serving;
+}
+
+bool DedupService::ForwardsCall(
+    const grpc::CallbackServerContext& context) const {
+  // A stopping node takes no new work, forwarded or not.
+  return forwarder_ != nullptr && lame_duck_.Check().ok() &&
+         forwarder_->MayForward(context);
 }
 
 absl::Status DedupService::Authorize(const grpc::CallbackServerContext& context,
@@ -140,14 +145,16 @@ grpc::ServerUnaryReactor* DedupService::Begin(
           NamePolicy(ValidateBegin(*request, policy.limits), policy))) {
     return call.reactor();
   }
-  if (NotServing(call)) return call.reactor();
+  if (NotServing(call, request, response)) return call.reactor();
   // The request stays valid until the call finishes, so the callback reads
   // namespace and key from it instead of copying them.
   store_->Begin(request->namespace_(), request->key(),
                 BeginParamsOf(*request, policy),
                 EffectiveWaitMs(*context, request->wait_ms()),
                 [this, call, request, response](absl::StatusOr<BeginResult> r) {
-                  if (!r.ok()) return call.Fail(r.status());
+                  if (!r.ok()) {
+                    return FailOrForward(call, r.status(), request, response);
+                  }
                   Observe(*request, *r);
                   FillBeginResponse(*r, response);
                   call.Finish(grpc::Status::OK, r->waited);
@@ -164,7 +171,7 @@ StoreCallback<FencedDecision> DedupService::Fenced(const RpcCall& call,
                                                    Fill fill) const {
   return
       [this, call, request, response, fill](absl::StatusOr<FencedDecision> d) {
-        if (!d.ok()) return call.Fail(d.status());
+        if (!d.ok()) return FailOrForward(call, d.status(), request, response);
         Observe(call.method(), *request, *d);
         fill(*d, response);
         call.Finish(grpc::Status::OK);
@@ -186,7 +193,7 @@ grpc::ServerUnaryReactor* DedupService::Complete(
           NamePolicy(ValidateComplete(*request, policy.limits), policy))) {
     return call.reactor();
   }
-  if (NotServing(call)) return call.reactor();
+  if (NotServing(call, request, response)) return call.reactor();
   store_->Complete(request->namespace_(), request->key(),
                    CompleteParamsOf(*request, policy),
                    Fenced(call, request, response, FillCompleteResponse));
@@ -202,7 +209,7 @@ grpc::ServerUnaryReactor* DedupService::Release(
     return call.reactor();
   }
   if (call.Rejected(ValidateRelease(*request, limits_))) return call.reactor();
-  if (NotServing(call)) return call.reactor();
+  if (NotServing(call, request, response)) return call.reactor();
   store_->Release(request->namespace_(), request->key(), request->fence(),
                   Fenced(call, request, response, FillReleaseResponse));
   return call.reactor();
@@ -221,7 +228,7 @@ grpc::ServerUnaryReactor* DedupService::Renew(
           NamePolicy(ValidateRenew(*request, policy.limits), policy))) {
     return call.reactor();
   }
-  if (NotServing(call)) return call.reactor();
+  if (NotServing(call, request, response)) return call.reactor();
   store_->Renew(request->namespace_(), request->key(), request->fence(),
                 ResolveLease(request->lease_ms(), policy.limits),
                 Fenced(call, request, response, FillRenewResponse));
@@ -241,7 +248,7 @@ grpc::ServerUnaryReactor* DedupService::Checkpoint(
           NamePolicy(ValidateCheckpoint(*request, policy.limits), policy))) {
     return call.reactor();
   }
-  if (NotServing(call)) return call.reactor();
+  if (NotServing(call, request, response)) return call.reactor();
   store_->Checkpoint(request->namespace_(), request->key(),
                      CheckpointParamsOf(*request),
                      Fenced(call, request, response, FillCheckpointResponse));
@@ -257,16 +264,19 @@ grpc::ServerUnaryReactor* DedupService::Get(
     return call.reactor();
   }
   if (call.Rejected(ValidateGet(*request, limits_))) return call.reactor();
-  if (NotServing(call, Access::kRead)) return call.reactor();
-  store_->Get(request->namespace_(), request->key(),
-              [call, response](absl::StatusOr<std::optional<Record>> r) {
-                if (!r.ok()) return call.Fail(r.status());
-                response->set_found(r->has_value());
-                if (r->has_value()) {
-                  FillRecord(**r, response->mutable_record());
-                }
-                call.Finish(grpc::Status::OK);
-              });
+  if (NotServing(call, request, response, Access::kRead)) {
+    return call.reactor();
+  }
+  store_->Get(
+      request->namespace_(), request->key(),
+      [this, call, request, response](absl::StatusOr<std::optional<Record>> r) {
+        if (!r.ok()) return FailOrForward(call, r.status(), request, response);
+        response->set_found(r->has_value());
+        if (r->has_value()) {
+          FillRecord(**r, response->mutable_record());
+        }
+        call.Finish(grpc::Status::OK);
+      });
   return call.reactor();
 }
 
@@ -279,10 +289,12 @@ grpc::ServerUnaryReactor* DedupService::Forget(
     return call.reactor();
   }
   if (call.Rejected(ValidateForget(*request, limits_))) return call.reactor();
-  if (NotServing(call)) return call.reactor();
+  if (NotServing(call, request, response)) return call.reactor();
   store_->Forget(request->namespace_(), request->key(),
-                 [call, response](absl::StatusOr<bool> r) {
-                   if (!r.ok()) return call.Fail(r.status());
+                 [this, call, request, response](absl::StatusOr<bool> r) {
+                   if (!r.ok()) {
+                     return FailOrForward(call, r.status(), request, response);
+                   }
                    response->set_existed(*r);
                    call.Finish(grpc::Status::OK);
                  });

@@ -12,6 +12,7 @@
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "server/auth.h"
 #include "server/event_log.h"
+#include "server/forwarder.h"
 #include "server/lame_duck.h"
 #include "server/limits.h"
 #include "server/metrics.h"
@@ -42,6 +43,11 @@ class DedupService final : public v1::Dedup::CallbackService {
   // leader's address in cluster mode), so clients retry elsewhere instead
   // of losing calls when the connections close. Any thread.
   void EnterLameDuck();
+
+  // Calls a follower would refuse UNAVAILABLE naming the leader go on to
+  // that leader through `forwarder` (forwarder.h; not owned, must outlive
+  // every call). Before serving; without it the refusal is the answer.
+  void EnableForwarding(Forwarder* forwarder) { forwarder_ = forwarder; }
 
   grpc::ServerUnaryReactor* Begin(grpc::CallbackServerContext* context,
                                   const v1::BeginRequest* request,
@@ -81,11 +87,42 @@ class DedupService final : public v1::Dedup::CallbackService {
 
  private:
   enum class Access { kWrite, kRead };
-  // True (and the call finished) when the store cannot take operations now,
-  // e.g. a follower in cluster mode: UNAVAILABLE naming the leader. Reads
-  // (`kRead`) are still served by a single node whose writes are stopped
+  // Whether the store can take operations now: not, e.g., a follower in
+  // cluster mode (UNAVAILABLE naming the leader). Reads (`kRead`) are still
+  // served by a single node whose writes are stopped
   // (Store::CheckServingReads).
-  bool NotServing(const RpcCall& call, Access access = Access::kWrite) const;
+  absl::Status Serving(Access access) const;
+  // True (and the call finished, or forwarded to the leader) when the store
+  // cannot take operations now.
+  template <typename Request, typename Response>
+  bool NotServing(const RpcCall& call, const Request* request,
+                  Response* response, Access access = Access::kWrite) const {
+    absl::Status serving = Serving(access);
+    if (serving.ok()) return false;
+    FailOrForward(call, serving, request, response);
+    return true;
+  }
+  // Finishes `call` with `error`, or forwards `request` to the leader that
+  // `error` names when forwarding is on and the call may be forwarded.
+  template <typename Request, typename Response>
+  void FailOrForward(const RpcCall& call, const absl::Status& error,
+                     const Request* request, Response* response) const {
+    if (ForwardsCall(*call.context())) {
+      const std::string leader = forwarder_->TargetOf(error);
+      if (!leader.empty()) {
+        return forwarder_->Forward(call, leader, request, response);
+      }
+    }
+    call.Fail(error);
+  }
+  // Whether a call refused with a leader hint goes on to the leader: on,
+  // not forwarded already, a credential that can travel, no lame duck.
+  bool ForwardsCall(const grpc::CallbackServerContext& context) const;
+  // The forwarder for a batch's items refused with a leader hint, or null
+  // when they are answered with that refusal.
+  Forwarder* ItemForwarder(const grpc::CallbackServerContext& context) const {
+    return ForwardsCall(context) ? forwarder_ : nullptr;
+  }
   // The whole check of a unary call (Authorizer::Authorize, its namespace,
   // then the tenant's limits, whose in-flight slot `call` holds); `what`
   // names the method in a refusal. `may_store_more`: the call may grow
@@ -105,7 +142,14 @@ class DedupService final : public v1::Dedup::CallbackService {
   // NotServing for a batch of `items` whose item checks (all made before
   // routing) left `to_store` for the store: false without asking when every
   // item was refused, since those answers do not depend on the leader.
-  bool BatchNotServing(const RpcCall& call, int items, int to_store) const;
+  template <typename Request, typename Response>
+  bool BatchNotServing(const RpcCall& call, int items, int to_store,
+                       const Request* request, Response* response) const {
+    // Every item refused: the answer is this node's to give, as a leader's
+    // would be (a foreign namespace is PERMISSION_DENIED on any node).
+    if (items > 0 && to_store == 0) return false;
+    return NotServing(call, request, response);
+  }
   // Judges one batch item: `caller` may use `ns`, then `validate` (the
   // item's own checks against its namespace's limits) passes, a refusal
   // naming the policy and counted as invalid for `method`. Sets *policy.
@@ -141,6 +185,7 @@ class DedupService final : public v1::Dedup::CallbackService {
   const Authorizer* const auth_;
   EventLog* const events_;
   const PolicyFile* const policies_;
+  Forwarder* forwarder_ = nullptr;
 };
 
 }  // namespace dedup

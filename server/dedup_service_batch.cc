@@ -3,12 +3,14 @@
 // item goes to its key's storage shard like a unary call (so shards batch
 // them into their group commits); the RPC is answered when the last item is.
 #include <atomic>
+#include <functional>
 #include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "server/dedup_service.h"
 #include "server/proto_convert.h"
 
@@ -23,16 +25,48 @@ constexpr char kItemErrorResultBudget[] = "RESULT_BUDGET";
 // holds a reference until every item is submitted.
 class BatchCompletion {
  public:
-  BatchCompletion(const RpcCall& call, int items, int64_t result_budget)
-      : call_(call), pending_(items + 1), result_budget_(result_budget) {}
+  // Forwards the deferred items and finishes the call once they are back.
+  using ForwardItems =
+      std::function<void(const RpcCall&, std::vector<DeferredItem>)>;
+
+  // `forward`: null when items refused with a leader hint are answered so.
+  BatchCompletion(const RpcCall& call, int items, int64_t result_budget,
+                  Forwarder* forwarder = nullptr,
+                  ForwardItems forward = nullptr)
+      : call_(call),
+        pending_(items + 1),
+        result_budget_(result_budget),
+        forwarder_(forward == nullptr ? nullptr : forwarder),
+        forward_(std::move(forward)) {}
 
   // Shared by the items' store calls (outlives them: this object is
   // deleted after the last item's callback).
   ResultBudget* result_budget() { return &result_budget_; }
 
+  // True when item `index`, refused with `error`, goes on to the leader
+  // `error` names instead of being answered with it. Call before ItemDone.
+  bool Defer(int index, const absl::Status& error) {
+    if (forwarder_ == nullptr) return false;
+    std::string target = forwarder_->TargetOf(error);
+    if (target.empty()) return false;
+    absl::MutexLock lock(&mu_);
+    deferred_.push_back(DeferredItem{index, std::move(target)});
+    return true;
+  }
+
   void ItemDone() {
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      call_.Finish(grpc::Status::OK);
+      // Every item is in: no callback touches deferred_ any more.
+      std::vector<DeferredItem> deferred;
+      {
+        absl::MutexLock lock(&mu_);
+        deferred.swap(deferred_);
+      }
+      if (deferred.empty()) {
+        call_.Finish(grpc::Status::OK);
+      } else {
+        forward_(call_, std::move(deferred));
+      }
       delete this;
     }
   }
@@ -41,6 +75,10 @@ class BatchCompletion {
   const RpcCall call_;
   std::atomic<int> pending_;
   ResultBudget result_budget_;
+  Forwarder* const forwarder_;
+  const ForwardItems forward_;
+  absl::Mutex mu_;
+  std::vector<DeferredItem> deferred_ ABSL_GUARDED_BY(mu_);
 };
 
 void SetItemError(v1::ItemError* error, int index, const absl::Status& status,
@@ -69,6 +107,19 @@ CheckedItems CheckItems(
     if (checked.refusals[i].ok()) ++checked.to_store;
   }
   return checked;
+}
+
+// How a batch's items refused with a leader hint go on to it: null when
+// they do not (no `forwarder`).
+template <typename BatchRequest, typename BatchResponse>
+BatchCompletion::ForwardItems ItemForwarding(Forwarder* forwarder,
+                                             const BatchRequest* request,
+                                             BatchResponse* response) {
+  if (forwarder == nullptr) return nullptr;
+  return [forwarder, request, response](const RpcCall& call,
+                                        std::vector<DeferredItem> items) {
+    forwarder->ForwardItems(call, std::move(items), request, response);
+  };
 }
 
 // Answers item `i` with `refusal` (its field prefixed "items[i].").
@@ -101,14 +152,6 @@ std::optional<Caller> DedupService::AdmitBatch(
   return *std::move(caller);
 }
 
-bool DedupService::BatchNotServing(const RpcCall& call, int items,
-                                   int to_store) const {
-  // Every item refused: the answer is this node's to give, as a leader's
-  // would be (a foreign namespace is PERMISSION_DENIED on any node).
-  if (items > 0 && to_store == 0) return false;
-  return NotServing(call);
-}
-
 absl::Status DedupService::CheckBatchItem(
     const Caller& caller, Method method, absl::string_view ns,
     absl::FunctionRef<absl::Status(const Limits&)> validate,
@@ -139,12 +182,16 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
             [&item](const Limits& l) { return ValidateBatchBegin(item, l); },
             policy);
       });
-  if (BatchNotServing(call, n, checked.to_store)) return call.reactor();
+  if (BatchNotServing(call, n, checked.to_store, request, response)) {
+    return call.reactor();
+  }
   // Every answer slot exists before any callback runs: callbacks on
   // different shard threads then only ever touch their own item.
   for (int i = 0; i < n; ++i) response->add_items();
+  Forwarder* const forwarder = ItemForwarder(*context);
   auto* completion =
-      new BatchCompletion(call, n, limits_.max_batch_response_bytes);
+      new BatchCompletion(call, n, limits_.max_batch_response_bytes, forwarder,
+                          ItemForwarding(forwarder, request, response));
   std::vector<Store::BeginCall> calls;
   calls.reserve(n);
   for (int i = 0; i < n; ++i) {
@@ -162,7 +209,7 @@ grpc::ServerUnaryReactor* DedupService::BeginBatch(
       if (r.ok()) {
         Observe(*item, *r);
         FillBeginResponse(*r, out->mutable_response());
-      } else {
+      } else if (!completion->Defer(i, r.status())) {
         SetItemError(out->mutable_error(), i, r.status(),
                      /*prefix_field=*/false);
         if (r.status().GetPayload(kResultBudgetPayload)) {
@@ -203,10 +250,15 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
         *caller, Method::kCompleteBatch, item.namespace_(),
         [&item](const Limits& l) { return ValidateComplete(item, l); }, policy);
   });
-  if (BatchNotServing(call, n, checked.to_store)) return call.reactor();
+  if (BatchNotServing(call, n, checked.to_store, request, response)) {
+    return call.reactor();
+  }
   for (int i = 0; i < n; ++i) response->add_items();
   // Complete answers carry no stored result: no budget to keep.
-  auto* completion = new BatchCompletion(call, n, /*result_budget=*/0);
+  Forwarder* const forwarder = ItemForwarder(*context);
+  auto* completion =
+      new BatchCompletion(call, n, /*result_budget=*/0, forwarder,
+                          ItemForwarding(forwarder, request, response));
   std::vector<Store::CompleteCall> calls;
   calls.reserve(n);
   for (int i = 0; i < n; ++i) {
@@ -221,7 +273,7 @@ grpc::ServerUnaryReactor* DedupService::CompleteBatch(
       if (d.ok()) {
         Observe(Method::kComplete, *item, *d);
         FillCompleteResponse(*d, out->mutable_response());
-      } else {
+      } else if (!completion->Defer(i, d.status())) {
         SetItemError(out->mutable_error(), i, d.status(),
                      /*prefix_field=*/false);
       }
@@ -255,9 +307,14 @@ grpc::ServerUnaryReactor* DedupService::CheckpointBatch(
             [&item](const Limits& l) { return ValidateCheckpoint(item, l); },
             policy);
       });
-  if (BatchNotServing(call, n, checked.to_store)) return call.reactor();
+  if (BatchNotServing(call, n, checked.to_store, request, response)) {
+    return call.reactor();
+  }
   for (int i = 0; i < n; ++i) response->add_items();
-  auto* completion = new BatchCompletion(call, n, /*result_budget=*/0);
+  Forwarder* const forwarder = ItemForwarder(*context);
+  auto* completion =
+      new BatchCompletion(call, n, /*result_budget=*/0, forwarder,
+                          ItemForwarding(forwarder, request, response));
   for (int i = 0; i < n; ++i) {
     const v1::CheckpointRequest* item = &request->items(i);
     v1::CheckpointBatchResponse::Item* out = response->mutable_items(i);
@@ -274,7 +331,7 @@ grpc::ServerUnaryReactor* DedupService::CheckpointBatch(
           if (d.ok()) {
             Observe(Method::kCheckpoint, *item, *d);
             FillCheckpointResponse(*d, out->mutable_response());
-          } else {
+          } else if (!completion->Defer(i, d.status())) {
             SetItemError(out->mutable_error(), i, d.status(),
                          /*prefix_field=*/false);
           }

@@ -38,6 +38,8 @@ class RpcCall {
   }
 
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+  // The incoming call's context, valid until the call is finished.
+  grpc::CallbackServerContext* context() const { return context_; }
 
   // Keeps `held` (a tenant's in-flight slot) until the call and every copy
   // of it are gone. Call it before the call is copied into callbacks.

@@ -10,14 +10,10 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+// SlotOf and kSlotCount, shared with the clients.
+#include "common/slot.h"
 
 namespace dedup {
-
-inline constexpr uint32_t kSlotCount = 16384;
-
-// FNV-1a 64 over namespace, a 0x00 separator, and key; modulo kSlotCount.
-// Stable across versions and languages: smart clients route with it.
-[[nodiscard]] uint32_t SlotOf(absl::string_view ns, absl::string_view key);
 
 // Requires ns.size() <= 255 (validated upstream).
 [[nodiscard]] std::string EncodeStorageKey(absl::string_view ns,

@@ -34,7 +34,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-PROTOS = ("dedup/v1/dedup.proto", "dedup/v1/error_details.proto")
+PROTOS = ("dedup/v1/dedup.proto", "dedup/v1/error_details.proto", "dedup/v1/cluster.proto")
 STUBS_PACKAGE = "dedup_client/_stubs"
 
 
@@ -76,7 +76,7 @@ def generate_stubs(out: Path) -> list[Path]:
     subprocess.run(
         [protoc, f"--proto_path={proto_dir}", f"--python_out={out}", f"--pyi_out={out}",
          f"--grpc_python_out={out}", f"--plugin=protoc-gen-grpc_python={plugin}",
-         str(proto_dir / PROTOS[0])],
+         str(proto_dir / PROTOS[0]), str(proto_dir / PROTOS[2])],
         check=True)
     subprocess.run(
         [protoc, f"--proto_path={proto_dir}", f"--python_out={out}", f"--pyi_out={out}",
@@ -84,12 +84,13 @@ def generate_stubs(out: Path) -> list[Path]:
         check=True)
     # The generated service module imports its messages as top-level
     # `dedup.v1`; inside this package that is a relative import.
-    grpc_module = out / "dedup" / "v1" / "dedup_pb2_grpc.py"
-    text = grpc_module.read_text(encoding="utf-8")
-    fixed, count = re.subn(r"^from dedup\.v1 import ", "from . import ", text, flags=re.M)
-    if count == 0:
-        raise RuntimeError(f"dedup-client: unexpected imports in {grpc_module}")
-    grpc_module.write_text(fixed, encoding="utf-8")
+    for name in ("dedup_pb2_grpc.py", "cluster_pb2_grpc.py"):
+        grpc_module = out / "dedup" / "v1" / name
+        text = grpc_module.read_text(encoding="utf-8")
+        fixed, count = re.subn(r"^from dedup\.v1 import ", "from . import ", text, flags=re.M)
+        if count == 0:
+            raise RuntimeError(f"dedup-client: unexpected imports in {grpc_module}")
+        grpc_module.write_text(fixed, encoding="utf-8")
     for package in (out, out / "dedup", out / "dedup" / "v1"):
         (package / "__init__.py").write_text(
             '"""Generated at build time from proto/dedup/v1 (setup.py)."""\n', encoding="utf-8")

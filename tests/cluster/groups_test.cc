@@ -387,6 +387,8 @@ TEST_F(SixNodesTwelveGroups, ClusterCallsNameTheirGroup) {
   }
   auto stub = cluster_.DedupStub(1);
   grpc::ClientContext context;
+  // As if forwarded already: answered here, not forwarded again.
+  context.AddMetadata("dedup-forwarded", "9");
   v1::BeginResponse begun;
   s = stub->Begin(&context, BeginOf(key, "o"), &begun);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -400,6 +402,11 @@ TEST_F(SixNodesTwelveGroups, ClusterCallsNameTheirGroup) {
     names_a_replica |= hint == cluster_.client_address(static_cast<int>(id));
   }
   EXPECT_TRUE(names_a_replica) << hint;
+  // A client's own call is forwarded to the group's leader (one hop).
+  grpc::ClientContext direct;
+  s = stub->Begin(&direct, BeginOf(key, "o"), &begun);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(begun.status(), v1::BeginResponse::STARTED);
 }
 
 class ThreeNodesThreeGroups : public GroupsTest {

@@ -236,10 +236,12 @@ TEST_F(SecuredGroupTest, EveryNodeRefusesForeignNamespacesBeforeRouting) {
       EXPECT_EQ(response.items(0).error().code(),
                 grpc::StatusCode::PERMISSION_DENIED);
     }
-    // One item of its own: a follower routes the batch to the leader.
+    // One item of its own: a follower routes the batch to the leader (here
+    // by naming it: the call says it was forwarded already).
     begins.mutable_items(1)->set_namespace_("billing:x");
     grpc::ClientContext ctx;
     deadline(&ctx);
+    if (id != leader_) ctx.AddMetadata("dedup-forwarded", "test");
     v1::BeginBatchResponse response;
     const grpc::Status mixed = stub->BeginBatch(&ctx, begins, &response);
     if (id == leader_) {
@@ -253,6 +255,45 @@ TEST_F(SecuredGroupTest, EveryNodeRefusesForeignNamespacesBeforeRouting) {
           << mixed.error_message();
     }
   }
+}
+
+// A follower forwards a call with the caller's own token, so the leader
+// authorizes the caller; a caller known by its client certificate cannot be
+// forwarded (the certificate does not travel) and is named the leader.
+TEST_F(SecuredGroupTest, AFollowerForwardsWithTheCallersCredentials) {
+  const int follower = leader_ == 1 ? 2 : 1;
+  const std::string address = cluster_.client_address(follower);
+  v1::BeginRequest own = BeginOf("fwd", "o");
+  own.set_namespace_("billing:x");
+  auto begin = [&](const ChannelFactory& channels, const v1::BeginRequest& r,
+                   std::string* hint) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    v1::BeginResponse response;
+    grpc::Status s =
+        v1::Dedup::NewStub(channels(address))->Begin(&ctx, r, &response);
+    if (s.ok()) EXPECT_EQ(response.status(), v1::BeginResponse::STARTED);
+    *hint = LeaderHint(ctx);
+    return s;
+  };
+  std::string hint;
+  grpc::Status s = begin(Channels("billing.token"), own, &hint);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(hint, cluster_.client_address(leader_));
+  v1::BeginRequest foreign = own;
+  foreign.set_namespace_("ops:x");
+  EXPECT_EQ(begin(Channels("billing.token"), foreign, &hint).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(begin(Channels(""), own, &hint).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  absl::StatusOr<ChannelSecurity> certificate = ChannelSecurityFromFiles(
+      Pki("ca.pem"), Pki("client-billing.pem"), Pki("client-billing.key"), "");
+  ASSERT_TRUE(certificate.ok()) << certificate.status();
+  own.set_key("fwd-cert");
+  s = begin(SecureChannelFactory(*certificate), own, &hint);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_EQ(hint, cluster_.client_address(leader_));
 }
 
 }  // namespace

@@ -153,6 +153,7 @@ TEST_F(SnapshotTest, NodeReplacedUnderLoadCatchesUpAndServes) {
   std::string hint;
   for (int i = 0; i < 50 && hint != cluster_.client_address(joiner); ++i) {
     grpc::ClientContext context;
+    context.AddMetadata("dedup-forwarded", "test");  // not forwarded: named
     v1::BeginResponse response;
     grpc::Status s = cluster_.DedupStub(founder)->Begin(
         &context, BeginOf("k", "o"), &response);

@@ -10,7 +10,8 @@
 // the ServiceMonitor scrapes the members as the alerts' job; the
 // PrometheusRule carries deploy/prometheus' rules and its generator's output
 // is up to date; and the start command turns pod dedup-N into node N+1 with
-// the member Services as peers. Each check also runs on broken copies, which
+// the member Services as peers and the Raft groups of the ConfigMap
+// dedup-shape (--groups unless 1). Each check also runs on broken copies, which
 // it must reject.
 //
 // Env: DEDUP_K8S_DIR (default: ../../deploy/k8s from here), DEDUPD (optional:
@@ -64,6 +65,21 @@ function kustomizationResources(dir) {
 }
 
 /**
+ * The ConfigMaps a kustomization.yaml's configMapGenerator makes from
+ * literals, named as written (kustomize adds a hash suffix and rewrites the
+ * references to it).
+ */
+function generatedConfigMaps(dir) {
+  const [k] = parseDocuments(readFileSync(join(dir, 'kustomization.yaml'), 'utf8'), dir);
+  return (k.configMapGenerator ?? []).map((g) => ({
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name: g.name },
+    data: Object.fromEntries((g.literals ?? []).map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)])),
+  }));
+}
+
+/**
  * The objects of the kustomization in `dir` as `kubectl kustomize` builds
  * them, each as { file, object } (file: "kustomize <dir>"). Without kubectl:
  * the files it lists, as they are.
@@ -77,6 +93,7 @@ function loadManifests(dir) {
   for (const file of kustomizationResources(dir)) {
     for (const object of parseDocuments(readFileSync(join(dir, file), 'utf8'), file)) objects.push({ file, object });
   }
+  for (const object of generatedConfigMaps(dir)) objects.push({ file: 'kustomization.yaml', object });
   assert.ok(objects.length > 0, `no objects in ${dir}`);
   return objects;
 }
@@ -252,6 +269,19 @@ function invariantProblems(objects) {
   ]) {
     if (flagValue(script, flag) !== want) problems.push(`start command --${flag} is not ${want}`);
   }
+  // The cluster's shape comes from a ConfigMap an overlay can change: the
+  // number of groups, a positive integer.
+  const groupsEnv = (dedupd.env ?? []).find((e) => e.name === 'DEDUP_GROUPS');
+  const groupsRef = groupsEnv?.valueFrom?.configMapKeyRef;
+  const shapeMap = of('ConfigMap').find((c) => c.metadata?.name === groupsRef?.name);
+  if (groupsRef === undefined || groupsRef.key !== 'groups') {
+    problems.push('DEDUP_GROUPS does not come from a ConfigMap key groups');
+  } else if (shapeMap === undefined) {
+    problems.push(`DEDUP_GROUPS names ConfigMap ${groupsRef.name}, which is not here`);
+  } else if (!/^[1-9][0-9]*$/.test(shapeMap.data?.groups ?? '')) {
+    problems.push(`ConfigMap ${groupsRef.name} groups is '${shapeMap.data?.groups}', not a positive integer`);
+  }
+  if (!/\$\{shape:\+"\$shape"\}/.test(script)) problems.push('the start command does not pass --groups ($shape)');
   const dataDir = flagValue(script, 'data_dir') ?? '';
   const claims = (spec.volumeClaimTemplates ?? []).map((c) => c.metadata?.name);
   const dataMount = (dedupd.volumeMounts ?? []).find((m) => claims.includes(m.name));
@@ -411,7 +441,13 @@ function runStartCommand(command, env) {
 
 function containerEnv(dedupd, podName) {
   const env = { POD_NAME: podName, POD_NAMESPACE: 'k8s-manifest-test', POD_IP: '10.244.1.7' };
-  for (const e of dedupd.env ?? []) if (e.value !== undefined) env[e.name] = e.value;
+  for (const e of dedupd.env ?? []) {
+    if (e.value !== undefined) env[e.name] = e.value;
+    // A ConfigMap key, as the kubelet resolves it (an optional one may be absent).
+    const ref = e.valueFrom?.configMapKeyRef;
+    const map = objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === ref?.name);
+    if (map?.data?.[ref.key] !== undefined) env[e.name] = map.data[ref.key];
+  }
   return env;
 }
 
@@ -444,6 +480,7 @@ describe(`deploy/k8s (${manifestDir})`, () => {
       assert.deepEqual(run.args, [
         `--node_id=${ordinal + 1}`,
         `--peers=${members.map((m, i) => `${i + 1}=${m}:${RAFT_PORT}=${m}:${CLIENT_PORT}`).join(',')}`,
+        '--groups=3',
         `--raft_address=10.244.1.7:${RAFT_PORT}`,
         `--address=0.0.0.0:${CLIENT_PORT}`,
         `--metrics_address=0.0.0.0:${METRICS_PORT}`,
@@ -488,6 +525,24 @@ describe(`deploy/k8s (${manifestDir})`, () => {
     }
   });
 
+  test('the start command passes the shape: --groups unless 1, --replication_factor when set', () => {
+    const dedupd = dedupdContainer(statefulSet());
+    const flagsWith = (shape) => {
+      const run = runStartCommand(dedupd.command, { ...containerEnv(dedupd, 'dedup-0'), ...shape });
+      assert.equal(run.status, 0, run.stderr);
+      return run.args.filter((a) => /^--(groups|replication_factor)=/.test(a));
+    };
+    assert.deepEqual(flagsWith({}), ['--groups=3']);
+    assert.deepEqual(flagsWith({ DEDUP_GROUPS: '12', DEDUP_REPLICATION_FACTOR: '5' }), ['--groups=12', '--replication_factor=5']);
+    assert.deepEqual(flagsWith({ DEDUP_GROUPS: '1' }), []);
+    for (const bad of ['0', '3x', '-2', '07']) {
+      const run = runStartCommand(dedupd.command, { ...containerEnv(dedupd, 'dedup-0'), DEDUP_GROUPS: bad });
+      assert.equal(run.status, 2, `DEDUP_GROUPS=${bad}: ${run.stderr}`);
+      assert.match(run.stderr, /is not a positive integer/);
+      assert.deepEqual(run.args, []);
+    }
+  });
+
   test('the start command refuses a pod name without an ordinal', () => {
     const dedupd = dedupdContainer(statefulSet());
     const run = runStartCommand(dedupd.command, containerEnv(dedupd, 'dedup-x'));
@@ -498,7 +553,16 @@ describe(`deploy/k8s (${manifestDir})`, () => {
 
   test('the real dedupd accepts the start command flags', { skip: process.env.DEDUPD ? false : 'DEDUPD not set' }, () => {
     const dedupd = dedupdContainer(statefulSet());
-    const { args } = runStartCommand(dedupd.command, containerEnv(dedupd, 'dedup-1'));
+    const env = containerEnv(dedupd, 'dedup-1');
+    // A dedupd from before sharding has no --groups: check the rest of the
+    // flags with one group (the start command then passes none).
+    const help = spawnSync(process.env.DEDUPD, ['--help'], { encoding: 'utf8', timeout: 30_000 });
+    if (!`${help.stdout}${help.stderr}`.includes('--groups ')) {
+      console.log(`# ${process.env.DEDUPD} has no --groups: checked with DEDUP_GROUPS=1`);
+      env.DEDUP_GROUPS = '1';
+      delete env.DEDUP_REPLICATION_FACTOR;
+    }
+    const { args } = runStartCommand(dedupd.command, env);
     // Outside Kubernetes the member names do not resolve: dedupd must get
     // that far (every flag known and valid before it) and stop with exit 2.
     const run = spawnSync(process.env.DEDUPD, args, { encoding: 'utf8', timeout: 30_000 });
@@ -554,6 +618,17 @@ describe('the checks reject broken manifests', () => {
     }, /admits the Raft port 7001 from outside/],
     ['no NetworkPolicy', (l) => { l.splice(l.indexOf(find(l, 'NetworkPolicy')), 1); }, /no NetworkPolicy selects the group/],
     ['client port closed to client namespaces', (l) => { find(l, 'NetworkPolicy').spec.ingress.splice(1, 1); }, /dedup-client/],
+    ['groups as a literal value, not from the ConfigMap', (l) => {
+      const e = container(l).env.find((v) => v.name === 'DEDUP_GROUPS');
+      delete e.valueFrom;
+      e.value = '3';
+    }, /DEDUP_GROUPS does not come from a ConfigMap/],
+    ['the shape ConfigMap missing', (l) => { l.splice(l.indexOf(find(l, 'ConfigMap')), 1); }, /DEDUP_GROUPS names ConfigMap dedup-shape.*, which is not here/],
+    ['zero groups', (l) => { find(l, 'ConfigMap').data.groups = '0'; }, /groups is '0', not a positive integer/],
+    ['the start command without --groups', (l) => {
+      const c = container(l);
+      c.command[2] = c.command[2].replace('${shape:+"$shape"}', '');
+    }, /does not pass --groups/],
     ['data dir off the volume', (l) => {
       const c = container(l);
       c.command[2] = c.command[2].replace('--data_dir=/var/lib/dedup/data', '--data_dir=/data');
@@ -715,8 +790,10 @@ describe('kustomize and the Prometheus Operator component', () => {
 
 // Guard against a silently empty run (e.g. the glob matching nothing).
 test('deploy/k8s holds the expected objects', () => {
-  const kinds = objects.map((o) => `${o.kind}/${o.metadata.name}`).sort();
+  // (kustomize names a generated ConfigMap with a hash of its data)
+  const kinds = objects.map((o) => `${o.kind}/${o.kind === 'ConfigMap' ? o.metadata.name.replace(/-[a-z0-9]{10}$/, '') : o.metadata.name}`).sort();
   assert.deepEqual(kinds, [
+    'ConfigMap/dedup-shape',
     'NetworkPolicy/dedup',
     'PodDisruptionBudget/dedup',
     'Service/dedup',

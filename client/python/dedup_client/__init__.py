@@ -76,6 +76,8 @@ from dedup_client.idempotency import (
 from dedup_client.outcome import is_outcome_unknown
 from dedup_client.rpc import RpcError, StatusCode
 from dedup_client.security import BearerToken, TlsConfig, open_channel
+from dedup_client.shard_routing import ShardGroup, ShardMap
+from dedup_client.slot import SLOT_COUNT, slot_of
 
 __all__ = [
     "__version__",
@@ -104,6 +106,9 @@ __all__ = [
     "ReplayedError",
     "RetryableError",
     "RpcError",
+    "SLOT_COUNT",
+    "ShardGroup",
+    "ShardMap",
     "StaleFenceError",
     "StatusCode",
     "TlsConfig",
@@ -119,6 +124,7 @@ __all__ = [
     "is_outcome_unknown",
     "is_retryable_rpc_error",
     "open_channel",
+    "slot_of",
     "with_idempotency",
     "with_idempotency_async",
 ]

@@ -66,7 +66,7 @@ class _Outstanding:
 
 class _Batch:
     __slots__ = ("requests", "futures", "unknown", "size", "address", "deadline",
-                 "hops", "attempt", "sealed")
+                 "hops", "attempt", "sealed", "via")
 
     def __init__(self) -> None:
         self.requests: list[Any] = []
@@ -84,6 +84,9 @@ class _Batch:
         # Holds only such re-sent items: calls joining it would make it
         # larger than the answer it is sized to fit.
         self.sealed = False
+        # The current attempt's route: the Router, or the GroupRoute of the
+        # batch's shard group (a batch is split per group when sent).
+        self.via: Any = None
 
     def add(self, request: Any, future: Future, unknown: bool = False) -> None:
         self.requests.append(request)
@@ -177,8 +180,16 @@ class _Lane(Generic[_Answer]):
             if hop:
                 timeout = batch.deadline - time.monotonic()
             else:
+                self._client._update_shard_map_later()  # noqa: SLF001
+                parts = self._split(batch)
+                if len(parts) > 1:
+                    with self._lock:
+                        self._in_flight += len(parts) - 1
+                    self._send_all([(part, attempt, False) for part in parts])
+                    return
                 timeout = self._client.deadline_s
-                batch.address = self._router.leader()
+                batch.via = self._router.route_for(batch.requests[0])
+                batch.address = batch.via.leader()
                 batch.deadline = time.monotonic() + timeout
                 batch.hops = 0
             address = batch.address
@@ -193,29 +204,51 @@ class _Lane(Generic[_Answer]):
             finally:
                 self._release_slot()
 
+    def _split(self, batch: _Batch) -> list[_Batch]:
+        """`batch` as one batch per shard group of its items (itself when
+        they are all of one group, or without a shard map)."""
+        split = self._router.shards.split(batch.requests)
+        groups = split(list(range(len(batch.requests)))) if split is not None else []
+        if len(groups) <= 1:
+            return [batch]
+        parts = []
+        for indexes in groups:
+            part = _Batch()
+            part.attempt, part.sealed = batch.attempt, batch.sealed
+            for i in indexes:
+                part.add(batch.requests[i], batch.futures[i], batch.unknown[i])
+            parts.append(part)
+        return parts
+
     def _on_done(self, batch: _Batch, attempt: int, address: str, call: Any) -> None:
         # Runs on a gRPC thread: it must not block, and must answer every
         # caller whatever happens.
         keeps_slot = False
+        via = batch.via
+        grouped = via is not self._router
         try:
             error = call.exception()
             if error is None:
-                self._router.follow(address)
+                via.follow(address)
+                if grouped:
+                    via.answered_with(call.trailing_metadata())
                 keeps_slot = self._deliver(batch, attempt, call.result())
                 return
+            if grouped:
+                via.failed_with(error)
             # A whole batch's unknown outcome is settled item by item, so
             # that only the items safe to resend go again.
             decision = decide_retry(
                 error, address=address, attempt=attempt,
                 max_attempts=self._client.max_attempts, hops=batch.hops,
                 max_leader_hops=self._client.max_leader_hops,
-                can_follow=self._router.can_follow,
+                can_follow=via.can_follow,
                 time_left_s=batch.deadline - time.monotonic(),
                 resend_unknown=False, backoff_s=self._client.retry_delay_s)
             if decision.leader is not None:
-                self._router.follow(decision.leader)
+                via.follow(decision.leader)
             if decision.advance:
-                self._router.failed(address)
+                via.failed(address)
             if decision.action is Action.HOP:
                 # Started here: a gRPC call does not block.
                 batch.address = decision.leader

@@ -1,4 +1,4 @@
-"""The generated dedup.v1 stubs, with a useful message when they are missing.
+"""The generated dedup.v1 stubs (Dedup, and Cluster for its ShardMap), with a useful message when they are missing.
 
 An installed dedup-client carries them in dedup_client._stubs (setup.py
 generates them when the package is built). Used from the source tree they
@@ -13,10 +13,12 @@ import importlib.util
 
 if importlib.util.find_spec("dedup_client._stubs") is not None:
     # An installed package: its own stubs (an import error in them is real).
-    from dedup_client._stubs.dedup.v1 import dedup_pb2, dedup_pb2_grpc, error_details_pb2
+    from dedup_client._stubs.dedup.v1 import (
+        cluster_pb2, cluster_pb2_grpc, dedup_pb2, dedup_pb2_grpc, error_details_pb2)
 else:
     try:
-        from dedup.v1 import dedup_pb2, dedup_pb2_grpc, error_details_pb2
+        from dedup.v1 import (
+            cluster_pb2, cluster_pb2_grpc, dedup_pb2, dedup_pb2_grpc, error_details_pb2)
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
             "dedup_client needs the generated dedup.v1 stubs: install the package "
@@ -25,4 +27,5 @@ else:
             f"({e})"
         ) from e
 
-__all__ = ["dedup_pb2", "dedup_pb2_grpc", "error_details_pb2"]
+__all__ = [
+    "cluster_pb2", "cluster_pb2_grpc", "dedup_pb2", "dedup_pb2_grpc", "error_details_pb2"]

@@ -9,6 +9,9 @@ out; tls=, token=, token_file= and channel_options= as documented there.
 Waits are `await asyncio.sleep(...)` (injectable as `sleep`), so a retrying
 call never blocks the event loop.
 
+A sharded cluster is routed by its shard map as the Client does (see
+dedup_client.client and dedup_client.shard_routing).
+
 Channels are grpc.aio channels, opened on first use inside the running event
 loop and bound to it: use an AsyncClient from one event loop, and
 `await client.close()` (or `async with`) when done. A token is sent as call
@@ -30,7 +33,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 import grpc
 import grpc.aio
 
-from dedup_client._proto import dedup_pb2
+from dedup_client._proto import cluster_pb2, dedup_pb2
 from dedup_client.client_base import ClientBase
 from dedup_client.errors import DedupRpcError
 from dedup_client.messages import (
@@ -241,31 +244,60 @@ class AsyncClient(ClientBase):
     ) -> Any:
         retry = CallRetry(method, request, self.retry_delay_s, retry_unknown,
                           self.max_attempts)
+        await self._update_shard_map()
         for attempt in range(self.max_attempts):
             if attempt > 0:
                 await self._sleep(retry.pause_s(attempt))
-            route = retry.route(self._router, timeout_s, self.max_leader_hops, attempt)
+                await self._update_shard_map()
+            via = self._router.route_for(request)
+            route = retry.route(via, timeout_s, self.max_leader_hops, attempt)
             try:
-                response = await self._attempt(method, request, route)
+                response = await self._attempt(method, request, route, via)
             except grpc.RpcError as e:
                 retry.failed(e, route.decision)
                 continue
             return retry.answer(response)
         retry.give_up()
 
-    async def _attempt(self, method: str, request: Any, route: AttemptRoute) -> Any:
+    async def _attempt(self, method: str, request: Any, route: AttemptRoute,
+                       via: Any) -> Any:
         metadata = (self._token.metadata(),) if self._token is not None else None
+        grouped = via is not self._router
         while True:
             try:
-                response = await getattr(self._router.stub(route.address), method)(
+                call = getattr(self._router.stub(route.address), method)(
                     request, timeout=route.timeout, metadata=metadata
                 )
+                response = await call
+                if grouped:
+                    trailing = await call.trailing_metadata()
             except grpc.RpcError as e:
+                if grouped:
+                    via.failed_with(e)
                 if route.redirected(e):
                     continue
                 raise
             route.answered()
+            if grouped:
+                via.answered_with(trailing)
             return response
+
+    async def _update_shard_map(self) -> None:
+        """Client._update_shard_map."""
+        shards = self._router.shards
+        if not shards.fetch_due() or not shards.start_fetch():
+            return
+        metadata = (self._token.metadata(),) if self._token is not None else None
+        try:
+            response = await self._router.cluster_stub(self._router.leader()).ShardMap(
+                cluster_pb2.ShardMapRequest(), timeout=self._shard_fetch_timeout_s(),
+                metadata=metadata)
+        except BaseException as error:  # noqa: BLE001 - routed as before then
+            shards.fetch_failed(error)
+            if not isinstance(error, Exception):  # cancelled: so is the call
+                raise
+            return
+        shards.fetched(response)
 
     async def _batch(
         self,
@@ -274,7 +306,8 @@ class AsyncClient(ClientBase):
         items: Sequence[Any],
         on_final: Optional[Callable[[int, Any], None]] = None,
     ) -> list[Any]:
-        run = BatchRun(method, items, on_final)
+        await self._update_shard_map()
+        run = BatchRun(method, items, on_final, split=self._router.shards.split(items))
         for attempt in range(self.max_attempts):
             if attempt > 0:
                 await self._sleep(self.retry_delay_s(attempt - 1))

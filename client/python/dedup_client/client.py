@@ -31,6 +31,14 @@ leader for later calls. A call whose outcome is unknown (ABORTED with
 way (see dedup_client.outcome); if that runs out it raises
 DedupRpcError(ABORTED) with outcome_unknown=True.
 
+A sharded cluster (several Raft groups, see dedup_client.shard_routing):
+before its first call the client asks its current address for the shard
+map (dedup.v1.Cluster/ShardMap); with one, each call goes straight to its
+key's group's leader (redirects, retries and the leader guess are then the
+group's), and a batch is split into one RPC per group, its answers merged
+back in item order (no atomicity across groups). A single node answers
+UNIMPLEMENTED, and any failure leaves the calls routed as above.
+
 Security (see dedup_client.security): tls=TlsConfig(root_ca=...,
 client_cert=..., client_key=..., server_name=...) opens TLS (mTLS with a
 client certificate) channels; token= / token_file= sends
@@ -52,7 +60,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import grpc
 
-from dedup_client._proto import dedup_pb2
+from dedup_client._proto import cluster_pb2, dedup_pb2
 from dedup_client.client_base import ClientBase
 from dedup_client.errors import DedupRpcError
 from dedup_client.messages import (
@@ -289,33 +297,82 @@ class Client(ClientBase):
         that is safe) up to max_attempts (dedup_client.policy.CallRetry)."""
         retry = CallRetry(method, request, self.retry_delay_s, retry_unknown,
                           self.max_attempts)
+        self._update_shard_map()
         for attempt in range(self.max_attempts):
             if attempt > 0:
                 self._sleep(retry.pause_s(attempt))
-            route = retry.route(self._router, timeout_s, self.max_leader_hops, attempt)
+                self._update_shard_map()
+            via = self._router.route_for(request)
+            route = retry.route(via, timeout_s, self.max_leader_hops, attempt)
             try:
-                response = self._attempt(method, request, route)
+                response = self._attempt(method, request, route, via)
             except grpc.RpcError as e:
                 retry.failed(e, route.decision)
                 continue
             return retry.answer(response)
         retry.give_up()
 
-    def _attempt(self, method: str, request: Any, route: AttemptRoute) -> Any:
+    def _attempt(self, method: str, request: Any, route: AttemptRoute, via: Any) -> Any:
         """One attempt: the leader guess, then up to max_leader_hops
         redirects at once, all within the attempt's deadline. Raises the last
-        UNAVAILABLE (having moved the guess on) or any other error."""
+        UNAVAILABLE (having moved the guess on) or any other error. `via`:
+        the Router, or the GroupRoute of the request's key (whose answers'
+        trailing metadata it reads)."""
+        grouped = via is not self._router
         while True:
             try:
-                response = getattr(self._router.stub(route.address), method)(
-                    request, timeout=route.timeout
-                )
+                rpc = getattr(self._router.stub(route.address), method)
+                if grouped:
+                    response, call = rpc.with_call(request, timeout=route.timeout)
+                else:
+                    response = rpc(request, timeout=route.timeout)
             except grpc.RpcError as e:
+                if grouped:
+                    via.failed_with(e)
                 if route.redirected(e):
                     continue
                 raise
             route.answered()
+            if grouped:
+                via.answered_with(call.trailing_metadata())
             return response
+
+    def _update_shard_map(self) -> None:
+        """Fetches the shard map from the current address when one is due
+        (dedup_client.shard_routing); a failure leaves the calls' routing as
+        it was."""
+        shards = self._router.shards
+        if not shards.fetch_due() or not shards.start_fetch():
+            return
+        try:
+            response = self._router.cluster_stub(self._router.leader()).ShardMap(
+                cluster_pb2.ShardMapRequest(), timeout=self._shard_fetch_timeout_s())
+        except Exception as error:  # noqa: BLE001 - routed as before then
+            shards.fetch_failed(error)
+            return
+        shards.fetched(response)
+
+    def _update_shard_map_later(self) -> None:
+        """_update_shard_map without waiting for the answer (a coalescing
+        lane's, whose callers must not block)."""
+        shards = self._router.shards
+        if not shards.fetch_due() or not shards.start_fetch():
+            return
+        try:
+            future = self._router.cluster_stub(self._router.leader()).ShardMap.future(
+                cluster_pb2.ShardMapRequest(), timeout=self._shard_fetch_timeout_s())
+        except Exception as error:  # noqa: BLE001 - routed as before then
+            shards.fetch_failed(error)
+            return
+
+        def done(call: Any) -> None:
+            error = call.exception()
+            if error is not None:
+                shards.fetch_failed(error)
+            else:
+                shards.fetched(call.result())
+
+        future.add_done_callback(done)
 
     def _batch(
         self, method: str, make_request: Callable[..., Any], items: Sequence[Any]
@@ -324,7 +381,8 @@ class Client(ClientBase):
         UNAVAILABLE or ABORTED (where a resend is safe) go again as a smaller
         batch after the backoff delay, as the next attempt; result-budget
         refusals go again at once, without spending an attempt."""
-        run = BatchRun(method, items)
+        self._update_shard_map()
+        run = BatchRun(method, items, split=self._router.shards.split(items))
         for attempt in range(self.max_attempts):
             if attempt > 0:
                 self._sleep(self.retry_delay_s(attempt - 1))

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from dedup_client import environment
 from dedup_client.backoff import Backoff
 from dedup_client.routing import Router
+from dedup_client.shard_routing import FETCH_TIMEOUT_S, ShardMap
 from dedup_client.security import (
     BearerToken,
     TlsConfig,
@@ -95,6 +96,15 @@ class ClientBase:
         """The address calls go to now: the last node that answered as the
         leader or was named as it ("" for a given channel)."""
         return self._router.leader()
+
+    def shard_map(self) -> Optional[ShardMap]:
+        """The cluster's shard map this client routes by (None: calls go to
+        the leader guess, as to a single group; see
+        dedup_client.shard_routing)."""
+        return self._router.shards.current
+
+    def _shard_fetch_timeout_s(self) -> float:
+        return min(self.deadline_s, FETCH_TIMEOUT_S)
 
     def retry_delay_s(self, retry: int) -> float:
         """Seconds to wait before retry number `retry` (0 for the first):

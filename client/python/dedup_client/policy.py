@@ -194,6 +194,10 @@ class BatchRun:
             if run.done(): break
         return run.results()
 
+    Against a sharded cluster each attempt sends one RPC per shard group
+    (split): the answers are merged back in item order, and an RPC that
+    fails after another was answered fails only its own items.
+
     Items answered UNAVAILABLE (nothing happened: the node stopped leading
     before proposing them) or ABORTED (outcome unknown, where a resend is
     safe) go again as a smaller batch in the next attempt.
@@ -212,8 +216,13 @@ class BatchRun:
     def __init__(
         self, method: str, items: Any,
         on_final: Optional[Callable[[int, Any], None]] = None,
+        split: Optional[Callable[[list[int]], list[list[int]]]] = None,
     ) -> None:
+        """split(indexes), if given, groups the item indexes to send (in
+        order) by the RPC each group goes in: one per shard group
+        (ShardState.split); without it they all go together."""
         self._method = method
+        self._split = split
         self._items = items
         self._on_final = on_final
         self._results: list[Any] = [None] * len(items)
@@ -226,7 +235,7 @@ class BatchRun:
     def groups(self):
         """The groups of item indexes to send in this attempt (more may be
         added while iterating: result-budget refusals)."""
-        self._queue = [self._pending]
+        self._queue = self._split(self._pending) if self._split else [self._pending]
         self._retry = []
         while self._queue:
             yield self._queue.pop(0)

@@ -31,6 +31,10 @@ polls a closed channel dies with a ValueError traceback on stderr, and one
 still running when the interpreter finalizes can be frozen holding the
 channel's lock, which the channel's finalizer then waits for forever.
 
+Against a sharded cluster the Router also holds the shard map
+(dedup_client.shard_routing): route_for(request) is then the route of the
+request's key's group, with a leader guess of its own, on the same channels.
+
 Thread-safe: shared by every thread of a Client and its CoalescingClient.
 """
 
@@ -44,8 +48,10 @@ from typing import Any, Callable, Optional
 
 import grpc
 
-from dedup_client._proto import dedup_pb2_grpc
+from dedup_client._proto import cluster_pb2_grpc, dedup_pb2_grpc
 from dedup_client.security import BearerToken, TokenInterceptor
+from dedup_client.shard_routing import GroupRoute, ShardState, key_of, metadata_value
+from dedup_client.slot import slot_of
 
 LEADER_METADATA_KEY = "dedup-leader"
 
@@ -63,11 +69,7 @@ def trailing_value(error: BaseException, key: str) -> Optional[str]:
         metadata = getter()
     except Exception:  # noqa: BLE001 - no metadata is the answer then
         return None
-    for item in metadata or ():
-        name, value = item[0], item[1]
-        if name == key:
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    return None
+    return metadata_value(metadata, key)
 
 
 def _keep_connecting(_: grpc.ChannelConnectivity) -> None:
@@ -168,6 +170,8 @@ class Router:
         self._leader = self.addresses[0]  # guarded by _lock
         self._cursor = 0  # guarded by _lock: next given address to try
         self._closed = False  # guarded by _lock
+        # The map's addresses need channels of their own.
+        self.shards = ShardState(enabled=self.can_follow)
 
     def leader(self) -> str:
         """The address to send to now."""
@@ -194,6 +198,23 @@ class Router:
             stub = dedup_pb2_grpc.DedupStub(self._wrap(channel))
             self._stubs[address] = stub
             return stub
+
+    def cluster_stub(self, address: str) -> cluster_pb2_grpc.ClusterStub:
+        """The dedup.v1.Cluster stub of `address`'s channel (the map's
+        fetch), opened if new; raises ValueError once closed."""
+        self.stub(address)
+        with self._lock:
+            channel = self._channels[address]
+        return cluster_pb2_grpc.ClusterStub(self._wrap(channel))
+
+    def route_for(self, request: Any) -> Any:
+        """Where `request` goes: with a shard map, its key's group's route
+        (a GroupRoute); else this Router, as before sharding."""
+        held = self.shards.current
+        key = key_of(request) if held is not None else None
+        if held is None or key is None:
+            return self
+        return GroupRoute(self, self.shards, held.group_of(slot_of(*key)))
 
     def _open(self, address: str) -> Any:
         """Opens and watches the channel of `address` (AsyncRouter: an

@@ -9,14 +9,15 @@ import {
   Metadata,
   type ServiceError,
   status as GrpcStatus,
+  type StatusObject,
 } from '@grpc/grpc-js';
 
 import { type BackoffOptions, DEFAULT_BACKOFF } from './backoff.js';
 import { sendWithItemRetries } from './batch-retry.js';
 import { type CoalesceOptions, Coalescer } from './coalescer.js';
 import { environmentDefaults } from './environment.js';
-import { Endpoints, parseAddresses } from './endpoints.js';
-import { DedupRpcError, grpcCodeName } from './errors.js';
+import { Endpoints, parseAddresses, type Route } from './endpoints.js';
+import { DedupRpcError, grpcCodeName, isOutcomeUnknown } from './errors.js';
 import { type FailoverPolicy, type Invoked, invoke, type OnUnknownOutcome } from './failover.js';
 import {
   type IdempotencyOptions,
@@ -27,6 +28,14 @@ import {
 import { sleep } from './retry.js';
 import { serverRetryDelayMs } from './retry-info.js';
 import { channelSecurity, type SecurityOptions } from './security.js';
+import {
+  FETCH_TIMEOUT_MS,
+  GroupRoute,
+  type ShardMap,
+  type ShardMapResponseWire,
+  ShardRouting,
+  shardMapMethod,
+} from './shard-map.js';
 import type {
   BatchItemResult,
   BeginBatchItem,
@@ -128,6 +137,14 @@ export interface DedupClientOptions extends SecurityOptions {
  * attempt; then it rejects with the server's message (`retryDelayMs` set).
  * RESOURCE_EXHAUSTED without RetryInfo is not retried.
  *
+ * A sharded cluster (several Raft groups; see shard-map.ts): before its
+ * first call the client asks its current address for the shard map
+ * (dedup.v1.Cluster/ShardMap); with one, each call goes straight to its key's
+ * group's leader (redirects, retries and the leader guess are then the
+ * group's), and a batch is split into one RPC per group, its answers merged
+ * back in item order (no atomicity across groups). A single node answers
+ * UNIMPLEMENTED, and any failure leaves the calls routed as above.
+ *
  * UNAUTHENTICATED (no or an unknown credential) and PERMISSION_DENIED (a
  * namespace outside the tenant's, Forget without the operator role) are
  * answers: never retried, they reject at once with their code. In a batch a
@@ -147,6 +164,9 @@ export class DedupClient {
    * than paying that refusal on every batch.
    */
   private checkpointBatchUnimplemented = false;
+  private readonly shards = new ShardRouting();
+  /** The shard map fetch in flight: the calls made meanwhile wait for it. */
+  private mapFetch: Promise<void> | undefined;
 
   /**
    * What `options` leave open comes from the DEDUP_* environment variables
@@ -319,6 +339,11 @@ export class DedupClient {
     return this.endpoints.current;
   }
 
+  /** The cluster's shard map calls are routed by (undefined: calls go to currentAddress, as to a single group). */
+  get shardMap(): ShardMap | undefined {
+    return this.shards.current;
+  }
+
   /** Closes every channel; calls in progress fail. */
   close(): void {
     this.endpoints.close();
@@ -329,17 +354,18 @@ export class DedupClient {
       this.retryPolicy,
       items,
       (item) => item.owner !== '',
-      async (subset) => {
-        // No extra deadline: batch items never wait.
-        const res = await this.call<wire.BeginBatchRequestWire, wire.BeginBatchResponseWire>(
-          'BeginBatch',
-          { items: subset },
-          options,
-          0,
-          'fail',
-        );
-        return wire.beginBatchResponseFromWire(res.value, subset.length);
-      },
+      (subset) =>
+        this.splitSend(subset, async (part) => {
+          // No extra deadline: batch items never wait.
+          const res = await this.call<wire.BeginBatchRequestWire, wire.BeginBatchResponseWire>(
+            'BeginBatch',
+            { items: part },
+            options,
+            0,
+            'fail',
+          );
+          return wire.beginBatchResponseFromWire(res.value, part.length);
+        }),
     );
   }
 
@@ -351,16 +377,17 @@ export class DedupClient {
       this.retryPolicy,
       items,
       () => true,
-      async (subset) => {
-        const res = await this.call<wire.CompleteBatchRequestWire, wire.CompleteBatchResponseWire>(
-          'CompleteBatch',
-          { items: subset },
-          options,
-          0,
-          'fail',
-        );
-        return wire.completeBatchResponseFromWire(res.value, subset.length);
-      },
+      (subset) =>
+        this.splitSend(subset, async (part) => {
+          const res = await this.call<wire.CompleteBatchRequestWire, wire.CompleteBatchResponseWire>(
+            'CompleteBatch',
+            { items: part },
+            options,
+            0,
+            'fail',
+          );
+          return wire.completeBatchResponseFromWire(res.value, part.length);
+        }),
     );
   }
 
@@ -376,28 +403,29 @@ export class DedupClient {
       this.retryPolicy,
       items,
       () => true,
-      async (subset): Promise<BatchItemResult<CheckpointResponse>[]> => {
-        try {
-          const res = await this.call<wire.CheckpointBatchRequestWire, wire.CheckpointBatchResponseWire>(
-            'CheckpointBatch',
-            { items: subset },
-            options,
-            0,
-            'fail',
-          );
-          return wire.checkpointBatchResponseFromWire(res.value, subset.length);
-        } catch (error) {
-          if (!isWithoutBatchMethod(error)) throw error;
-          // Final item results, not a rejection, so that a retry round
-          // meeting an older node (a group being upgraded) is handled like
-          // the first RPC. Remembered only when the server could have parsed
-          // the request: then the method is missing, whereas one caller's
-          // malformed key must not end batching for all.
-          if (subset.every(parseable)) this.checkpointBatchUnimplemented = true;
-          for (const item of subset) unbatched.add(item);
-          return subset.map(() => ({ ok: false as const, code: error.code, message: error.details }));
-        }
-      },
+      (whole) =>
+        this.splitSend(whole, async (subset): Promise<BatchItemResult<CheckpointResponse>[]> => {
+          try {
+            const res = await this.call<wire.CheckpointBatchRequestWire, wire.CheckpointBatchResponseWire>(
+              'CheckpointBatch',
+              { items: subset },
+              options,
+              0,
+              'fail',
+            );
+            return wire.checkpointBatchResponseFromWire(res.value, subset.length);
+          } catch (error) {
+            if (!isWithoutBatchMethod(error)) throw error;
+            // Final item results, not a rejection, so that a retry round
+            // meeting an older node (a group being upgraded) is handled like
+            // the first RPC. Remembered only when the server could have parsed
+            // the request: then the method is missing, whereas one caller's
+            // malformed key must not end batching for all.
+            if (subset.every(parseable)) this.checkpointBatchUnimplemented = true;
+            for (const item of subset) unbatched.add(item);
+            return subset.map(() => ({ ok: false as const, code: error.code, message: error.details }));
+          }
+        }),
     );
     // Re-sent even where an earlier round's outcome was unknown: the same
     // checkpoint again is harmless, and its answer settles the item.
@@ -439,24 +467,110 @@ export class DedupClient {
   }
 
   /**
+   * `items` sent by `send`, one RPC per shard group of their keys (at once),
+   * the answers merged back in order: an RPC's item errors renumbered to the
+   * items' positions, a failed RPC's error each of its items' result. Rejects
+   * only when every RPC failed (nothing was done, or every outcome unknown).
+   * Without a shard map, or all in one group: `send(items)`.
+   */
+  private async splitSend<Item extends { namespace: string; key: string }, Answer>(
+    items: Item[],
+    send: (part: Item[]) => Promise<BatchItemResult<Answer>[]>,
+  ): Promise<BatchItemResult<Answer>[]> {
+    await this.updateShardMap();
+    const parts = this.shards.split(items);
+    if (parts === undefined || parts.length <= 1) return send(items);
+    const settled = await Promise.allSettled(parts.map((part) => send(part.map((i) => items[i] as Item))));
+    const failure = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    // Every RPC refused and none may have taken effect: nothing was done for
+    // any item, and the caller's rules for a refused batch apply.
+    if (failure !== undefined && settled.every((s) => s.status === 'rejected' && !isOutcomeUnknown(s.reason))) {
+      throw failure.reason;
+    }
+    const results = new Array<BatchItemResult<Answer>>(items.length);
+    parts.forEach((positions, k) => {
+      const done = settled[k] as PromiseSettledResult<BatchItemResult<Answer>[]>;
+      positions.forEach((position, j) => {
+        results[position] =
+          done.status === 'fulfilled' ? renumbered(done.value[j] as BatchItemResult<Answer>, j, position) : itemError(done.reason);
+      });
+    });
+    return results;
+  }
+
+  /** Fetches the shard map when one is due (shard-map.ts); calls made meanwhile wait for it. Never rejects. */
+  private async updateShardMap(): Promise<void> {
+    if (this.mapFetch !== undefined) return this.mapFetch;
+    if (!this.shards.startFetch()) return;
+    const fetch = this.fetchShardMap();
+    this.mapFetch = fetch;
+    try {
+      await fetch;
+    } finally {
+      this.mapFetch = undefined;
+    }
+  }
+
+  private fetchShardMap(): Promise<void> {
+    const deadline = Date.now() + Math.min(this.deadlineMs, FETCH_TIMEOUT_MS);
+    return new Promise<void>((resolve) => {
+      try {
+        const method = shardMapMethod();
+        this.endpoints
+          .channel(this.endpoints.current)
+          .makeUnaryRequest(
+            method.path,
+            method.requestSerialize,
+            method.responseDeserialize,
+            {},
+            new Metadata(),
+            { deadline },
+            (error: ServiceError | null, response?: ShardMapResponseWire) => {
+              if (error !== null || response === undefined) this.shards.fetchFailed(error?.code);
+              else this.shards.fetched(response);
+              resolve();
+            },
+          );
+      } catch {
+        // A closed client (the call itself then fails as before), or no
+        // cluster.proto next to dist/: routed as before.
+        this.shards.fetchFailed(undefined);
+        resolve();
+      }
+    });
+  }
+
+  /** Where a request goes: its key's group with a shard map (a batch's: its first item's), else the Endpoints. */
+  private routeFor(request: object): Route {
+    const items = (request as { items?: { namespace: string; key: string }[] }).items;
+    const keyed = (items === undefined ? request : items[0]) as { namespace?: unknown; key?: unknown } | undefined;
+    if (keyed === undefined || typeof keyed.namespace !== 'string' || typeof keyed.key !== 'string') return this.endpoints;
+    const group = this.shards.groupOf(keyed.namespace, keyed.key);
+    return group === undefined ? this.endpoints : new GroupRoute(this.endpoints, this.shards, group);
+  }
+
+  /**
    * One call with the client's retries and leader following (failover.ts).
    * Batches pass 'fail': their items are retried one by one (batch-retry.ts).
    */
-  private call<Req extends object, Res extends object>(
+  private async call<Req extends object, Res extends object>(
     name: wire.MethodName,
     request: Req,
     options: CallOptions | undefined,
     extraDeadlineMs = 0,
     onUnknown: OnUnknownOutcome = 'retry',
   ): Promise<Invoked<Res>> {
+    await this.updateShardMap();
+    const route = this.routeFor(request);
+    const group = route instanceof GroupRoute ? route : undefined;
     const method = wire.methodDefinition<Req, Res>(name);
     const perAttemptMs = (options?.deadlineMs ?? this.deadlineMs) + extraDeadlineMs;
     // The request object (and so a Begin's owner, or every BeginBatch item's)
     // is the same on every attempt: a retried Begin whose first answer was
     // lost is re-entered.
-    return invoke(this.endpoints, this.retryPolicy, name, perAttemptMs, onUnknown, (channel: GrpcClient, deadline: number) =>
+    return invoke(route, this.retryPolicy, name, perAttemptMs, onUnknown, (channel: GrpcClient, deadline: number) =>
       new Promise<Res>((resolve, reject) => {
-        channel.makeUnaryRequest(
+        const call = channel.makeUnaryRequest(
           method.path,
           method.requestSerialize,
           method.responseDeserialize,
@@ -469,9 +583,29 @@ export class DedupClient {
             else resolve(response);
           },
         );
+        // Emitted right after the callback, before anything awaiting the
+        // answer runs: the group's leader hint and the map's epoch.
+        if (group !== undefined) call.on('status', (s: StatusObject) => group.trailers(s.metadata, s.code === GrpcStatus.OK));
       }),
     );
   }
+}
+
+/** An item error of a batch RPC sent as items[j], as the caller's items[index]. */
+function renumbered<Answer>(result: BatchItemResult<Answer>, j: number, index: number): BatchItemResult<Answer> {
+  const prefix = `items[${j}]`;
+  if (result.ok || j === index || !result.message.startsWith(prefix)) return result;
+  return { ...result, message: `items[${index}]${result.message.slice(prefix.length)}` };
+}
+
+/** A failed RPC's error as the result of each of its items. */
+function itemError(error: unknown): BatchItemResult<never> {
+  if (error instanceof DedupRpcError) {
+    return error.outcomeUnknown
+      ? { ok: false, code: error.code, message: error.details, outcomeUnknown: true }
+      : { ok: false, code: error.code, message: error.details };
+  }
+  return { ok: false, code: GrpcStatus.UNKNOWN, message: String(error) };
 }
 
 /**

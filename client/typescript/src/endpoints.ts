@@ -20,7 +20,16 @@ export function parseAddresses(address: string | undefined, addresses: readonly 
   return unique;
 }
 
-export class Endpoints {
+/** Where one call goes and what it learns (failover.ts): the Endpoints, or a shard group's view of them. */
+export interface Route {
+  /** Where the next attempt goes. */
+  readonly current: string;
+  channel(address: string): GrpcClient;
+  follow(leader: string): void;
+  failed(address: string): void;
+}
+
+export class Endpoints implements Route {
   private readonly channels = new Map<string, GrpcClient>();
   /** Position in `list` of the address last chosen from it. */
   private index = 0;

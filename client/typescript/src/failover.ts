@@ -5,7 +5,7 @@
 import type { Client as GrpcClient } from '@grpc/grpc-js';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
-import type { Endpoints } from './endpoints.js';
+import type { Route } from './endpoints.js';
 import { DedupRpcError } from './errors.js';
 import type { RetryPolicy } from './retry.js';
 import { decideRetry, type OnUnknownOutcome, type RetryDecision } from './retry-decision.js';
@@ -34,7 +34,7 @@ export interface Invoked<T> {
  * with a DedupRpcError ABORTED whose `outcomeUnknown` is true.
  */
 export async function invoke<T>(
-  endpoints: Endpoints,
+  endpoints: Route,
   policy: FailoverPolicy,
   method: string,
   perAttemptMs: number,

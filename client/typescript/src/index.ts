@@ -39,4 +39,6 @@ export {
   type SecurityOptions,
   type TlsOptions,
 } from './security.js';
+export { type ShardGroup, type ShardMap } from './shard-map.js';
+export { SLOT_COUNT, slotOf } from './slot.js';
 export type * from './types.js';

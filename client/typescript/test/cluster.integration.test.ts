@@ -16,7 +16,9 @@ const ns = 'ts-client:cluster';
 const hash = argsHash({ cluster: true });
 
 before(async () => {
-  group = await startDedupdGroup({ size: 3 });
+  // Followers name the leader instead of forwarding: this test watches the
+  // client follow the hints to the leader.
+  group = await startDedupdGroup({ size: 3, args: ['--forward_to_leader=false'] });
 });
 after(async () => {
   for (const c of clients) c.close();

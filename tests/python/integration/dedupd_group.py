@@ -52,7 +52,8 @@ class DedupdGroup:
     still running (SIGTERM, then SIGKILL after a timeout) and removes the
     data; the constructor does so itself if a node fails to start."""
 
-    def __init__(self, size: int = 3, start_timeout_s: float = 30.0) -> None:
+    def __init__(self, size: int = 3, start_timeout_s: float = 30.0,
+                 extra_flags: tuple[str, ...] = ()) -> None:
         binary = os.environ.get("DEDUPD")
         if not binary:
             raise RuntimeError("set DEDUPD to the dedupd binary")
@@ -68,7 +69,7 @@ class DedupdGroup:
                             binary, f"--node_id={node.id}", f"--peers={peers}",
                             f"--address={node.address}", f"--data_dir={node.data_dir}",
                             "--event_log=off", "--metrics_address=",
-                            f"--ready_file={node.ready_path}",
+                            f"--ready_file={node.ready_path}", *extra_flags,
                         ]),
                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     )

@@ -63,7 +63,9 @@ def redirect_of(address: str) -> str | None:
 
 class ClusterTest(unittest.TestCase):
     def setUp(self) -> None:
-        self.group = DedupdGroup()
+        # Followers name the leader instead of forwarding: these tests watch
+        # the client follow the hints (forwarding: tests/cluster/forward_test).
+        self.group = DedupdGroup(extra_flags=("--forward_to_leader=false",))
         # Stopped by PID however the test ends (after the clients closed:
         # an open connection holds up a node's clean stop).
         self.addCleanup(self._stop_group)
