@@ -267,12 +267,17 @@ absl::Status RaftTuningFromFlags(RaftOptions& raft) {
   return absl::OkStatus();
 }
 
+// Below about 4 MiB a RocksDB of ours cannot open: its empty per-slot
+// memtable is already past its write buffer, which RocksDB 7.8 asserts on.
+constexpr size_t kMinGroupMemoryBytes = 8 << 20;
+
 // The replicated state's options, taken from the single-node ones where
 // both modes share a flag; the memory budget is split between `hosted`
-// groups.
+// groups, each getting at least kMinGroupMemoryBytes.
 void StateFromSingle(const StoreOptions& single, size_t hosted,
                      ClusterStoreOptions& store) {
-  store.state.memory_budget_bytes = single.memory_budget_bytes / hosted;
+  store.state.memory_budget_bytes =
+      std::max(single.memory_budget_bytes / hosted, kMinGroupMemoryBytes);
   // By default room to flush every memtable plus libraft's segments (8 MiB
   // each, up to three open) and headroom for RocksDB's own files.
   store.min_free_disk_bytes =

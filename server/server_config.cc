@@ -56,7 +56,9 @@ ABSL_FLAG(int32_t, async_sync_interval_ms, 100,
           "WAL fsync period in --durability=async");
 ABSL_FLAG(int64_t, memory_budget_mb, 128,
           "RocksDB memory budget, MiB: block cache plus memtables (at most "
-          "half); resident memory stays near it whatever the record count");
+          "half); resident memory stays near it whatever the record count. "
+          "With --groups, split between the groups a node hosts, at least 8 "
+          "MiB each");
 ABSL_FLAG(int64_t, min_free_disk_mb, -1,
           "writes are refused (UNAVAILABLE, health NOT_SERVING) while the "
           "data dir's filesystem has less free space than this, MiB, and "

@@ -392,7 +392,8 @@ TEST_F(ClusterClientTest, CtlClusterCommandsInJson) {
   CtlResult remove = ctl({"cluster", "remove", std::to_string(removed)});
   ASSERT_EQ(remove.exit_code, 0) << remove.err;
   EXPECT_EQ(json::parse(remove.out),
-            json({{"removed", {{"nodeId", std::to_string(removed)}}}}));
+            json({{"removed",
+                   {{"nodeId", std::to_string(removed)}, {"groupId", 0}}}}));
   cluster_.Kill(removed);
 
   const int joiner = cluster_.AddJoiner();
@@ -404,6 +405,7 @@ TEST_F(ClusterClientTest, CtlClusterCommandsInJson) {
   EXPECT_EQ(json::parse(add.out),
             json({{"added",
                    {{"nodeId", std::to_string(joiner)},
+                    {"groupId", 0},
                     {"raftAddress", cluster_.raft_address(joiner)},
                     {"clientAddress", cluster_.client_address(joiner)}}}}));
 

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -27,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -238,9 +240,63 @@ int FreePort(const std::string& ip) {
   }
 }
 
+namespace {
+
+// DEDUP_TEST_CLUSTER's shape: "NxG" (N nodes founding G groups), anything
+// else a group of 3.
+struct GroupShape {
+  int nodes = 3;
+  int groups = 1;
+};
+
+GroupShape ShapeFromEnvironment() {
+  GroupShape shape;
+  const char* value = std::getenv("DEDUP_TEST_CLUSTER");
+  std::vector<std::string> parts =
+      absl::StrSplit(value == nullptr ? "" : value, 'x');
+  int nodes = 0, groups = 0;
+  if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &nodes) &&
+      absl::SimpleAtoi(parts[1], &groups) && nodes >= 1 && nodes <= 9 &&
+      groups >= 1) {
+    shape.nodes = nodes;
+    shape.groups = groups;
+  }
+  return shape;
+}
+
+// True once every group of the map that `address` serves has a leader, as
+// seen by a node hosting it (ShardMap names live leaders only for those).
+bool EveryGroupLed(const std::vector<std::string>& addresses,
+                   uint64_t first_id) {
+  std::map<uint32_t, bool> led;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    auto stub = v1::Cluster::NewStub(TestChannel(addresses[i]));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(1));
+    v1::ShardMapResponse map;
+    if (!stub->ShardMap(&context, v1::ShardMapRequest(), &map).ok()) {
+      return false;
+    }
+    for (const v1::ShardGroup& group : map.groups()) {
+      bool& seen = led[group.group_id()];
+      for (const v1::ShardReplica& replica : group.replicas()) {
+        if (replica.node_id() == first_id + i) {
+          seen = seen || group.leader_node_id() != 0;
+        }
+      }
+    }
+  }
+  return std::all_of(led.begin(), led.end(),
+                     [](const auto& entry) { return entry.second; });
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::StartGroup(
     const std::vector<std::string>& extra_flags, std::string data_dir) {
-  constexpr int kNodes = 3;
+  const GroupShape shape = ShapeFromEnvironment();
+  const int kNodes = shape.nodes;
   std::unique_ptr<ServerProcess> group(new ServerProcess());
   if (data_dir.empty()) {
     absl::StatusOr<std::string> dir = MakeTempDir("dedupd-group");
@@ -262,6 +318,9 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::StartGroup(
     flags.push_back(absl::StrCat("--node_id=", id));
     flags.push_back(absl::StrCat("--peers=", absl::StrJoin(peers, ",")));
     flags.push_back(absl::StrCat("--address=", clients[id - 1]));
+    if (shape.groups > 1) {
+      flags.push_back(absl::StrCat("--groups=", shape.groups));
+    }
     absl::StatusOr<std::unique_ptr<ServerProcess>> member =
         Start(flags, absl::StrCat(data_dir, "/n", id));
     if (!member.ok()) return member.status();
@@ -269,6 +328,17 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::StartGroup(
   }
   const auto deadline = Clock::now() + kStartTimeout;
   while (Clock::now() < deadline) {
+    if (shape.groups > 1) {
+      // Any node answers (it forwards): the first one stands for the group.
+      if (EveryGroupLed(clients, 1)) {
+        group->address_ = group->members_[0]->address();
+        group->port_ = group->members_[0]->port();
+        group->ready_ = group->members_[0]->ready();
+        return group;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
     for (const auto& member : group->members_) {
       auto stub = v1::Cluster::NewStub(TestChannel(member->address()));
       grpc::ClientContext context;

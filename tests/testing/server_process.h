@@ -42,9 +42,12 @@ struct ReadyFile {
 // With the environment variable DEDUP_TEST_CLUSTER set (and no --node_id in
 // the flags), Start runs a replicated group of 3 instead: nodes on
 // 127.0.0.1-3, each with the flags and its own dir under data_dir, and
-// address() is the leader's. So the same test runs against a single node
-// and against a group; pid() is then -1 (tests that signal the server do
-// not run that way), Stop and Kill act on every node.
+// address() is the leader's. With DEDUP_TEST_CLUSTER=NxG (e.g. 6x12), N
+// nodes on 127.0.0.1-N found G groups (--groups=G), Start waits until every
+// group has a leader, and address() is node 1's (it forwards what it does not
+// lead). So the same test runs against a single node, a group and a sharded
+// cluster; pid() is then -1 (tests that signal the server do not run that
+// way), Stop and Kill act on every node.
 class ServerProcess {
  public:
   // Starts dedupd with --address=127.0.0.1:0 --data_dir=DIR
