@@ -1,6 +1,7 @@
 #include "tests/integration/integration_util.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -55,6 +56,13 @@ int64_t NowMs() {
 bool UnderSanitizer() {
   return std::getenv("ASAN_OPTIONS") != nullptr ||
          std::getenv("TSAN_OPTIONS") != nullptr;
+}
+
+bool ShardedTestCluster() {
+  const char* shape = std::getenv("DEDUP_TEST_CLUSTER");
+  if (shape == nullptr) return false;
+  const char* x = std::strchr(shape, 'x');
+  return x != nullptr && std::atoi(x + 1) > 1;
 }
 
 void SleepMs(int64_t ms) {

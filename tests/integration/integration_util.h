@@ -39,6 +39,11 @@ void SleepMs(int64_t ms);
 // (scripts/sanitize sets its options in the environment).
 bool UnderSanitizer();
 
+// True when the tests run against a cluster of several groups
+// (DEDUP_TEST_CLUSTER=NxG with G > 1, tests/testing/server_process.h), where
+// fences come from each group's counter: unique per group, not node-wide.
+bool ShardedTestCluster();
+
 // Peak resident memory of process `pid` (VmHWM), MiB; -1 if unknown.
 [[nodiscard]] int64_t PeakRssMib(pid_t pid);
 // How many descriptors process `pid` has open (/proc/<pid>/fd).

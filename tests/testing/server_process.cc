@@ -264,8 +264,10 @@ GroupShape ShapeFromEnvironment() {
   return shape;
 }
 
-// True once every group of the map that `address` serves has a leader, as
-// seen by a node hosting it (ShardMap names live leaders only for those).
+// True once every group is led by its preferred leader (its first
+// replica), as seen by a node hosting it (ShardMap names live leaders only
+// for those): until then the nodes' balancers move leaderships, and calls
+// meeting a transfer are refused UNAVAILABLE, which these tests do not retry.
 bool EveryGroupLed(const std::vector<std::string>& addresses,
                    uint64_t first_id) {
   std::map<uint32_t, bool> led;
@@ -282,7 +284,7 @@ bool EveryGroupLed(const std::vector<std::string>& addresses,
       bool& seen = led[group.group_id()];
       for (const v1::ShardReplica& replica : group.replicas()) {
         if (replica.node_id() == first_id + i) {
-          seen = seen || group.leader_node_id() != 0;
+          seen = seen || group.leader_node_id() == group.replicas(0).node_id();
         }
       }
     }
@@ -326,7 +328,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::StartGroup(
     if (!member.ok()) return member.status();
     group->members_.push_back(*std::move(member));
   }
-  const auto deadline = Clock::now() + kStartTimeout;
+  // Leaders settle a few seconds after the first elections (the balancer
+  // waits for a term to last 3 s).
+  const auto deadline =
+      Clock::now() + kStartTimeout * (shape.groups > 1 ? 2 : 1);
   while (Clock::now() < deadline) {
     if (shape.groups > 1) {
       // Any node answers (it forwards): the first one stands for the group.
