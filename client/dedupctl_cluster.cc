@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/batch_answers.h"
+#include "client/dedupctl_format.h"
 #include "client/dedupctl_output.h"
 #include "client/dedupctl_recover.h"
 #include "client/outcome_unknown.h"
@@ -38,25 +39,6 @@ absl::StatusOr<v1::ClusterStatusResponse> QueryStatus(
 
 std::string OrDash(uint64_t value) {
   return value == 0 ? "-" : absl::StrCat(value);
-}
-
-void PrintTable(std::ostream& out,
-                const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()));
-    for (size_t c = 0; c < row.size(); ++c) {
-      widths[c] = std::max(widths[c], row[c].size());
-    }
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
-    }
-    out << line << "\n";
-  }
 }
 
 // A membership call or transfer, sent to the leader.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -21,6 +22,10 @@ namespace dedup::ctl {
 [[nodiscard]] bool IsPrintable(absl::string_view bytes);
 
 // Writes "name: text" when `bytes` is printable, else "name_hex: <hex>".
+// Rows as left-aligned columns two spaces apart, one line each.
+void PrintTable(std::ostream& out,
+                const std::vector<std::vector<std::string>>& rows);
+
 void PrintBytes(std::ostream& out, absl::string_view name,
                 absl::string_view bytes);
 

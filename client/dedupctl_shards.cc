@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/batch_answers.h"
+#include "client/dedupctl_format.h"
 #include "client/dedupctl_output.h"
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -18,25 +19,6 @@ namespace {
 std::string OrDash(uint64_t id) { return id == 0 ? "-" : absl::StrCat(id); }
 std::string OrDash(const std::string& text) {
   return text.empty() ? "-" : text;
-}
-
-void PrintTable(std::ostream& out,
-                const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()));
-    for (size_t c = 0; c < row.size(); ++c) {
-      widths[c] = std::max(widths[c], row[c].size());
-    }
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
-    }
-    out << line << "\n";
-  }
 }
 
 // One attempt at `address` with the deadline.

@@ -41,13 +41,6 @@ void AddStats(const StoreStats& s, StoreStats& sum) {
   }
 }
 
-// Calls split by destination: a hosted store's share, in arrival order.
-template <typename Call>
-struct Split {
-  std::map<Store*, std::vector<Call>> by_store;
-  std::vector<std::pair<Call, absl::Status>> refused;
-};
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GroupRouter>> GroupRouter::Create(
@@ -132,35 +125,32 @@ void GroupRouter::Checkpoint(std::string ns, std::string key,
                     std::move(done));
 }
 
-void GroupRouter::BeginMany(std::vector<BeginCall> calls) {
-  Split<BeginCall> split;
-  for (BeginCall& call : calls) {
+template <typename Call, typename Submit>
+void GroupRouter::SplitByGroup(std::vector<Call> calls, Submit submit) {
+  std::map<Store*, std::vector<Call>> by_store;
+  std::vector<std::pair<Call, absl::Status>> refused;
+  for (Call& call : calls) {
     absl::Status refusal;
     if (Store* store = Route(call.ns, call.key, refusal)) {
-      split.by_store[store].push_back(std::move(call));
+      by_store[store].push_back(std::move(call));
     } else {
-      split.refused.emplace_back(std::move(call), std::move(refusal));
+      refused.emplace_back(std::move(call), std::move(refusal));
     }
   }
-  for (auto& [call, refusal] : split.refused) std::move(call.done)(refusal);
-  for (auto& [store, share] : split.by_store)
-    store->BeginMany(std::move(share));
+  for (auto& [call, refusal] : refused) std::move(call.done)(refusal);
+  for (auto& [store, share] : by_store) submit(*store, std::move(share));
+}
+
+void GroupRouter::BeginMany(std::vector<BeginCall> calls) {
+  SplitByGroup(std::move(calls), [](Store& store, std::vector<BeginCall> c) {
+    store.BeginMany(std::move(c));
+  });
 }
 
 void GroupRouter::CompleteMany(std::vector<CompleteCall> calls) {
-  Split<CompleteCall> split;
-  for (CompleteCall& call : calls) {
-    absl::Status refusal;
-    if (Store* store = Route(call.ns, call.key, refusal)) {
-      split.by_store[store].push_back(std::move(call));
-    } else {
-      split.refused.emplace_back(std::move(call), std::move(refusal));
-    }
-  }
-  for (auto& [call, refusal] : split.refused) std::move(call.done)(refusal);
-  for (auto& [store, share] : split.by_store) {
-    store->CompleteMany(std::move(share));
-  }
+  SplitByGroup(std::move(calls), [](Store& store, std::vector<CompleteCall> c) {
+    store.CompleteMany(std::move(c));
+  });
 }
 
 void GroupRouter::Get(std::string ns, std::string key,

@@ -93,6 +93,11 @@ class GroupRouter final : public Store {
   // The hosted store of `group_id`, or null (then `refusal` says why).
   Store* Route(absl::string_view ns, absl::string_view key,
                absl::Status& refusal) const;
+  // Hands each hosted store its share of `calls` in one submit(store,
+  // share), in arrival order; answers the others' callbacks with their
+  // refusal first.
+  template <typename Call, typename Submit>
+  void SplitByGroup(std::vector<Call> calls, Submit submit);
 
   const Options options_;
   std::atomic<bool> closed_{false};
