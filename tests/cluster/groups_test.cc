@@ -164,6 +164,27 @@ class GroupsTest : public ::testing::Test {
     return counts;
   }
 
+  // Waits until every group is led by its preferred leader (its first
+  // replica in `layout`): until then the balancers move leaderships, and a
+  // call meeting a transfer is refused UNAVAILABLE (callers retry; the
+  // tests that make single calls must not meet one).
+  bool PreferredLeadersSettled(const ShardLayout& layout,
+                               std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::map<uint32_t, std::set<int>> leaders = Leaders();
+      bool settled = static_cast<int>(leaders.size()) == groups_;
+      for (const auto& [g, ids] : leaders) {
+        const int preferred =
+            static_cast<int>(layout.Find(g)->replicas.front());
+        settled = settled && ids == std::set<int>{preferred};
+      }
+      if (settled) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return false;
+  }
+
   // Writes keys prefix0..prefix(n-1) on `threads` threads, each key through
   // a running node picked by its index.
   Keys WriteKeys(int n, const std::string& prefix, int threads = 16) {
@@ -350,6 +371,7 @@ TEST_F(SixNodesTwelveGroups, ClusterCallsNameTheirGroup) {
   absl::StatusOr<ShardLayout> layout =
       FoundingLayout({1, 2, 3, 4, 5, 6}, 12, 3);
   ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_TRUE(PreferredLeadersSettled(*layout, std::chrono::seconds(30)));
   const std::vector<uint32_t> hosted = HostedBy(1);
   ASSERT_EQ(hosted, layout->HostedBy(1));
   uint32_t foreign = 0;  // a group node 1 does not host
