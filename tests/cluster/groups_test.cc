@@ -217,13 +217,20 @@ class GroupsTest : public ::testing::Test {
   }
 
   // Every key in `keys` answers DUPLICATE with its fence and result through
-  // node `via` (a Begin by another owner, following the leader hint).
+  // node `via` (a Begin by another owner, following the leader hint). An
+  // UNAVAILABLE (nothing happened: e.g. the key's group is in a leadership
+  // hand-off, which a restart's balancer makes) is asked again, as clients
+  // do, for up to 5 s.
   void ExpectDuplicatesVia(int via, const Keys& keys) {
     for (const auto& [key, want] : keys) {
       v1::BeginResponse r;
-      grpc::Status s =
-          Call(cluster_.client_address(via), &v1::Dedup::Stub::Begin,
-               BeginOf(key, "someone-else"), &r);
+      grpc::Status s;
+      for (int attempt = 0; attempt < 50; ++attempt) {
+        s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Begin,
+                 BeginOf(key, "someone-else"), &r);
+        if (s.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
       ASSERT_TRUE(s.ok()) << key << " via " << via << ": " << s.error_message();
       EXPECT_EQ(r.status(), v1::BeginResponse::DUPLICATE) << key;
       EXPECT_EQ(r.fence(), want.first) << key;
