@@ -73,6 +73,18 @@ inline v1::BeginRequest BeginOf(const std::string& key,
   return r;
 }
 
+// The SUCCESS Complete of `key`'s execution `fence` with `result`.
+inline v1::CompleteRequest CompleteOf(const std::string& key, uint64_t fence,
+                                      const std::string& result) {
+  v1::CompleteRequest r;
+  r.set_namespace_("cluster");
+  r.set_key(key);
+  r.set_fence(fence);
+  r.set_outcome(v1::SUCCESS);
+  r.set_result(result);
+  return r;
+}
+
 // A started 3-node group with helpers to write and check keys. Subclasses
 // may pass flags for every node.
 class ClusterTest : public ::testing::Test {
@@ -135,12 +147,7 @@ class ClusterTest : public ::testing::Test {
     grpc::Status s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Begin,
                           BeginOf(key, "w"), &begun);
     if (!s.ok() || begun.status() != v1::BeginResponse::STARTED) return false;
-    v1::CompleteRequest complete;
-    complete.set_namespace_("cluster");
-    complete.set_key(key);
-    complete.set_fence(begun.fence());
-    complete.set_outcome(v1::SUCCESS);
-    complete.set_result(result);
+    const v1::CompleteRequest complete = CompleteOf(key, begun.fence(), result);
     v1::CompleteResponse completed;
     s = Call(cluster_.client_address(via), &v1::Dedup::Stub::Complete, complete,
              &completed);

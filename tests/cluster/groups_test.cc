@@ -64,12 +64,8 @@ bool WriteKey(const std::string& address, const std::string& key,
                   << s.error_message() << " " << begun.ShortDebugString();
     return false;
   }
-  v1::CompleteRequest complete;
-  complete.set_namespace_("cluster");
-  complete.set_key(key);
-  complete.set_fence(begun.fence());
-  complete.set_outcome(v1::SUCCESS);
-  complete.set_result(absl::StrCat("result-", key));
+  const v1::CompleteRequest complete =
+      CompleteOf(key, begun.fence(), absl::StrCat("result-", key));
   v1::CompleteResponse completed;
   s = Call(address, &v1::Dedup::Stub::Complete, complete, &completed);
   if (!s.ok() || completed.status() != v1::CompleteResponse::OK) {
