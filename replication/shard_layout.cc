@@ -113,6 +113,14 @@ absl::StatusOr<ShardLayout> FoundingLayout(std::vector<uint64_t> founders,
   return layout;
 }
 
+int ShardLayout::ReplicationFactor() const {
+  size_t most = 0;
+  for (const GroupPlacement& group : groups) {
+    most = std::max(most, group.replicas.size());
+  }
+  return static_cast<int>(most);
+}
+
 absl::Status ValidateLayout(const ShardLayout& layout) {
   if (layout.groups.empty()) {
     return absl::InvalidArgumentError("shard layout: no groups");

@@ -35,6 +35,9 @@ struct ShardLayout {
 
   // The group owning `slot`. Requires a valid layout and slot < kSlotCount.
   const GroupPlacement& GroupOfSlot(uint32_t slot) const;
+  // The most replicas any group has (0 without groups): the replication
+  // factor the layout was founded with.
+  int ReplicationFactor() const;
   // The group with this id, or null.
   const GroupPlacement* Find(uint32_t group_id) const;
   // The ids of the groups `node` holds a replica of, ascending.

@@ -305,7 +305,9 @@ absl::Status Daemon::StartMetrics() {
       cluster_.enabled
           ? std::vector<
                 std::shared_ptr<prometheus::Collectable>>{std::make_shared<
-                GroupsCollector>(groups_)}
+                GroupsCollector>(
+                [directory = directory_.get()] { return directory->hosted(); },
+                cluster_.group_count, cluster_.layout.ReplicationFactor())}
           : std::vector<std::shared_ptr<prometheus::Collectable>>{});
   if (!started.ok()) return Fail(exit_code::kListen, started.status());
   exposer_ = *std::move(started);
