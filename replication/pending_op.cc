@@ -29,6 +29,7 @@ void PendingOp::Deliver(OpAnswer answer) && {
       return;
     case OpType::kForget:
     case OpType::kSetMember:
+    case OpType::kSetShardMap:
       std::move(std::get<StoreCallback<bool>>(done))(std::get<bool>(answer));
       return;
   }

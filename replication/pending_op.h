@@ -26,8 +26,8 @@
 namespace dedup {
 
 // Whoever waits for an operation's answer, by the answer's type (see
-// OpAnswer): Begin; Complete, Release, Renew and Checkpoint; Get; Forget
-// and SetMember.
+// OpAnswer): Begin; Complete, Release, Renew and Checkpoint; Get; Forget,
+// SetMember and SetShardMap.
 using OpCallback =
     std::variant<StoreCallback<BeginResult>, StoreCallback<FencedDecision>,
                  StoreCallback<std::optional<Record>>, StoreCallback<bool>>;

@@ -21,12 +21,17 @@ static_assert(
     std::is_same_v<std::variant_alternative_t<
                        static_cast<size_t>(OpType::kCheckpoint) - 1, LogOp>,
                    LogCheckpoint>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<
+                       static_cast<size_t>(OpType::kSetShardMap) - 1, LogOp>,
+                   LogSetShardMap>);
 static_assert(std::variant_size_v<LogOp> ==
-              static_cast<size_t>(OpType::kCheckpoint));
+              static_cast<size_t>(OpType::kSetShardMap));
 
 namespace {
 
 const std::string* Key(const LogSetMember&) { return nullptr; }
+const std::string* Key(const LogSetShardMap&) { return nullptr; }
 template <typename Op>
 const std::string* Key(const Op& op) {
   return &op.skey;
@@ -44,6 +49,7 @@ size_t VariableBytes(const LogCheckpoint& op) {
 size_t VariableBytes(const LogSetMember& op) {
   return op.client_address.size();
 }
+size_t VariableBytes(const LogSetShardMap& op) { return op.map.size(); }
 template <typename Op>
 size_t VariableBytes(const Op& op) {
   return op.skey.size();
@@ -165,13 +171,23 @@ void EncodeFields(const LogRenew& op, Writer& w) {
   w.I64(op.lease_ms);
 }
 void EncodeFields(const LogSetMember& op, Writer& w) { w.U64(op.member_id); }
+void EncodeFields(const LogSetShardMap& op, Writer& w) {
+  w.U64(op.expected_epoch);
+  w.U64(op.epoch);
+}
 void EncodeFields(const LogGet&, Writer&) {}
 void EncodeFields(const LogForget&, Writer&) {}
 
 void EncodeOp(const LogOp& op, Writer& w) {
   w.U8(static_cast<uint8_t>(TypeOf(op)));
-  const std::string* key = KeyOf(op);
-  w.Bytes(key != nullptr ? *key : std::get<LogSetMember>(op).client_address);
+  // The key's place holds what an operation on no record carries.
+  if (const auto* member = std::get_if<LogSetMember>(&op)) {
+    w.Bytes(member->client_address);
+  } else if (const auto* map = std::get_if<LogSetShardMap>(&op)) {
+    w.Bytes(map->map);
+  } else {
+    w.Bytes(*KeyOf(op));
+  }
   std::visit([&w](const auto& o) { EncodeFields(o, w); }, op);
 }
 
@@ -261,6 +277,15 @@ std::optional<LogOp> DecodeFields(Reader& r, bool v2, uint8_t type,
     case OpType::kCheckpoint: {
       LogCheckpoint op{std::move(key), {}};
       if (!DecodeCheckpoint(r, v2, &op.params)) return std::nullopt;
+      return op;
+    }
+    case OpType::kSetShardMap: {
+      LogSetShardMap op;
+      op.map = std::move(key);
+      if (!v2 || !r.U64(&op.expected_epoch) || !r.U64(&op.epoch) ||
+          op.epoch <= op.expected_epoch) {
+        return std::nullopt;
+      }
       return op;
     }
     case OpType::kGet:

@@ -32,6 +32,9 @@ enum class OpType : uint8_t {
   kSetMember = 7,
   // Records an owner's progress (entry version 2).
   kCheckpoint = 8,
+  // Replaces the shard map held in the replicated state (the meta group's),
+  // if its epoch is still the one the proposer read (entry version 2).
+  kSetShardMap = 9,
 };
 
 // The operations of an entry, one struct per OpType. `skey` is the storage
@@ -69,16 +72,26 @@ struct LogCheckpoint {
   std::string skey;
   CheckpointParams params;
 };
+// Acts on no record: a compare-and-set of the shard map. `map` is opaque
+// here (replication/shard_layout.h encodes it); it is stored where the
+// other operations' key is.
+struct LogSetShardMap {
+  uint64_t expected_epoch = 0;  // the stored map's epoch (0: none stored)
+  uint64_t epoch = 0;           // the new map's; must be above expected
+  std::string map;
+};
 
 // In OpType order: the alternative at index i is OpType i + 1.
-using LogOp = std::variant<LogBegin, LogComplete, LogRelease, LogRenew, LogGet,
-                           LogForget, LogSetMember, LogCheckpoint>;
+using LogOp =
+    std::variant<LogBegin, LogComplete, LogRelease, LogRenew, LogGet, LogForget,
+                 LogSetMember, LogCheckpoint, LogSetShardMap>;
 
 [[nodiscard]] inline OpType TypeOf(const LogOp& op) {
   return static_cast<OpType>(op.index() + 1);
 }
 
-// The storage key of the record `op` acts on; null for kSetMember.
+// The storage key of the record `op` acts on; null for kSetMember and
+// kSetShardMap.
 [[nodiscard]] const std::string* KeyOf(const LogOp& op);
 
 // An estimate of what `op` adds to an encoded entry: its variable-length

@@ -29,6 +29,16 @@ std::string MemberKey(uint64_t id) {
   return key;
 }
 
+const std::string& ShardMapEpochKey() {
+  static const std::string* const key =
+      new std::string(MetaKey("shard_map_epoch"));
+  return *key;
+}
+const std::string& ShardMapKey() {
+  static const std::string* const key = new std::string(MetaKey("shard_map"));
+  return *key;
+}
+
 std::string EncodeU64(uint64_t v) {
   std::string out;
   PutFixed64(&out, v);

@@ -1,6 +1,6 @@
 // The replicated state's own keys (applied index, replicated time, fence
-// counter, member addresses) and their 8-byte values. Shared by the files of
-// RocksReplicatedState (replicated_state.cc, replicated_ops.cc).
+// counter, member addresses, shard map) and their 8-byte values. Shared by the
+// files of RocksReplicatedState (replicated_state.cc, replicated_ops.cc).
 //
 // Thread safety: pure functions; the returned references live for the
 // process.
@@ -26,6 +26,9 @@ inline constexpr int kMetaKeys = 3;
 // Member client addresses: "<meta>replicated.member.<id, 8 bytes BE>".
 [[nodiscard]] std::string MemberKeyPrefix();
 [[nodiscard]] std::string MemberKey(uint64_t id);
+// The shard map (kSetShardMap): its epoch (8 bytes) and its bytes.
+[[nodiscard]] const std::string& ShardMapEpochKey();
+[[nodiscard]] const std::string& ShardMapKey();
 
 [[nodiscard]] std::string EncodeU64(uint64_t v);
 // DataLoss naming `what` unless `s` is 8 bytes.

@@ -102,6 +102,24 @@ absl::Status ApplyGet(size_t i, const EntryBatch::Found& found, OpContext& c) {
   return absl::OkStatus();
 }
 
+// A compare-and-set: every replica holds the same map epoch before the
+// entry, so each refuses or accepts alike.
+absl::Status ApplySetShardMap(const LogSetShardMap& map, OpContext& c) {
+  if (map.expected_epoch != c.map_epoch || map.epoch <= c.map_epoch) {
+    if (c.gate != nullptr) {
+      c.out.answers.emplace_back(absl::FailedPreconditionError(
+          absl::StrCat("the shard map's epoch is ", c.map_epoch, ", not ",
+                       map.expected_epoch, ": read the map again")));
+    }
+    return absl::OkStatus();
+  }
+  c.batch.batch().Put(ShardMapKey(), map.map);
+  c.map_epoch = map.epoch;
+  c.out.shard_map_changed = true;
+  if (c.gate != nullptr) c.out.answers.emplace_back(true);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Applies `op`, the entry's operation `i`: decides it on its stored record,
@@ -115,6 +133,9 @@ absl::Status ApplyOp(const LogOp& op, size_t i, OpContext& c) {
     c.out.members_changed = true;
     if (c.gate != nullptr) c.out.answers.emplace_back(true);
     return absl::OkStatus();
+  }
+  if (const auto* map = std::get_if<LogSetShardMap>(&op)) {
+    return ApplySetShardMap(*map, c);
   }
   // A read changes nothing: with nobody to answer, its key is not read.
   if (c.gate == nullptr && std::holds_alternative<LogGet>(op)) {
@@ -140,6 +161,7 @@ absl::Status ApplyOp(const LogOp& op, size_t i, OpContext& c) {
     case OpType::kGet:
       return ApplyGet(i, *found, c);
     case OpType::kSetMember:  // handled above
+    case OpType::kSetShardMap:
       break;
     case OpType::kForget: {
       const bool existed = LiveRecord(found->record, c.now).has_value();

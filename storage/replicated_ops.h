@@ -26,6 +26,7 @@ struct OpContext {
   ResultGate* gate;
   AppliedEntry& out;
   uint64_t& result_bytes;  // stored results copied into answers
+  uint64_t& map_epoch;     // the stored shard map's epoch (0: none)
 };
 
 // Applies `op`, the entry's operation `i`: decides it on its stored record,

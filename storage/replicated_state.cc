@@ -34,6 +34,8 @@ using replicated_internal::MemberKeyPrefix;
 using replicated_internal::NowKey;
 using replicated_internal::OpContext;
 using replicated_internal::ReadMeta;
+using replicated_internal::ShardMapEpochKey;
+using replicated_internal::ShardMapKey;
 
 class AppliedClock : public Clock {
  public:
@@ -121,7 +123,9 @@ class RocksReplicatedState : public ReplicatedState {
     EntryBatch batch(db_.get(), entry.ops, /*read_gets=*/gate != nullptr);
     if (gate != nullptr) out.answers.reserve(entry.ops.size());
     uint64_t result_bytes = 0;
-    OpContext context{now, fence, batch, gate, out, result_bytes};
+    uint64_t map_epoch = map_epoch_.load();
+    const uint64_t first_map_epoch = map_epoch;
+    OpContext context{now, fence, batch, gate, out, result_bytes, map_epoch};
     for (size_t i = 0; i < entry.ops.size(); ++i) {
       if (absl::Status s = ApplyOp(entry.ops[i], i, context); !s.ok()) {
         return s;
@@ -133,6 +137,9 @@ class RocksReplicatedState : public ReplicatedState {
     wb.Put(AppliedIndexKey(), EncodeU64(index));
     if (now != prior_now) wb.Put(NowKey(), EncodeU64(now));
     if (fence != first_fence) wb.Put(FenceKey(), EncodeU64(fence));
+    if (map_epoch != first_map_epoch) {
+      wb.Put(ShardMapEpochKey(), EncodeU64(map_epoch));
+    }
     // Unsynced: the Raft log is what makes an entry durable (see header).
     const rocksdb::WriteOptions write;
     if (absl::Status s = FromRocks(db_->Write(write, &wb), "storage write");
@@ -145,6 +152,7 @@ class RocksReplicatedState : public ReplicatedState {
           stored_bytes_.writer(0).AddRecord(skey, delta);
         });
     fence_.store(fence);
+    map_epoch_.store(map_epoch);
     clock_.now_ms.store(now);
     applied_.store(index);
     return out;
@@ -187,6 +195,23 @@ class RocksReplicatedState : public ReplicatedState {
       return s;
     }
     return AppliedIndexOf(dir);
+  }
+
+  absl::StatusOr<StoredShardMap> ShardMap() override {
+    absl::ReaderMutexLock lock(&db_mu_);
+    if (closed_) return absl::UnavailableError("state is closed");
+    const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+    rocksdb::ReadOptions read;
+    read.snapshot = snapshot;
+    StoredShardMap stored;
+    absl::StatusOr<uint64_t> epoch =
+        ReadMeta(db_.get(), read, ShardMapEpochKey());
+    rocksdb::Status got = db_->Get(read, ShardMapKey(), &stored.map);
+    db_->ReleaseSnapshot(snapshot);
+    if (!epoch.ok()) return epoch.status();
+    if (!got.ok() && !got.IsNotFound()) return FromRocks(got, "shard map");
+    stored.epoch = *epoch;
+    return stored;
   }
 
   absl::StatusOr<std::map<uint64_t, std::string>> Members() override {
@@ -383,9 +408,11 @@ class RocksReplicatedState : public ReplicatedState {
     absl::StatusOr<uint64_t> applied = ReadMeta(db, read, AppliedIndexKey());
     absl::StatusOr<uint64_t> now = ReadMeta(db, read, NowKey());
     absl::StatusOr<uint64_t> fence = ReadMeta(db, read, FenceKey());
-    for (const auto* v : {&applied, &now, &fence}) {
+    absl::StatusOr<uint64_t> map_epoch = ReadMeta(db, read, ShardMapEpochKey());
+    for (const auto* v : {&applied, &now, &fence, &map_epoch}) {
       if (!v->ok()) return v->status();
     }
+    map_epoch_.store(*map_epoch);
     applied_.store(*applied);
     clock_.now_ms.store(static_cast<int64_t>(*now));
     fence_.store(*fence);
@@ -401,6 +428,7 @@ class RocksReplicatedState : public ReplicatedState {
   std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
   std::atomic<uint64_t> applied_{0};
   std::atomic<uint64_t> fence_{0};
+  std::atomic<uint64_t> map_epoch_{0};
   std::atomic<uint64_t> result_bytes_answered_{0};
   std::atomic<bool> closed_{false};
   LeaseTracker leases_;

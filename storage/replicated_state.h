@@ -59,7 +59,7 @@ struct ReplicatedStateOptions {
 // The answer to one operation of an entry, by its type: BeginDecision
 // (kBegin), FencedDecision (kComplete, kRelease, kRenew, kCheckpoint), the
 // live record or nullopt (kGet), whether a live record was removed
-// (kForget), true (kSetMember), or the error that refused this operation
+// (kForget), true (kSetMember, an accepted kSetShardMap), or the error that refused this operation
 // alone. Only the answers that give a stored result to the caller carry it
 // (a DUPLICATE Begin's record, a Get's): in the others, a completed
 // record's `result` is left empty.
@@ -96,6 +96,8 @@ struct AppliedEntry {
   std::vector<std::string> settled_keys;
   // A kSetMember changed Members().
   bool members_changed = false;
+  // A kSetShardMap replaced ShardMap().
+  bool shard_map_changed = false;
   // Bytes of stored records the apply read and held: each record the
   // entry names (a completed one without its result) plus the results it
   // copied into answers.
@@ -180,6 +182,13 @@ class ReplicatedState {
       const std::string& dir);
 
   [[nodiscard]] virtual absl::StatusOr<StateDigest> ComputeDigest() = 0;
+  // The shard map last stored by a kSetShardMap, with its epoch; epoch 0
+  // and no bytes when none was.
+  struct StoredShardMap {
+    uint64_t epoch = 0;
+    std::string map;
+  };
+  [[nodiscard]] virtual absl::StatusOr<StoredShardMap> ShardMap() = 0;
   // Member id -> client address, as recorded by kSetMember operations.
   // O(members).
   [[nodiscard]] virtual absl::StatusOr<std::map<uint64_t, std::string>>

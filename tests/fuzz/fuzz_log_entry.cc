@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "replication/shard_layout_codec.h"
 #include "storage/log_entry.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -76,6 +77,10 @@ bool SameFields(const LogForget& a, const LogForget& b) {
 bool SameFields(const LogSetMember& a, const LogSetMember& b) {
   return a.member_id == b.member_id && a.client_address == b.client_address;
 }
+bool SameFields(const LogSetShardMap& a, const LogSetShardMap& b) {
+  return a.expected_epoch == b.expected_epoch && a.epoch == b.epoch &&
+         a.map == b.map;
+}
 
 bool SameOp(const LogOp& a, const LogOp& b) {
   if (a.index() != b.index()) return false;
@@ -103,6 +108,19 @@ absl::string_view WithoutTrailingZeros(absl::string_view s) {
   return s;
 }
 
+// The meta group's map arrives from other nodes: its bytes decode to a
+// valid layout that re-encodes to them, or are refused as DataLoss.
+void CheckMap(const LogSetShardMap& op) {
+  FUZZ_CHECK(op.epoch > op.expected_epoch);
+  absl::StatusOr<ShardLayout> layout = DecodeShardLayout(op.map);
+  if (!layout.ok()) {
+    FUZZ_CHECK(layout.status().code() == absl::StatusCode::kDataLoss);
+    return;
+  }
+  FUZZ_CHECK(ValidateLayout(*layout).ok());
+  FUZZ_CHECK(EncodeShardLayout(*layout) == op.map);
+}
+
 void Check(absl::string_view bytes) {
   absl::StatusOr<LogEntry> entry = DecodeLogEntry(bytes);
   if (!entry.ok()) {
@@ -111,7 +129,8 @@ void Check(absl::string_view bytes) {
   }
   for (const LogOp& op : entry->ops) {
     FUZZ_CHECK(TypeOf(op) >= OpType::kBegin &&
-               TypeOf(op) <= OpType::kCheckpoint);
+               TypeOf(op) <= OpType::kSetShardMap);
+    if (const auto* map = std::get_if<LogSetShardMap>(&op)) CheckMap(*map);
     if (const auto* complete = std::get_if<LogComplete>(&op)) {
       FUZZ_CHECK(complete->params.outcome == Outcome::kSuccess ||
                  complete->params.outcome == Outcome::kError);

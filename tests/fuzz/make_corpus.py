@@ -86,8 +86,9 @@ def op_fenced(kind, skey, fence, lease_ms=None):
     return out + (u64(lease_ms) if lease_ms is not None else b"")
 
 
-def entry_body(ops, proposer=1, incarnation=0x1234, sequence=1, now=T0):
-    out = (bytes([1]) + u64(proposer) + u64(incarnation) + u64(sequence) +
+def entry_body(ops, proposer=1, incarnation=0x1234, sequence=1, now=T0,
+               version=1):
+    out = (bytes([version]) + u64(proposer) + u64(incarnation) + u64(sequence) +
            u64(now) + u64(len(ops)) + b"".join(ops))
     return out + b"\0" * ((8 - (len(out) + 8) % 8) % 8)
 
@@ -101,6 +102,14 @@ def log_entry_seeds():
     get = bytes([5]) + blob(skey)
     forget = bytes([6]) + blob(skey)
     member = bytes([7]) + blob(b"127.0.0.2:7001") + u64(2)
+    # replication/shard_layout_codec.cc: two groups over the 16,384 slots.
+    u32 = lambda v: struct.pack("<I", v)
+    layout = bytes([1]) + u64(4) + u32(2)
+    for gid, first, end, replicas in ((0, 0, 8192, (1, 2, 3)),
+                                      (1, 8192, 16384, (2, 3, 1))):
+        layout += u32(gid) + u32(first) + u32(end) + u32(len(replicas))
+        layout += b"".join(u64(r) for r in replicas)
+    shard_map = bytes([9]) + blob(layout) + u64(3) + u64(4)
     # The target appends the checksum itself; one whole entry (with its
     # checksum) covers the as-is path.
     body = entry_body([begin, complete])
@@ -111,6 +120,7 @@ def log_entry_seeds():
         "renew": entry_body([renew]),
         "get_forget": entry_body([get, forget]),
         "set_member": entry_body([member]),
+        "set_shard_map": entry_body([shard_map], version=2),
         "mixed": entry_body([begin, renew, complete, release, get]),
         "empty": entry_body([]),
         "with_checksum": body + u64(fnv1a64(body)),

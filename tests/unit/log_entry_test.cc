@@ -97,6 +97,28 @@ TEST(LogEntryTest, RoundTripsSetMember) {
             "10.0.0.4:50051");
 }
 
+TEST(LogEntryTest, RoundTripsSetShardMapAndRefusesAnEpochThatDoesNotRise) {
+  LogEntry in;
+  in.ops.push_back(LogSetShardMap{3, 4, std::string("map\0bytes", 9)});
+  absl::StatusOr<LogEntry> out = DecodeLogEntry(EncodeLogEntry(in));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->ops.size(), 1u);
+  ASSERT_EQ(TypeOf(out->ops[0]), OpType::kSetShardMap);
+  const auto& map = std::get<LogSetShardMap>(out->ops[0]);
+  EXPECT_EQ(map.expected_epoch, 3u);
+  EXPECT_EQ(map.epoch, 4u);
+  EXPECT_EQ(map.map, std::string("map\0bytes", 9));
+  EXPECT_EQ(KeyOf(out->ops[0]), nullptr);
+  // A proposer never writes these; a damaged or hostile one is refused.
+  for (uint64_t epoch : {3u, 2u}) {
+    LogEntry bad;
+    bad.ops.push_back(LogSetShardMap{3, epoch, "m"});
+    EXPECT_EQ(DecodeLogEntry(EncodeLogEntry(bad)).status().code(),
+              absl::StatusCode::kDataLoss)
+        << epoch;
+  }
+}
+
 // libraft 0.15 mishandles entries whose length is not a multiple of 8.
 TEST(LogEntryTest, EncodingIsAMultipleOfEightBytes) {
   LogEntry entry = SampleEntry();
