@@ -14,6 +14,7 @@ import statistics
 import subprocess
 
 TARGETS = [("6x6", "3x3", 1.7), ("3x3", "3x1", 1.2)]
+LOAD_TO = {"leader": "leader", "shard": "by slot", "every": "every node"}
 WORKLOADS = [("pairs", "durable coalesced Begin+Complete pairs"), ("keys", "BeginBatch keys")]
 
 
@@ -69,9 +70,11 @@ def main() -> None:
         f"(`cpu.cfs_quota_us` {int(node_cpu * 100000)} per `cpu.cfs_period_us` 100000): an emulated "
         f"machine. The load generator (`dedup-bench`) runs in one more, capped at "
         f"{float(a.load_cpu):g} CPU. A cell `NxG` is N nodes founding G Raft groups (default "
-        "replication factor). `load to`: `leader`, the one group's leader; `every node`: one "
+        "replication factor). `load to`: `leader`, the one group's leader; `by slot`: one "
+        "`dedup-bench` routing each call, and each group's slice of a batch, straight to its "
+        "group's leader by the cluster's shard map, as a sharded client does; `every node`: one "
         "`dedup-bench` per node, each with its share of the operations in flight, the nodes "
-        "forwarding each call to its group's leader. "
+        "forwarding each call of a group they do not lead to its leader. "
         "`pairs`: Begin + Complete on fresh keys through the `CoalescingClient` (one channel, two "
         "batches of each kind in flight), durable (`--durability=sync`); `keys`: BeginBatch of 100 "
         "fresh keys. `CPU µs/unit per node`: each node's utime+stime (`/proc/PID/stat`) over the "
@@ -100,7 +103,7 @@ def main() -> None:
             others /= r["window_s"]
             state = " (FAILED)" if any(x["failed"] for x in rs) else ""
             out.append(
-                f"| {cell}{state} | {'leader' if r.get('route') == 'leader' else 'every node'} | {label} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
+                f"| {cell}{state} | {LOAD_TO.get(r.get('route'), 'every node')} | {label} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
                 f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {statistics.mean(us):.1f} "
                 f"({min(us):.1f}–{max(us):.1f}) | {statistics.mean(share):.0f}% ({max(share):.0f}%) | "
                 f"{load:.0f}% | {others:.2f} | {sum(x['errors'] for x in rs)} |")
