@@ -49,6 +49,36 @@ def revision(root: str) -> str:
         return "unknown"
 
 
+def probe_table(rows: list[dict], cells: list[str]) -> list[str]:
+    """With --probe: per (cell, workload), the median round's Raft log writes
+    and context switches per node, and the units each write carried."""
+    if not any("node_log_writes" in r for r in rows):
+        return []
+    out = ["", "Probe (`--probe`: perf stat per node over the window; libraft writes each log "
+           "append as one durable `io_submit`; each unit is written by its group's replication "
+           "factor replicas, so units per log write = units × RF ÷ all nodes' writes):", "",
+           "| cell | workload | log writes/s per node (mean; min–max) | units per log write | "
+           "context switches per unit per node |",
+           "|---|---|---:|---:|---:|"]
+    for cell in cells:
+        for label, _ in WORKLOADS:
+            rs = [r for r in rows if r["cell"] == cell and r["label"] == label
+                  and "node_log_writes" in r]
+            if not rs:
+                continue
+            r = median_row(rs)
+            window = r["window_s"]
+            writes = [w / window for w in r["node_log_writes"]]
+            units = r["units_per_s"] * window
+            per_write = units * r["replication_factor"] / sum(r["node_log_writes"]) \
+                if sum(r["node_log_writes"]) else 0
+            switches = statistics.mean(r["node_cswitches"]) / units if units else 0
+            out.append(f"| {cell} | {label} | {statistics.mean(writes):,.0f} "
+                       f"({min(writes):,.0f}–{max(writes):,.0f}) | {per_write:,.1f} | "
+                       f"{switches:.2f} |")
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     for flag in ("results", "out", "node_cpu", "load_cpu", "seconds", "rounds", "outstanding",
@@ -108,6 +138,7 @@ def main() -> None:
                 f"({min(us):.1f}–{max(us):.1f}) | {statistics.mean(share):.0f}% ({max(share):.0f}%) | "
                 f"{load:.0f}% | {others:.2f} | {sum(x['errors'] for x in rs)} |")
 
+    out += probe_table(rows, cells)
     out += ["", "| ratio | " + " | ".join(name for _, name in WORKLOADS) + " | target |",
             "|---|" + "---:|" * len(WORKLOADS) + "---|"]
     for top, bottom, target in TARGETS:
