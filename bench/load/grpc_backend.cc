@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "bench/load/batch_split.h"
 #include "grpcpp/grpcpp.h"
 
 namespace dedup::bench {
@@ -90,11 +91,12 @@ Answer FromCoalesced(const absl::StatusOr<Response>& r, Convert convert) {
 }  // namespace
 
 GrpcBackend::GrpcBackend(std::string address, std::string ns, int channels,
-                         int coalesce_in_flight)
+                         int coalesce_in_flight, RouteMode route)
     : address_(std::move(address)),
       ns_(std::move(ns)),
       channels_(channels),
-      coalesce_in_flight_(coalesce_in_flight) {}
+      coalesce_in_flight_(coalesce_in_flight),
+      route_(route) {}
 
 GrpcBackend::~GrpcBackend() = default;
 
@@ -103,7 +105,7 @@ std::string GrpcBackend::Start() {
     grpc::ChannelArguments args;
     // A distinct argument makes a distinct subchannel: one TCP connection
     // per channel, as separate client processes would have.
-    args.SetInt("dedup.bench.channel", i);
+    args.SetInt(kChannelArg, i);
     auto channel = grpc::CreateCustomChannel(
         address_, grpc::InsecureChannelCredentials(), args);
     if (!channel->WaitForConnected(std::chrono::system_clock::now() +
@@ -111,18 +113,46 @@ std::string GrpcBackend::Start() {
       return "cannot connect to " + address_;
     }
     dedup_.push_back(v1::Dedup::NewStub(channel));
-    if (coalesce_in_flight_ > 0) {
-      CoalescingOptions options;
-      options.rpc.deadline = absl::FromChrono(kDeadline);
-      options.rpc.max_attempts = 1;  // a benchmark reports errors, not retries
-      options.max_batches_in_flight = coalesce_in_flight_;
-      coalescers_.push_back(
-          std::make_unique<CoalescingClient>(channel, options));
-    }
+    dedup_channels_.push_back(channel);
     bench_.push_back(v1::Bench::NewStub(channel));
+  }
+  if (std::string e = StartRouting(); !e.empty()) return e;
+  for (int i = 0; i < channels_ && coalesce_in_flight_ > 0; ++i) {
+    CoalescingOptions options;
+    options.rpc.deadline = absl::FromChrono(kDeadline);
+    options.rpc.max_attempts = 1;  // a benchmark reports errors, not retries
+    options.max_batches_in_flight = coalesce_in_flight_;
+    // Its group leaders' channels are this connection's too.
+    if (routes_ != nullptr) {
+      options.rpc.channel_factory = ConnectionChannelFactory(i);
+    }
+    coalescers_.push_back(
+        std::make_unique<CoalescingClient>(dedup_channels_[i], options));
   }
   timers_ = std::make_unique<TimerThread>();
   return "";
+}
+
+std::string GrpcBackend::StartRouting() {
+  if (route_ == RouteMode::kFixed) return "";
+  const absl::StatusOr<int> groups = ShardGroupCount(dedup_channels_[0]);
+  if (route_ == RouteMode::kAuto && (!groups.ok() || *groups <= 1)) return "";
+  if (!groups.ok()) return "--route=shard: " + groups.status().ToString();
+  routes_ = std::make_unique<SlotRoutes>(address_, channels_);
+  if (std::string e = routes_->Start(); !e.empty()) return e;
+  routed_groups_ = *groups;
+  return "";
+}
+
+CallTarget GrpcBackend::FixedTarget(int conn) const {
+  CallTarget t;
+  t.stub = dedup_[conn].get();
+  return t;
+}
+
+CallTarget GrpcBackend::TargetOf(int conn, const std::string& key) const {
+  if (routes_ != nullptr) return routes_->OfKey(conn, ns_, key);
+  return FixedTarget(conn);
 }
 
 void GrpcBackend::Stop() {
@@ -167,10 +197,12 @@ void GrpcBackend::Begin(int conn, const BeginCall& call,
   auto c = NewCall<v1::BeginRequest, v1::BeginResponse>();
   c->request = ToProto(call);
   auto* raw = c.release();
-  dedup_[conn]->async()->Begin(
+  const CallTarget target = TargetOf(conn, call.key);
+  target.stub->async()->Begin(
       &raw->context, &raw->request, &raw->response,
-      [raw, done = std::move(done)](grpc::Status status) {
+      [raw, target, done = std::move(done)](grpc::Status status) {
         std::unique_ptr<Call<v1::BeginRequest, v1::BeginResponse>> owned(raw);
+        target.Observe(owned->context, status);
         if (!status.ok()) {
           BeginAnswer a;
           a.error = ErrorOf(status);
@@ -203,11 +235,13 @@ void GrpcBackend::Complete(int conn, const CompleteCall& call,
   c->request.set_result(call.result);
   c->request.set_ttl_s(call.ttl_s);
   auto* raw = c.release();
-  dedup_[conn]->async()->Complete(
+  const CallTarget target = TargetOf(conn, call.key);
+  target.stub->async()->Complete(
       &raw->context, &raw->request, &raw->response,
-      [raw, done = std::move(done)](grpc::Status status) {
+      [raw, target, done = std::move(done)](grpc::Status status) {
         std::unique_ptr<Call<v1::CompleteRequest, v1::CompleteResponse>> owned(
             raw);
+        target.Observe(owned->context, status);
         if (!status.ok()) {
           FencedAnswer a;
           a.error = ErrorOf(status);
@@ -225,11 +259,13 @@ void GrpcBackend::Release(int conn, const std::string& key, uint64_t fence,
   c->request.set_key(key);
   c->request.set_fence(fence);
   auto* raw = c.release();
-  dedup_[conn]->async()->Release(
+  const CallTarget target = TargetOf(conn, key);
+  target.stub->async()->Release(
       &raw->context, &raw->request, &raw->response,
-      [raw, done = std::move(done)](grpc::Status status) {
+      [raw, target, done = std::move(done)](grpc::Status status) {
         std::unique_ptr<Call<v1::ReleaseRequest, v1::ReleaseResponse>> owned(
             raw);
+        target.Observe(owned->context, status);
         if (!status.ok()) {
           FencedAnswer a;
           a.error = ErrorOf(status);
@@ -245,14 +281,35 @@ void GrpcBackend::Release(int conn, const std::string& key, uint64_t fence,
 
 void GrpcBackend::BeginBatch(int conn, const std::vector<BeginCall>& calls,
                              Done<std::vector<BeginAnswer>> done) {
+  if (routes_ == nullptr) {
+    SendBeginBatch(FixedTarget(conn), calls, std::move(done));
+    return;
+  }
+  const std::vector<BatchSlice> slices = SplitByGroup(
+      calls.size(),
+      [&](size_t i) { return routes_->GroupOf(conn, ns_, calls[i].key); });
+  auto join = std::make_shared<SliceJoin<BeginAnswer>>(
+      calls.size(), slices.size(), std::move(done));
+  for (const BatchSlice& slice : slices) {
+    SendBeginBatch(routes_->OfGroup(conn, slice.group), Pick(calls, slice),
+                   [join, slice](std::vector<BeginAnswer> answers) {
+                     join->Answer(slice, std::move(answers));
+                   });
+  }
+}
+
+void GrpcBackend::SendBeginBatch(const CallTarget& target,
+                                 const std::vector<BeginCall>& calls,
+                                 Done<std::vector<BeginAnswer>> done) {
   auto c = NewCall<v1::BeginBatchRequest, v1::BeginBatchResponse>();
   for (const BeginCall& call : calls) *c->request.add_items() = ToProto(call);
   auto* raw = c.release();
-  dedup_[conn]->async()->BeginBatch(
+  target.stub->async()->BeginBatch(
       &raw->context, &raw->request, &raw->response,
-      [raw, done = std::move(done)](grpc::Status status) {
+      [raw, target, done = std::move(done)](grpc::Status status) {
         std::unique_ptr<Call<v1::BeginBatchRequest, v1::BeginBatchResponse>>
             owned(raw);
+        target.Observe(owned->context, status);
         std::vector<BeginAnswer> answers;
         if (!status.ok()) {
           BeginAnswer a;
@@ -278,6 +335,26 @@ void GrpcBackend::BeginBatch(int conn, const std::vector<BeginCall>& calls,
 void GrpcBackend::CompleteBatch(int conn,
                                 const std::vector<CompleteCall>& calls,
                                 Done<std::vector<FencedAnswer>> done) {
+  if (routes_ == nullptr) {
+    SendCompleteBatch(FixedTarget(conn), calls, std::move(done));
+    return;
+  }
+  const std::vector<BatchSlice> slices = SplitByGroup(
+      calls.size(),
+      [&](size_t i) { return routes_->GroupOf(conn, ns_, calls[i].key); });
+  auto join = std::make_shared<SliceJoin<FencedAnswer>>(
+      calls.size(), slices.size(), std::move(done));
+  for (const BatchSlice& slice : slices) {
+    SendCompleteBatch(routes_->OfGroup(conn, slice.group), Pick(calls, slice),
+                      [join, slice](std::vector<FencedAnswer> answers) {
+                        join->Answer(slice, std::move(answers));
+                      });
+  }
+}
+
+void GrpcBackend::SendCompleteBatch(const CallTarget& target,
+                                    const std::vector<CompleteCall>& calls,
+                                    Done<std::vector<FencedAnswer>> done) {
   auto c = NewCall<v1::CompleteBatchRequest, v1::CompleteBatchResponse>();
   for (const CompleteCall& call : calls) {
     v1::CompleteRequest* r = c->request.add_items();
@@ -289,12 +366,13 @@ void GrpcBackend::CompleteBatch(int conn,
     r->set_ttl_s(call.ttl_s);
   }
   auto* raw = c.release();
-  dedup_[conn]->async()->CompleteBatch(
+  target.stub->async()->CompleteBatch(
       &raw->context, &raw->request, &raw->response,
-      [raw, done = std::move(done)](grpc::Status status) {
+      [raw, target, done = std::move(done)](grpc::Status status) {
         std::unique_ptr<
             Call<v1::CompleteBatchRequest, v1::CompleteBatchResponse>>
             owned(raw);
+        target.Observe(owned->context, status);
         std::vector<FencedAnswer> answers;
         if (!status.ok()) {
           FencedAnswer a;

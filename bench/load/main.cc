@@ -63,6 +63,15 @@ ABSL_FLAG(int, coalesce, 0,
           "dedup: send unary Begins (without wait) and Completes through the "
           "C++ CoalescingClient, with this many batches of each kind in "
           "flight per channel (0: one RPC per call)");
+ABSL_FLAG(std::string, route, "auto",
+          "dedup: where calls go. fixed: all over the --connections "
+          "channels to --address (in a sharded cluster that node forwards "
+          "each call of a group it does not lead to the group's leader); "
+          "shard: by slot, as a sharded client does: Cluster.ShardMap is "
+          "fetched from --address and each call, and each group's slice of "
+          "a batch, goes straight to its group's leader (exits 2 without a "
+          "map); auto: shard when the map holds more than one group, else "
+          "fixed. Echo always goes to --address");
 ABSL_FLAG(std::string, json, "", "append the figures as one JSON line here");
 
 namespace dedup::bench {
@@ -72,8 +81,11 @@ std::unique_ptr<Backend> MakeBackend(const std::string& system) {
   const int conns = absl::GetFlag(FLAGS_connections);
   const std::string ns = absl::GetFlag(FLAGS_ns);
   if (system == "dedup") {
+    RouteMode route;
+    if (!ParseRouteMode(absl::GetFlag(FLAGS_route), &route)) return nullptr;
     return std::make_unique<GrpcBackend>(absl::GetFlag(FLAGS_address), ns,
-                                         conns, absl::GetFlag(FLAGS_coalesce));
+                                         conns, absl::GetFlag(FLAGS_coalesce),
+                                         route);
   }
   if (system == "redis") {
     return std::make_unique<RedisBackend>(
@@ -118,12 +130,17 @@ int Main() {
       w.prepopulate < 1 || w.hot_keys < 1 ||
       absl::GetFlag(FLAGS_outstanding) < 1 ||
       absl::GetFlag(FLAGS_connections) < 1) {
-    std::cerr << "dedup-bench: bad --system, --workload or sizes\n";
+    std::cerr << "dedup-bench: bad --system, --workload, --route or sizes\n";
     return 2;
   }
   if (std::string e = backend->Start(); !e.empty()) {
     std::cerr << "dedup-bench: " << system << ": " << e << "\n";
     return 2;
+  }
+  if (auto* grpc = dynamic_cast<GrpcBackend*>(backend.get());
+      grpc != nullptr && grpc->routed_groups() > 0) {
+    std::cerr << "dedup-bench: routing by slot to the leaders of "
+              << grpc->routed_groups() << " groups\n";
   }
   RunOptions o;
   o.outstanding = absl::GetFlag(FLAGS_outstanding);

@@ -14,6 +14,7 @@ import statistics
 import subprocess
 
 TARGETS = [("6x6", "3x3", 1.7), ("3x3", "3x1", 1.2)]
+LOAD_TO = {"leader": "leader", "shard": "by slot", "every": "every node"}
 WORKLOADS = [("pairs", "durable coalesced Begin+Complete pairs"), ("keys", "BeginBatch keys")]
 
 
@@ -48,6 +49,36 @@ def revision(root: str) -> str:
         return "unknown"
 
 
+def probe_table(rows: list[dict], cells: list[str]) -> list[str]:
+    """With --probe: per (cell, workload), the median round's Raft log writes
+    and context switches per node, and the units each write carried."""
+    if not any("node_log_writes" in r for r in rows):
+        return []
+    out = ["", "Probe (`--probe`: perf stat per node over the window; libraft writes each log "
+           "append as one durable `io_submit`; each unit is written by its group's replication "
+           "factor replicas, so units per log write = units × RF ÷ all nodes' writes):", "",
+           "| cell | workload | log writes/s per node (mean; min–max) | units per log write | "
+           "context switches per unit per node |",
+           "|---|---|---:|---:|---:|"]
+    for cell in cells:
+        for label, _ in WORKLOADS:
+            rs = [r for r in rows if r["cell"] == cell and r["label"] == label
+                  and "node_log_writes" in r]
+            if not rs:
+                continue
+            r = median_row(rs)
+            window = r["window_s"]
+            writes = [w / window for w in r["node_log_writes"]]
+            units = r["units_per_s"] * window
+            per_write = units * r["replication_factor"] / sum(r["node_log_writes"]) \
+                if sum(r["node_log_writes"]) else 0
+            switches = statistics.mean(r["node_cswitches"]) / units if units else 0
+            out.append(f"| {cell} | {label} | {statistics.mean(writes):,.0f} "
+                       f"({min(writes):,.0f}–{max(writes):,.0f}) | {per_write:,.1f} | "
+                       f"{switches:.2f} |")
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     for flag in ("results", "out", "node_cpu", "load_cpu", "seconds", "rounds", "outstanding",
@@ -69,9 +100,11 @@ def main() -> None:
         f"(`cpu.cfs_quota_us` {int(node_cpu * 100000)} per `cpu.cfs_period_us` 100000): an emulated "
         f"machine. The load generator (`dedup-bench`) runs in one more, capped at "
         f"{float(a.load_cpu):g} CPU. A cell `NxG` is N nodes founding G Raft groups (default "
-        "replication factor). `load to`: `leader`, the one group's leader; `every node`: one "
+        "replication factor). `load to`: `leader`, the one group's leader; `by slot`: one "
+        "`dedup-bench` routing each call, and each group's slice of a batch, straight to its "
+        "group's leader by the cluster's shard map, as a sharded client does; `every node`: one "
         "`dedup-bench` per node, each with its share of the operations in flight, the nodes "
-        "forwarding each call to its group's leader. "
+        "forwarding each call of a group they do not lead to its leader. "
         "`pairs`: Begin + Complete on fresh keys through the `CoalescingClient` (one channel, two "
         "batches of each kind in flight), durable (`--durability=sync`); `keys`: BeginBatch of 100 "
         "fresh keys. `CPU µs/unit per node`: each node's utime+stime (`/proc/PID/stat`) over the "
@@ -100,11 +133,12 @@ def main() -> None:
             others /= r["window_s"]
             state = " (FAILED)" if any(x["failed"] for x in rs) else ""
             out.append(
-                f"| {cell}{state} | {'leader' if r.get('route') == 'leader' else 'every node'} | {label} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
+                f"| {cell}{state} | {LOAD_TO.get(r.get('route'), 'every node')} | {label} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
                 f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {statistics.mean(us):.1f} "
                 f"({min(us):.1f}–{max(us):.1f}) | {statistics.mean(share):.0f}% ({max(share):.0f}%) | "
                 f"{load:.0f}% | {others:.2f} | {sum(x['errors'] for x in rs)} |")
 
+    out += probe_table(rows, cells)
     out += ["", "| ratio | " + " | ".join(name for _, name in WORKLOADS) + " | target |",
             "|---|" + "---:|" * len(WORKLOADS) + "---|"]
     for top, bottom, target in TARGETS:
