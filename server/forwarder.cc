@@ -142,10 +142,9 @@ bool NothingHappened(const grpc::Status& status,
   }
 }
 
-// The leader address `message` names ("... leader is [likely] node N at
-// host:port", as MemberDirectory::NotLeader and GroupDirectory::NotHosted
-// say it), or "".
-std::string LeaderNamedIn(absl::string_view message) {
+}  // namespace
+
+std::string LeaderAddressInMessage(absl::string_view message) {
   const size_t leader = message.find("leader is ");
   if (leader == absl::string_view::npos) return "";
   const size_t at = message.find(" at ", leader);
@@ -157,6 +156,8 @@ std::string LeaderNamedIn(absl::string_view message) {
   }
   return std::string(address);
 }
+
+namespace {
 
 template <typename Request>
 constexpr bool kIsBatch = std::is_same_v<Request, v1::BeginBatchRequest> ||
@@ -200,8 +201,10 @@ void PlaceItems(const grpc::Status& status, const grpc::ClientContext& client,
   }
 }
 
-}  // namespace
-
+// Where a call forwarded to `address` and answered `status` may go once
+// more: the leader named by a refusal made before it ran (UNAVAILABLE with
+// a "dedup-leader" trailer, which only a server's refusal carries), when it
+// is another node; else "".
 std::string ResendTarget(const grpc::Status& status,
                          const grpc::ClientContext& answered,
                          const std::string& address) {
@@ -213,15 +216,19 @@ std::string ResendTarget(const grpc::Status& status,
   return hint == address ? "" : hint;
 }
 
+// The same for a batch item answered `error` by `address`: UNAVAILABLE
+// naming another leader, not for a reason of its own (a result budget).
 std::string ItemResendTarget(const v1::ItemError& error,
                              const std::string& address) {
   if (error.code() != static_cast<int>(grpc::StatusCode::UNAVAILABLE) ||
       !error.reason().empty()) {
     return "";
   }
-  std::string hint = LeaderNamedIn(error.message());
+  std::string hint = LeaderAddressInMessage(error.message());
   return hint == address ? "" : hint;
 }
+
+}  // namespace
 
 Forwarder::Forwarder(ForwarderOptions options) : options_(std::move(options)) {
   results_ = &prometheus::BuildCounter()
@@ -358,8 +365,8 @@ bool Forwarder::ResendRefusedItems(const RpcCall& call,
   }
   std::vector<int> all(static_cast<size_t>(request->items_size()));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-  std::map<std::string, std::vector<int>> by_target = ItemsToResend(
-      grpc::Status::OK, grpc::ClientContext(), address, all, *response);
+  std::map<std::string, std::vector<int>> by_target =
+      ItemsToResend(address, all, *response);
   if (by_target.empty()) return false;
   auto remaining =
       std::make_shared<std::atomic<int>>(static_cast<int>(by_target.size()));
@@ -391,8 +398,15 @@ void Forwarder::SendItems(const RpcCall& call, const std::string& address,
          Record(status, SecondsSince(start));
          PlaceItems(status, *client, *answer, indices, response);
          if (may_resend && !DeadlinePassed(*call.context())) {
-           for (auto& [target, again] :
-                ItemsToResend(status, *client, address, indices, *response)) {
+           std::map<std::string, std::vector<int>> by_target;
+           // Refused as a whole before any item ran, naming another leader.
+           if (std::string target = ResendTarget(status, *client, address);
+               !target.empty()) {
+             by_target[target] = indices;
+           } else if (status.ok()) {
+             by_target = ItemsToResend(address, indices, *response);
+           }
+           for (auto& [target, again] : by_target) {
              resent_->Increment(static_cast<double>(again.size()));
              remaining->fetch_add(1, std::memory_order_acq_rel);
              SendItems(call, target, std::move(again), request, response,
@@ -407,17 +421,9 @@ void Forwarder::SendItems(const RpcCall& call, const std::string& address,
 
 template <typename BatchResponse>
 std::map<std::string, std::vector<int>> Forwarder::ItemsToResend(
-    const grpc::Status& status, const grpc::ClientContext& answered,
     const std::string& address, const std::vector<int>& indices,
     const BatchResponse& response) {
   std::map<std::string, std::vector<int>> by_target;
-  // Refused as a whole before any item ran, naming another leader.
-  if (std::string target = ResendTarget(status, answered, address);
-      !target.empty()) {
-    by_target[target] = indices;
-    return by_target;
-  }
-  if (!status.ok()) return by_target;
   for (int i : indices) {
     const auto& item = response.items(i);
     if (!item.has_error()) continue;

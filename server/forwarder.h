@@ -80,6 +80,12 @@ struct ForwarderOptions {
   prometheus::Registry* registry = nullptr;
 };
 
+// The leader address a refusal's message names ("... leader is [likely]
+// node N at host:port", the words of MemberDirectory::NotLeader and
+// GroupDirectory::NotHosted), or "": how a batch item's ItemError, which
+// has no field for it, names the leader.
+[[nodiscard]] std::string LeaderAddressInMessage(absl::string_view message);
+
 // A batch item refused with a leader hint, to send on to that leader.
 struct DeferredItem {
   int index = 0;
@@ -139,11 +145,10 @@ class Forwarder {
   template <typename BatchRequest, typename BatchResponse>
   bool ResendRefusedItems(const RpcCall& call, const std::string& address,
                           const BatchRequest* request, BatchResponse* response);
-  // The items of a sub-batch sent to `address` (answered `status`, items
-  // placed in `response`) that may go once more to another leader, by it.
+  // The items `indices` answered by `address` (placed in `response`) that
+  // may go once more to another leader, by that leader.
   template <typename BatchResponse>
   static std::map<std::string, std::vector<int>> ItemsToResend(
-      const grpc::Status& status, const grpc::ClientContext& answered,
       const std::string& address, const std::vector<int>& indices,
       const BatchResponse& response);
   // Counts one forwarded call, answered `status` after `seconds`.
