@@ -133,8 +133,8 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   absl::Status CheckServing() const override {
     if (closed_.load()) return absl::UnavailableError("store is closed");
-    // A transfer's hold answers what it takes, here or by naming the new
-    // leader: better than refusing while no leader is known yet.
+    // A hold (a transfer or an election) answers what it takes once the
+    // leader is known: better than naming nobody, or a stale leader.
     if (!is_leader_.load() && !Holding()) {
       return members_.NotLeader(leader_id_.load());
     }
@@ -243,7 +243,7 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void Submit(PendingOp p);
 
-  // --- Leadership transfers (replicated_store_transfer.cc) ---------------
+  // --- Holds: transfers, elections (replicated_store_transfer.cc) --------
 
   // Any thread: operations are held (see replicated_store.h).
   bool Holding() const {
@@ -332,10 +332,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   std::atomic<bool> draining_{false};
   std::atomic<bool> is_leader_{false};
   std::atomic<uint64_t> leader_id_{0};
-  // Until when (clock ms) operations are held for a transfer; 0: none.
+  // Until when (clock ms) operations are held for a transfer or an
+  // election; 0: none.
   std::atomic<int64_t> hold_until_ms_{0};
-  // Operations held by transfers, and orphaned ones later answered from an
-  // apply, since the node started.
+  // Operations held (transfers, elections), and orphaned ones later
+  // answered from an apply, since the node started.
   std::atomic<uint64_t> transfer_held_{0};
   std::atomic<uint64_t> orphans_answered_{0};
 
