@@ -90,7 +90,9 @@ class StateMachine {
   // runs, only for a snapshot PrepareSnapshot said was ready.
   virtual absl::Status Restore(absl::string_view descriptor) = 0;
   // Every few milliseconds, with the engine's current status: role changes,
-  // timers.
+  // timers. Also at once when a received message changed the role or the
+  // known leader, and before a TransferLeadership's `done` runs: the store
+  // decides whom to name (or whether to propose) from the latest status.
   virtual void Tick(const ConsensusStatus& status) = 0;
 };
 

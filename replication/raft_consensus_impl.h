@@ -164,6 +164,10 @@ class RaftConsensus : public Consensus {
 
   // Consensus thread (or the starting thread before the loop runs).
   void RefreshStatus();
+  // RefreshStatus when the role or the known leader changed since the last
+  // one: the state machine hears of a message's effect at once (a node
+  // that just won an election serves, a deposed one names the winner).
+  void RefreshIfRoleChanged();
 
   const RaftOptions options_;
   StateMachine* const machine_;

@@ -59,6 +59,20 @@ void RaftConsensus::Receive(struct raft_io* io, struct raft_message* message) {
     return;
   }
   counted->recv(io, message);
+  counted->self->RefreshIfRoleChanged();
+}
+
+void RaftConsensus::RefreshIfRoleChanged() {
+  if (closing_) return;
+  raft_id leader = 0;
+  const char* address = nullptr;
+  raft_leader(&raft_, &leader, &address);
+  const Role role = FromRaftState(raft_state(&raft_));
+  {
+    absl::MutexLock lock(&status_mu_);
+    if (status_.role == role && status_.leader_id == leader) return;
+  }
+  RefreshStatus();
 }
 
 void RaftConsensus::ReceiveSnapshot(struct raft_message* message) {

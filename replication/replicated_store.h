@@ -20,6 +20,22 @@
 //   for a Begin with the same owner (re-entrant) and a Complete with the
 //   same fence and result (idempotent).
 //
+// Leadership transfers (TransferLeadership, also the hand-off of a leader
+// short of disk space) and elections: while a transfer is in flight the
+// engine refuses new entries, and while an election runs no node can name
+// the leader. Operations that arrive meanwhile (on any member) are held,
+// not refused, for at most max_transfer_hold_ms: once no transfer is in
+// flight and a leader is known they are proposed if this node leads, else
+// answered UNAVAILABLE naming the leader (kLeaderAddressPayload: nothing
+// happened, send them there). A hold starts when this node starts a
+// transfer, or when it stops knowing a leader it knew. Operations proposed
+// before their entry lost its leader in a hold are not answered ABORTED at
+// once: the new leader holds the entry (libraft hands leadership over only
+// to an up-to-date voter), so they wait, again for at most
+// max_transfer_hold_ms, to be answered from this node's own apply of it as
+// a follower; only then is their outcome unknown. So a transfer costs
+// callers a short wait, not an error. (CheckServing is OK while holding.)
+//
 // Begins with wait_ms park on the leader and are proposed again when their
 // key is settled or their wait or observed lease runs out; when the node
 // stops being the leader they are answered at once with their last
@@ -93,6 +109,10 @@ struct ReplicatedStoreOptions {
   int max_inflight_entries = 4;
   // Queued operations beyond which new ones get RESOURCE_EXHAUSTED.
   size_t max_queued = 100'000;
+  // Bound of the wait of operations held by a leadership transfer (see
+  // above). libraft ends a transfer within its election timeout; this
+  // also covers the election that follows, until a leader is known.
+  int64_t max_transfer_hold_ms = 2000;
   // Writes are refused while the filesystem of log_dir has less
   // free space than this, and a leader hands leadership to another member;
   // 0: no check. libraft 0.15 must never meet a full disk (a failed append
@@ -131,6 +151,11 @@ struct ReplicationCounters {
   uint64_t entries_proposed = 0;
   uint64_t operations_proposed = 0;
   uint64_t unknown_outcomes = 0;
+  // Operations that arrived while a leadership transfer was in flight
+  // (held, not refused), and operations whose entry lost its leader yet
+  // were answered from this node's apply of it (not outcome unknown).
+  uint64_t transfer_held_operations = 0;
+  uint64_t orphaned_operations_answered = 0;
   uint64_t snapshots_taken = 0;
   uint64_t snapshots_installed = 0;
   uint64_t snapshots_sent = 0;

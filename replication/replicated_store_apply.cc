@@ -54,6 +54,10 @@ absl::Status ReplicatedStoreImpl::Apply(uint64_t index,
   if (!applied.ok()) return applied.status();
   if (applied->skipped) return absl::OkStatus();
   if (mine != proposed_.end()) {
+    if (orphaned_.erase(mine->first) > 0) {
+      orphans_answered_.fetch_add(mine->second.size(),
+                                  std::memory_order_relaxed);
+    }
     std::vector<PendingOp> ops = std::move(mine->second);
     proposed_.erase(mine);
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -139,12 +143,18 @@ void ReplicatedStoreImpl::ReloadMembers() {
 void ReplicatedStoreImpl::Tick(const ConsensusStatus& status) {
   tally_.ObserveLeader(status.leader_id);
   const bool leader = status.role == Role::kLeader;
-  leader_id_.store(status.leader_id);
+  const uint64_t last_leader = leader_id_.exchange(status.leader_id);
+  // An election started (a transfer starts one): hold calls until its
+  // winner is known rather than refuse them naming nobody.
+  if (last_leader != 0 && status.leader_id == 0) StartHold();
   const bool was_leader = is_leader_.exchange(leader);
   if (was_leader && !leader) {
     AnswerAllWaiters();
-    FailQueued(members_.NotLeader(status.leader_id));
+    // Held for a transfer: answered once the new leader is known.
+    if (!Holding()) FailQueued(members_.NotLeader(status.leader_id));
   }
+  MaybeReleaseHold(status);
+  if (!orphaned_.empty()) ExpireOrphans(options_.clock->NowMillis());
   if (leader && !parked_.empty()) {
     for (PendingOp& p : parked_.TakeDue(options_.clock->NowMillis())) {
       Requeue(std::move(p));

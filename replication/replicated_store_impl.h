@@ -133,7 +133,11 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   absl::Status CheckServing() const override {
     if (closed_.load()) return absl::UnavailableError("store is closed");
-    if (!is_leader_.load()) return members_.NotLeader(leader_id_.load());
+    // A hold (a transfer or an election) answers what it takes once the
+    // leader is known: better than naming nobody, or a stale leader.
+    if (!is_leader_.load() && !Holding()) {
+      return members_.NotLeader(leader_id_.load());
+    }
     return absl::OkStatus();
   }
 
@@ -174,6 +178,8 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     status.last_fence = state_->last_fence();
     status.result_bytes_answered = state_->result_bytes_answered();
     status.counters = tally_.Read();
+    status.counters.transfer_held_operations = transfer_held_.load();
+    status.counters.orphaned_operations_answered = orphans_answered_.load();
     return status;
   }
 
@@ -204,7 +210,14 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
 
   void TransferLeadership(uint64_t id, Done done) override {
     OnLoop(std::move(done), [this, id](Done done) {
-      return consensus_->TransferLeadership(id, std::move(done));
+      BeginTransfer();
+      absl::Status s = consensus_->TransferLeadership(
+          id, [this, done = std::move(done)](absl::Status status) mutable {
+            EndTransfer();
+            std::move(done)(std::move(status));
+          });
+      if (!s.ok()) EndTransfer();
+      return s;
     });
   }
 
@@ -229,6 +242,30 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   }
 
   void Submit(PendingOp p);
+
+  // --- Holds: transfers, elections (replicated_store_transfer.cc) --------
+
+  // Any thread: operations are held (see replicated_store.h).
+  bool Holding() const {
+    const int64_t until = hold_until_ms_.load();
+    return until != 0 && options_.clock->NowMillis() < until;
+  }
+  // Consensus thread: holds operations (unless holding already), e.g. when
+  // the leader becomes unknown.
+  void StartHold();
+  // Consensus thread: a transfer starts, or its engine call returned.
+  void BeginTransfer();
+  void EndTransfer();
+  // Consensus thread: ends the hold once no transfer is in flight and a
+  // leader is known (or it ran out), and has what it held drained: proposed
+  // by a leader, refused naming the leader elsewhere.
+  void MaybeReleaseHold(const ConsensusStatus& status);
+  // Consensus thread: keeps the operations of entry `sequence`, which lost
+  // its leader, for this node's apply of it; false when not holding.
+  bool KeepOrphaned(uint64_t sequence);
+  // Consensus thread: answers the orphaned operations whose wait ran out
+  // (outcome unknown) and forgets those answered by an apply.
+  void ExpireOrphans(int64_t now_ms);
 
   // A leader short of disk space asks libraft to transfer leadership to the
   // most up-to-date voter, at most every kHandOffIntervalMs. (A member that
@@ -295,6 +332,13 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   std::atomic<bool> draining_{false};
   std::atomic<bool> is_leader_{false};
   std::atomic<uint64_t> leader_id_{0};
+  // Until when (clock ms) operations are held for a transfer or an
+  // election; 0: none.
+  std::atomic<int64_t> hold_until_ms_{0};
+  // Operations held (transfers, elections), and orphaned ones later
+  // answered from an apply, since the node started.
+  std::atomic<uint64_t> transfer_held_{0};
+  std::atomic<uint64_t> orphans_answered_{0};
 
   absl::Mutex mu_;
   std::deque<PendingOp> queue_ ABSL_GUARDED_BY(mu_);
@@ -304,6 +348,10 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   // Consensus thread only (and Close, once that thread is gone).
   uint64_t sequence_ = 0;
   std::map<uint64_t, std::vector<PendingOp>> proposed_;
+  bool transfer_in_flight_ = false;
+  // Entries in proposed_ that lost their leader: sequence -> until when
+  // (clock ms) they wait for this node's apply.
+  std::map<uint64_t, int64_t> orphaned_;
 
   std::atomic<uint64_t> outgoing_sequence_{0};
   ReplicationTally tally_{options_.clock};

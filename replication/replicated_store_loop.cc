@@ -14,6 +14,7 @@ void ReplicatedStoreImpl::Submit(PendingOp p) {
     std::move(p).Fail(s);
     return;
   }
+  if (Holding()) transfer_held_.fetch_add(1, std::memory_order_relaxed);
   // Reads still go through the log, but their entries are tiny.
   if (!std::holds_alternative<LogGet>(p.op) && space_ != nullptr &&
       space_->StoppedBeforeWrite()) {
@@ -66,6 +67,8 @@ void ReplicatedStoreImpl::Drain() {
       absl::MutexLock lock(&mu_);
       drain_posted_ = false;
       if (queue_.empty()) break;
+      // MaybeReleaseHold drains again.
+      if (Holding()) break;
       if (!is_leader_.load()) {
         refused.swap(queue_);
         refusal = members_.NotLeader(leader_id_.load());
@@ -121,7 +124,9 @@ void ReplicatedStoreImpl::OnProposalDone(uint64_t sequence,
     --inflight_entries_;
   }
   auto it = proposed_.find(sequence);
-  if (it != proposed_.end()) {
+  if (it != proposed_.end() && !status.ok() && KeepOrphaned(sequence)) {
+    // Answered by this node's apply of the entry, or ExpireOrphans.
+  } else if (it != proposed_.end()) {
     // Not answered by Apply: the entry did not apply here (yet).
     const absl::Status error =
         status.ok() ? absl::InternalError("entry applied without answers")

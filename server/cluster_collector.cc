@@ -113,6 +113,16 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
       "Operations answered ABORTED with an unknown outcome (leadership lost "
       "after they were proposed)",
       n.unknown_outcomes));
+  out.push_back(
+      Counter("dedup_raft_transfer_held_operations_total",
+              "Operations held, not refused, while a leadership transfer or an "
+              "election ran, then proposed or sent to the new leader",
+              n.transfer_held_operations));
+  out.push_back(Counter(
+      "dedup_raft_orphaned_operations_answered_total",
+      "Operations whose entry lost its leader in a transfer, answered from "
+      "this node's apply of it (not outcome unknown)",
+      n.orphaned_operations_answered));
   out.push_back(Counter("dedup_raft_snapshots_taken_total",
                         "Snapshots this node took of its state",
                         n.snapshots_taken));

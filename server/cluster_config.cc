@@ -315,6 +315,11 @@ absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
                                                  const StoreOptions& single) {
   ClusterStoreOptions store;
   store.raft = tuning;
+  // Held calls wait out a transfer (libraft ends it within the election
+  // timeout) and the election after it (up to twice the timeout): the
+  // default 2 s, or 4 election timeouts when those are longer.
+  store.max_transfer_hold_ms = std::max<int64_t>(
+      store.max_transfer_hold_ms, 4 * int64_t{tuning.election_timeout_ms});
   store.raft.id = config.node_id;
   store.raft.raft_address = config.raft_address;
   store.raft.peer_plane = config.peer_plane;

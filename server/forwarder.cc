@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -141,6 +142,32 @@ bool NothingHappened(const grpc::Status& status,
   }
 }
 
+}  // namespace
+
+std::string LeaderAddressInMessage(absl::string_view message) {
+  const size_t leader = message.find("leader is ");
+  if (leader == absl::string_view::npos) return "";
+  const size_t at = message.find(" at ", leader);
+  if (at == absl::string_view::npos) return "";
+  absl::string_view address = message.substr(at + 4);
+  if (address.empty() || absl::StrContains(address, " ") ||
+      !absl::StrContains(address, ":")) {
+    return "";
+  }
+  return std::string(address);
+}
+
+namespace {
+
+template <typename Request>
+constexpr bool kIsBatch = std::is_same_v<Request, v1::BeginBatchRequest> ||
+                          std::is_same_v<Request, v1::CompleteBatchRequest> ||
+                          std::is_same_v<Request, v1::CheckpointBatchRequest>;
+
+bool DeadlinePassed(const grpc::CallbackServerContext& incoming) {
+  return incoming.deadline() <= std::chrono::system_clock::now();
+}
+
 // Puts the answers of one sub-batch (`indices` of the caller's batch) in
 // their places. When the sub-batch failed as a whole, each of its items
 // gets that status if nothing happened, else ABORTED (outcome unknown, as a
@@ -174,6 +201,33 @@ void PlaceItems(const grpc::Status& status, const grpc::ClientContext& client,
   }
 }
 
+// Where a call forwarded to `address` and answered `status` may go once
+// more: the leader named by a refusal made before it ran (UNAVAILABLE with
+// a "dedup-leader" trailer, which only a server's refusal carries), when it
+// is another node; else "".
+std::string ResendTarget(const grpc::Status& status,
+                         const grpc::ClientContext& answered,
+                         const std::string& address) {
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return "";
+  const auto& trailers = answered.GetServerTrailingMetadata();
+  auto it = trailers.find("dedup-leader");
+  if (it == trailers.end()) return "";
+  std::string hint(it->second.data(), it->second.size());
+  return hint == address ? "" : hint;
+}
+
+// The same for a batch item answered `error` by `address`: UNAVAILABLE
+// naming another leader, not for a reason of its own (a result budget).
+std::string ItemResendTarget(const v1::ItemError& error,
+                             const std::string& address) {
+  if (error.code() != static_cast<int>(grpc::StatusCode::UNAVAILABLE) ||
+      !error.reason().empty()) {
+    return "";
+  }
+  std::string hint = LeaderAddressInMessage(error.message());
+  return hint == address ? "" : hint;
+}
+
 }  // namespace
 
 Forwarder::Forwarder(ForwarderOptions options) : options_(std::move(options)) {
@@ -186,6 +240,15 @@ Forwarder::Forwarder(ForwarderOptions options) : options_(std::move(options)) {
                       "deadline_exceeded, cancelled")
                   .Register(*options_.registry);
   for (const char* result : kResults) results_->Add({{"result", result}});
+  resent_ = &prometheus::BuildCounter()
+                 .Name("dedup_forward_resent_total")
+                 .Help(
+                     "Forwarded calls (and batch items) the leader refused "
+                     "before proposing them, naming another leader (a "
+                     "leadership transfer), that this node sent once more "
+                     "to that leader")
+                 .Register(*options_.registry)
+                 .Add({});
   duration_ = &prometheus::BuildHistogram()
                    .Name("dedup_forward_duration_seconds")
                    .Help("Time from forwarding a call to the leader's answer")
@@ -240,14 +303,36 @@ void Forwarder::Record(const grpc::Status& status, double seconds) const {
 template <typename Request, typename Response>
 void Forwarder::Forward(const RpcCall& call, const std::string& address,
                         const Request* request, Response* response) {
+  SendOnce(call, address, request, response, /*may_resend=*/true);
+}
+
+template <typename Request, typename Response>
+void Forwarder::SendOnce(const RpcCall& call, const std::string& address,
+                         const Request* request, Response* response,
+                         bool may_resend) {
   std::shared_ptr<grpc::ClientContext> client =
       ClientContextFor(*call.context());
   const auto start = std::chrono::steady_clock::now();
   // The leader writes straight into the caller's response.
   Send(StubFor(address), client.get(), request, response,
-       [this, call, client, address, start](grpc::Status status) {
+       [this, call, client, address, start, request, response,
+        may_resend](grpc::Status status) {
          Record(status, SecondsSince(start));
+         const std::string target =
+             may_resend ? ResendTarget(status, *client, address) : "";
+         if (!target.empty() && !DeadlinePassed(*call.context())) {
+           resent_->Increment();
+           response->Clear();
+           SendOnce(call, target, request, response, /*may_resend=*/false);
+           return;
+         }
          RelayTrailers(status, *client, call.context(), address);
+         if constexpr (kIsBatch<Request>) {
+           if (may_resend && status.ok() &&
+               ResendRefusedItems(call, address, request, response)) {
+             return;
+           }
+         }
          call.Finish(status);
        });
 }
@@ -264,24 +349,88 @@ void Forwarder::ForwardItems(const RpcCall& call,
   auto remaining =
       std::make_shared<std::atomic<int>>(static_cast<int>(by_address.size()));
   for (auto& [address, indices] : by_address) {
-    auto sub = std::make_shared<BatchRequest>();
-    for (int i : indices) *sub->add_items() = request->items(i);
-    auto answer = std::make_shared<BatchResponse>();
-    std::shared_ptr<grpc::ClientContext> client =
-        ClientContextFor(*call.context());
-    const auto start = std::chrono::steady_clock::now();
-    // Each sub-batch writes only its own items: the answers' slots exist
-    // already, so callbacks on different threads never meet.
-    Send(StubFor(address), client.get(), sub.get(), answer.get(),
-         [this, call, client, sub, answer, indices = std::move(indices),
-          response, remaining, start](grpc::Status status) {
-           Record(status, SecondsSince(start));
-           PlaceItems(status, *client, *answer, indices, response);
-           if (remaining->fetch_sub(1, std::memory_order_acq_rel) == 1) {
-             call.Finish(grpc::Status::OK);
-           }
-         });
+    SendItems(call, address, std::move(indices), request, response, remaining,
+              /*may_resend=*/true);
   }
+}
+
+template <typename BatchRequest, typename BatchResponse>
+bool Forwarder::ResendRefusedItems(const RpcCall& call,
+                                   const std::string& address,
+                                   const BatchRequest* request,
+                                   BatchResponse* response) {
+  if (DeadlinePassed(*call.context()) ||
+      response->items_size() != request->items_size()) {
+    return false;
+  }
+  std::vector<int> all(static_cast<size_t>(request->items_size()));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  std::map<std::string, std::vector<int>> by_target =
+      ItemsToResend(address, all, *response);
+  if (by_target.empty()) return false;
+  auto remaining =
+      std::make_shared<std::atomic<int>>(static_cast<int>(by_target.size()));
+  for (auto& [target, again] : by_target) {
+    resent_->Increment(static_cast<double>(again.size()));
+    SendItems(call, target, std::move(again), request, response, remaining,
+              /*may_resend=*/false);
+  }
+  return true;
+}
+
+template <typename BatchRequest, typename BatchResponse>
+void Forwarder::SendItems(const RpcCall& call, const std::string& address,
+                          std::vector<int> indices, const BatchRequest* request,
+                          BatchResponse* response,
+                          std::shared_ptr<std::atomic<int>> remaining,
+                          bool may_resend) {
+  auto sub = std::make_shared<BatchRequest>();
+  for (int i : indices) *sub->add_items() = request->items(i);
+  auto answer = std::make_shared<BatchResponse>();
+  std::shared_ptr<grpc::ClientContext> client =
+      ClientContextFor(*call.context());
+  const auto start = std::chrono::steady_clock::now();
+  // Each sub-batch writes only its own items: the answers' slots exist
+  // already, so callbacks on different threads never meet.
+  Send(StubFor(address), client.get(), sub.get(), answer.get(),
+       [this, call, client, sub, answer, address, indices = std::move(indices),
+        request, response, remaining, start, may_resend](grpc::Status status) {
+         Record(status, SecondsSince(start));
+         PlaceItems(status, *client, *answer, indices, response);
+         if (may_resend && !DeadlinePassed(*call.context())) {
+           std::map<std::string, std::vector<int>> by_target;
+           // Refused as a whole before any item ran, naming another leader.
+           if (std::string target = ResendTarget(status, *client, address);
+               !target.empty()) {
+             by_target[target] = indices;
+           } else if (status.ok()) {
+             by_target = ItemsToResend(address, indices, *response);
+           }
+           for (auto& [target, again] : by_target) {
+             resent_->Increment(static_cast<double>(again.size()));
+             remaining->fetch_add(1, std::memory_order_acq_rel);
+             SendItems(call, target, std::move(again), request, response,
+                       remaining, /*may_resend=*/false);
+           }
+         }
+         if (remaining->fetch_sub(1, std::memory_order_acq_rel) == 1) {
+           call.Finish(grpc::Status::OK);
+         }
+       });
+}
+
+template <typename BatchResponse>
+std::map<std::string, std::vector<int>> Forwarder::ItemsToResend(
+    const std::string& address, const std::vector<int>& indices,
+    const BatchResponse& response) {
+  std::map<std::string, std::vector<int>> by_target;
+  for (int i : indices) {
+    const auto& item = response.items(i);
+    if (!item.has_error()) continue;
+    std::string target = ItemResendTarget(item.error(), address);
+    if (!target.empty()) by_target[target].push_back(i);
+  }
+  return by_target;
 }
 
 #define DEDUP_FORWARD(Name)                                            \

@@ -16,6 +16,18 @@
 // - Never twice: the forwarded call carries "dedup-forwarded: <node id>",
 //   and a call that carries it is answered here (UNAVAILABLE with the
 //   hint), so a stale hint cannot make a loop.
+// - Sent again once, when leadership moved meanwhile: a forwarded call (or
+//   batch item) the node it went to refused UNAVAILABLE naming another
+//   leader goes to that leader, once, within the caller's deadline (still
+//   one hop from here; the call carries "dedup-forwarded" again). Only such
+//   a refusal qualifies, because only it says nothing happened: the call
+//   as a whole with a "dedup-leader" trailer (a server's refusal before
+//   running it: its store's NotLeader or a group it does not host), or an
+//   item whose ItemError is UNAVAILABLE naming "the leader is [likely] node
+//   N at host:port" with no reason (the same refusals, said in the text).
+//   Everything else is relayed as it came: a transport UNAVAILABLE (no
+//   trailer; the call may have reached the leader), ABORTED (outcome
+//   unknown), DEADLINE_EXCEEDED, and any answer of the second send.
 // - The caller's deadline and cancellation go with the call (the forwarded
 //   call is a child of the incoming one), and so does its "authorization"
 //   metadata: the leader authorizes the caller itself. A caller that has no
@@ -24,12 +36,15 @@
 // - Asynchronous: nothing here blocks a gRPC callback thread; answers are
 //   relayed from the client call's callback.
 //
-// Counted in dedup_forwarded_calls_total{result} and
+// Counted in dedup_forwarded_calls_total{result} (each send),
+// dedup_forward_resent_total (calls and items sent again) and
 // dedup_forward_duration_seconds.
 #ifndef DEDUP_SERVER_FORWARDER_H_
 #define DEDUP_SERVER_FORWARDER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +79,12 @@ struct ForwarderOptions {
   // Holds the metrics; not owned, must outlive the forwarder.
   prometheus::Registry* registry = nullptr;
 };
+
+// The leader address a refusal's message names ("... leader is [likely]
+// node N at host:port", the words of MemberDirectory::NotLeader and
+// GroupDirectory::NotHosted), or "": how a batch item's ItemError, which
+// has no field for it, names the leader.
+[[nodiscard]] std::string LeaderAddressInMessage(absl::string_view message);
 
 // A batch item refused with a leader hint, to send on to that leader.
 struct DeferredItem {
@@ -106,6 +127,30 @@ class Forwarder {
   std::shared_ptr<grpc::ClientContext> ClientContextFor(
       const grpc::CallbackServerContext& incoming) const;
   v1::Dedup::Stub* StubFor(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forward's one send; `may_resend`: a refusal naming another leader sends
+  // the call there (once).
+  template <typename Request, typename Response>
+  void SendOnce(const RpcCall& call, const std::string& address,
+                const Request* request, Response* response, bool may_resend);
+  // Sends the items `indices` of `request` to `address` as one sub-batch
+  // and places their answers; the last of `remaining` finishes `call`.
+  template <typename BatchRequest, typename BatchResponse>
+  void SendItems(const RpcCall& call, const std::string& address,
+                 std::vector<int> indices, const BatchRequest* request,
+                 BatchResponse* response,
+                 std::shared_ptr<std::atomic<int>> remaining, bool may_resend);
+  // A whole batch forwarded to `address` and answered (placed in
+  // `response`): sends its items refused naming another leader there
+  // (once), then finishes `call` OK; false when none was.
+  template <typename BatchRequest, typename BatchResponse>
+  bool ResendRefusedItems(const RpcCall& call, const std::string& address,
+                          const BatchRequest* request, BatchResponse* response);
+  // The items `indices` answered by `address` (placed in `response`) that
+  // may go once more to another leader, by that leader.
+  template <typename BatchResponse>
+  static std::map<std::string, std::vector<int>> ItemsToResend(
+      const std::string& address, const std::vector<int>& indices,
+      const BatchResponse& response);
   // Counts one forwarded call, answered `status` after `seconds`.
   void Record(const grpc::Status& status, double seconds) const;
 
@@ -116,6 +161,7 @@ class Forwarder {
       ABSL_GUARDED_BY(mu_);
   prometheus::Family<prometheus::Counter>* results_ = nullptr;
   prometheus::Histogram* duration_ = nullptr;
+  prometheus::Counter* resent_ = nullptr;
 };
 
 }  // namespace dedup

@@ -21,6 +21,7 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "replication/group_router.h"
+#include "replication/member_directory.h"
 #include "replication/shard_layout.h"
 #include "server/auth.h"
 #include "server/dedup_service.h"
@@ -36,12 +37,34 @@ namespace {
 // the keys of groups it does not lead. On the leader (`leader` empty): keys
 // containing "unknown" are answered as by a leader that lost leadership
 // mid-way (ABORTED, dedup-outcome: unknown). The rest go to a real store.
+//
+// `moved_to` (any node): keys containing `moved_word` are refused as by a
+// member whose group's leadership moved to `moved_to` (node 3), in the
+// words of MemberDirectory::NotLeader. `not_serving` (a node): CheckServing
+// refuses naming `leader`, so whole calls go there.
 class SplitStore final : public Store {
  public:
-  SplitStore(Store* local, std::string leader)
-      : local_(local), leader_(std::move(leader)) {}
+  SplitStore(Store* local, std::string leader, std::string moved_to = "",
+             std::string moved_word = "moved", bool not_serving = false)
+      : local_(local),
+        leader_(std::move(leader)),
+        moved_to_(moved_to),
+        moved_word_(std::move(moved_word)),
+        not_serving_(not_serving) {
+    moved_.Reload({{3, std::move(moved_to)}});
+  }
+
+  absl::Status CheckServing() const override {
+    if (!not_serving_) return absl::OkStatus();
+    absl::Status s = absl::UnavailableError("not the leader of any group");
+    s.SetPayload(kLeaderAddressPayload, absl::Cord(leader_));
+    return s;
+  }
 
   absl::Status Refusal(absl::string_view key) const {
+    if (!moved_to_.empty() && absl::StrContains(key, moved_word_)) {
+      return moved_.NotLeader(3);
+    }
     if (leader_.empty() && absl::StrContains(key, "unknown")) {
       absl::Status s = absl::AbortedError("leadership lost");
       s.SetPayload(kOutcomeUnknownPayload, absl::Cord("unknown"));
@@ -123,6 +146,10 @@ class SplitStore final : public Store {
  private:
   Store* const local_;
   const std::string leader_;
+  const std::string moved_to_;
+  const std::string moved_word_;
+  const bool not_serving_;
+  MemberDirectory moved_{{}};
 };
 
 // A store, the Dedup service over it, and a gRPC server on loopback.
@@ -153,9 +180,13 @@ class ForwarderTest : public ::testing::Test {
 
   // `leader`: "" for the leader, else the node refuses "remote*" keys
   // naming it and forwards them there.
-  void Start(Node* node, const std::string& leader) {
+  void Start(Node* node, const std::string& leader,
+             const std::string& moved_to = "",
+             const std::string& moved_word = "moved",
+             bool not_serving = false) {
     ASSERT_NO_FATAL_FAILURE(OpenStore(node));
-    node->split = std::make_unique<SplitStore>(node->store.get(), leader);
+    node->split = std::make_unique<SplitStore>(
+        node->store.get(), leader, moved_to, moved_word, not_serving);
     ASSERT_NO_FATAL_FAILURE(Serve(node, /*forwarding=*/!leader.empty()));
   }
 
@@ -413,6 +444,107 @@ TEST_F(ForwarderTest, AForwardedCallIsAnsweredWithTheHint) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(Trailer(context, "dedup-leader"), leader_.address);
   EXPECT_FALSE(Holds(leader_, "remote-f"));
+}
+
+// Leadership moved while a call was forwarded: the leader the node knew
+// (`leader_`) refuses "moved" keys naming the new one (`moved_`), which
+// serves them but refuses "twice" keys naming yet another node, where
+// nothing listens. `follower_` leads nothing and forwards whole calls.
+class ResendTest : public ForwarderTest {
+ public:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(Start(&moved_, "", kNowhere, "twice"));
+    ASSERT_NO_FATAL_FAILURE(Start(&leader_, "", moved_.address));
+    ASSERT_NO_FATAL_FAILURE(Start(&node_, leader_.address));
+    ASSERT_NO_FATAL_FAILURE(Start(&follower_, leader_.address, "", "",
+                                  /*not_serving=*/true));
+  }
+
+  static constexpr char kNowhere[] = "127.0.0.1:1";
+  Node moved_;
+  Node follower_;
+};
+
+TEST_F(ResendTest, ACallRefusedNamingTheNewLeaderGoesThereOnce) {
+  grpc::ClientContext context;
+  Deadline(&context);
+  v1::BeginResponse begun;
+  grpc::Status s =
+      Stub(node_)->Begin(&context, BeginOf("remote-moved-u"), &begun);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(begun.status(), v1::BeginResponse::STARTED);
+  EXPECT_EQ(Trailer(context, "dedup-leader"), moved_.address);
+  EXPECT_TRUE(Holds(moved_, "remote-moved-u"));
+  EXPECT_FALSE(Holds(leader_, "remote-moved-u"));
+}
+
+TEST_F(ResendTest, BatchItemsRefusedNamingTheNewLeaderGoThereOnce) {
+  v1::BeginBatchRequest begins;
+  for (const char* key : {"local-0", "remote-moved-1", "remote-2"}) {
+    *begins.add_items() = BeginOf(key);
+  }
+  grpc::ClientContext context;
+  Deadline(&context);
+  v1::BeginBatchResponse begun;
+  grpc::Status s = Stub(node_)->BeginBatch(&context, begins, &begun);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(begun.items_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(begun.items(i).has_response())
+        << i << ": " << begun.items(i).error().message();
+    EXPECT_EQ(begun.items(i).response().status(), v1::BeginResponse::STARTED);
+  }
+  EXPECT_TRUE(Holds(node_, "local-0"));
+  EXPECT_TRUE(Holds(moved_, "remote-moved-1"));
+  EXPECT_TRUE(Holds(leader_, "remote-2"));
+}
+
+// A whole batch forwarded as one call (a node that leads none of it): its
+// items refused naming the new leader go there.
+TEST_F(ResendTest, ItemsOfAWholeForwardedBatchGoToTheNewLeader) {
+  v1::BeginBatchRequest begins;
+  *begins.add_items() = BeginOf("remote-moved-w");
+  *begins.add_items() = BeginOf("remote-w");
+  grpc::ClientContext context;
+  Deadline(&context);
+  v1::BeginBatchResponse begun;
+  grpc::Status s = Stub(follower_)->BeginBatch(&context, begins, &begun);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(begun.items_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(begun.items(i).has_response())
+        << i << ": " << begun.items(i).error().message();
+    EXPECT_EQ(begun.items(i).response().status(), v1::BeginResponse::STARTED);
+  }
+  EXPECT_EQ(Trailer(context, "dedup-leader"), leader_.address);
+  EXPECT_TRUE(Holds(moved_, "remote-moved-w"));
+  EXPECT_TRUE(Holds(leader_, "remote-w"));
+}
+
+TEST_F(ResendTest, ASecondRefusalIsTheAnswer) {
+  grpc::ClientContext context;
+  Deadline(&context);
+  v1::BeginResponse begun;
+  grpc::Status s =
+      Stub(node_)->Begin(&context, BeginOf("remote-moved-twice"), &begun);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  // moved_'s refusal (relayed, not followed).
+  EXPECT_EQ(Trailer(context, "dedup-leader"), kNowhere);
+  EXPECT_FALSE(Holds(leader_, "remote-moved-twice"));
+  EXPECT_FALSE(Holds(moved_, "remote-moved-twice"));
+}
+
+TEST(LeaderAddressInMessageTest, ReadsTheRefusalsThatNameALeader) {
+  MemberDirectory members({{3, "10.0.0.3:7000", "node3.example:7001"}});
+  members.Reload({});
+  EXPECT_EQ(LeaderAddressInMessage(members.NotLeader(3).message()),
+            "node3.example:7001");
+  EXPECT_EQ(LeaderAddressInMessage(
+                "node 1 hosts no replica of group 4; its leader is likely "
+                "node 2 at 127.0.0.2:7001"),
+            "127.0.0.2:7001");
+  EXPECT_EQ(LeaderAddressInMessage(members.NotLeader(0).message()), "");
+  EXPECT_EQ(LeaderAddressInMessage("store is closed"), "");
 }
 
 }  // namespace
