@@ -192,6 +192,20 @@ class ReplicatedStore : public Store {
   // role (a leader then refuses writes). Any thread.
   [[nodiscard]] virtual absl::Status CheckDiskSpace() const = 0;
 
+  // The shard map stored in this replica's state (group 0, the meta group,
+  // holds the cluster's), as of its last applied entry; epoch 0 when none
+  // was stored. Any thread.
+  [[nodiscard]] virtual absl::StatusOr<ReplicatedState::StoredShardMap>
+  StoredShardMap() = 0;
+  // Stores `map` (replication/shard_layout_codec.h) with `epoch` through
+  // the log if the stored map's epoch is still `expected_epoch`: `done`
+  // gets true once applied, FAILED_PRECONDITION when the epoch moved
+  // meanwhile (read it again), or the usual refusals of a write (a
+  // follower's UNAVAILABLE naming the leader; ABORTED, outcome unknown).
+  // Any thread; `done` runs on the consensus thread.
+  virtual void ProposeShardMap(uint64_t expected_epoch, uint64_t epoch,
+                               std::string map, StoreCallback<bool> done) = 0;
+
   // Any thread (it blocks for a RocksDB flush: not on gRPC's callback
   // threads). A checkpoint of the state for a node installing a snapshot;
   // the caller removes `dir` when done with it.

@@ -191,6 +191,16 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
     return state_->ComputeDigest();
   }
 
+  absl::StatusOr<ReplicatedState::StoredShardMap> StoredShardMap() override {
+    return state_->ShardMap();
+  }
+
+  void ProposeShardMap(uint64_t expected_epoch, uint64_t epoch, std::string map,
+                       StoreCallback<bool> done) override {
+    Submit(PendingOp::Of(LogSetShardMap{expected_epoch, epoch, std::move(map)},
+                         std::move(done)));
+  }
+
   absl::StatusOr<OutgoingCheckpoint> CreateOutgoingCheckpoint() override {
     if (closed_.load()) return absl::UnavailableError("store is closed");
     absl::StatusOr<OutgoingCheckpoint> out =

@@ -160,6 +160,36 @@ TEST_F(ReplicatedStoreTest, AddMemberRecordsItsClientAddressFirst) {
   EXPECT_TRUE(known);
 }
 
+// The meta group's map goes through the log like any write: one proposer
+// wins a race on the same epoch, the other is told to read again.
+TEST_F(ReplicatedStoreTest, ProposeShardMapIsACompareAndSetThroughTheLog) {
+  Open(Options());
+  absl::StatusOr<ReplicatedState::StoredShardMap> before =
+      store_->StoredShardMap();
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->epoch, 0u);
+  Reply<bool> first;
+  Reply<bool> racing;
+  store_->ProposeShardMap(0, 1, "map-1", first.Callback());
+  store_->ProposeShardMap(0, 1, "map-1b", racing.Callback());
+  fake_->RunPosted();
+  const std::vector<LogEntry> entries = Pending();
+  ASSERT_FALSE(entries.empty());
+  ASSERT_EQ(TypeOf(entries[0].ops[0]), OpType::kSetShardMap);
+  EXPECT_FALSE(first.answered()) << "answered before it was applied";
+  Settle();
+  ASSERT_TRUE(first.answered());
+  ASSERT_TRUE(first.get().ok()) << first.status();
+  EXPECT_TRUE(*first.get());
+  ASSERT_TRUE(racing.answered());
+  EXPECT_TRUE(absl::IsFailedPrecondition(racing.status())) << racing.status();
+  absl::StatusOr<ReplicatedState::StoredShardMap> after =
+      store_->StoredShardMap();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->epoch, 1u);
+  EXPECT_EQ(after->map, "map-1");
+}
+
 TEST_F(ReplicatedStoreTest, MembershipCallsReachTheEngineAndReportFailures) {
   Open(Options());
   DoneReply added;
