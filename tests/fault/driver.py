@@ -270,8 +270,22 @@ class Driver:
                     leaders[g] = target
                     fault["leaders"][str(g)] = target
                     led[target].append(g)
+                    # Every replica names the new leader before the fault,
+                    # or the election watch would take a stale view for
+                    # the next election.
+                    self._wait_named(g, target, timeout_s=5.0)
         fault["led_groups"] = sorted(led[target])
         return target
+
+
+    def _wait_named(self, group: int, leader: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            views = [self.cluster.nodes[i].status(0.2, group=group)
+                     for i in self.cluster.groups[group]]
+            if all(st is not None and st.leader_id == leader for st in views):
+                return
+            time.sleep(0.02)
 
 
 def first_write_in_groups(ops: list[dict], t: float, groups: list[int]) -> Optional[float]:
