@@ -17,7 +17,7 @@ With --power-loss, power.py adds power_one, power_all, power_snapshot and
 power_truncate (a node, or all three, lose every write they had not synced).
 
 Sharded clusters (--groups > 1): each fault picks a group at random, and
-"the leader" and "a follower" are that group's (a node may lead several
+"the leader", "a follower" and "a random node" are that group's (a node may lead several
 groups, and a group's follower may lead another: a fault hits every group
 the node leads). One more kind:
   multi_leader_stop   SIGSTOP a node leading the most groups (at least two:
@@ -180,7 +180,7 @@ class Driver:
             fault["held_s"] = self._hold(1.0, 3.0)
             nodes[target].start()
         elif kind == "node_term":
-            target = self.rng.choice(list(nodes))
+            target = self.rng.choice(self.cluster.groups[group])
             fault["node"] = target
             fault["t_inject"] = self.history.now()
             fault["exit_code"] = nodes[target].terminate()
@@ -192,7 +192,7 @@ class Driver:
             elif kind == "follower_partition":
                 target = self.rng.choice(followers)
             else:
-                target = self.rng.choice(list(nodes))
+                target = self.rng.choice(self.cluster.groups[group])
             fault["node"] = target
             self.topology.partition(target, inbound=True,
                                     outbound=kind != "oneway_partition")
