@@ -1,5 +1,12 @@
-"""The 3 dedupd processes of a fault run, each in its own network namespace
-(see netns.py), started, signalled and restarted by PID (history.process).
+"""The dedupd processes of a fault run (3 by default), each in its own
+network namespace (see netns.py), started, signalled and restarted by PID
+(history.process).
+
+With --groups > 1 (a sharded cluster: the nodes get --groups and
+--replication_factor through their extra flags) the cluster reads the
+layout once from Cluster.ShardMap (static: epoch 1) and every question
+(status, leader, settling, digests) is asked per group, of that group's
+replicas, with group_id. Group g >= 1 keeps its data in nN/groups/<g>/.
 
 Node N serves clients on 10.77.S.N:50051 and Raft on 10.77.S.N:7001 (each
 namespace has its own ports, so the numbers never collide), keeps its data in
@@ -87,18 +94,39 @@ class Node(DedupdProcess):
                               f"not {self.client_address}")
         return ready
 
-    def status(self, timeout_s: float = 0.5) -> Optional[cluster_pb2.ClusterStatusResponse]:
+    def status(self, timeout_s: float = 0.5,
+               group: int = 0) -> Optional[cluster_pb2.ClusterStatusResponse]:
         if not self.running or self.stopped:
             return None
         try:
-            return self._cluster.Status(cluster_pb2.ClusterStatusRequest(),
+            return self._cluster.Status(cluster_pb2.ClusterStatusRequest(group_id=group),
                                         timeout=timeout_s)
         except grpc.RpcError:
             return None
 
-    def digest(self, timeout_s: float = 2.0) -> Optional[cluster_pb2.DigestResponse]:
+    def digest(self, timeout_s: float = 2.0,
+               group: int = 0) -> Optional[cluster_pb2.DigestResponse]:
         try:
-            return self._cluster.Digest(cluster_pb2.DigestRequest(), timeout=timeout_s)
+            return self._cluster.Digest(cluster_pb2.DigestRequest(group_id=group),
+                                        timeout=timeout_s)
+        except grpc.RpcError:
+            return None
+
+    def shard_map(self, timeout_s: float = 2.0) -> Optional[cluster_pb2.ShardMapResponse]:
+        if not self.running or self.stopped:
+            return None
+        try:
+            return self._cluster.ShardMap(cluster_pb2.ShardMapRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return None
+
+    def transfer(self, group: int, to: int, timeout_s: float = 5.0) -> Optional[int]:
+        """Asks this node (the group's leader) to hand the group's
+        leadership to node `to`; the leader afterwards, or None on error."""
+        try:
+            return self._cluster.TransferLeadership(
+                cluster_pb2.TransferLeadershipRequest(node_id=to, group_id=group),
+                timeout=timeout_s).leader_id
         except grpc.RpcError:
             return None
 
@@ -123,6 +151,39 @@ class Cluster:
             self.nodes[n] = Node(n, topology, run_dir, dedupd, peers,
                                  extra_flags or [], power)
         self.topology = topology
+        # Group id -> its replicas' node ids; one group of every node until
+        # load_layout() reads a sharded cluster's map.
+        self.groups: dict[int, list[int]] = {0: sorted(self.nodes)}
+        self.sharded = False
+        self.slots = None  # history.slots.SlotTable once sharded
+
+    def load_layout(self, timeout_s: float = 30.0) -> None:
+        """Reads the shard map from the first node that answers: the groups,
+        their replicas and slot ranges (NodeFailure if none does)."""
+        from history.slots import SlotTable
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for node in self.nodes.values():
+                m = node.shard_map()
+                if m is not None and m.groups:
+                    self.groups = {g.group_id: sorted(r.node_id for r in g.replicas)
+                                   for g in m.groups}
+                    self.slots = SlotTable([(g.first_slot, g.end_slot, g.group_id)
+                                            for g in m.groups])
+                    self.sharded = len(self.groups) > 1
+                    return
+            if time.monotonic() > deadline:
+                raise NodeFailure(f"no node answered Cluster.ShardMap in {timeout_s} s")
+            time.sleep(0.1)
+
+    def group_of(self, key: str) -> int:
+        """The group holding `key` of the workload's namespace (0 unsharded)."""
+        from history.workload import NAMESPACE
+        return 0 if self.slots is None else self.slots.group_of(NAMESPACE, key)
+
+    def hosted(self, node_id: int) -> list[int]:
+        """The groups node_id holds a replica of."""
+        return [g for g, ids in sorted(self.groups.items()) if node_id in ids]
 
     @property
     def addresses(self) -> list[str]:
@@ -159,32 +220,44 @@ class Cluster:
         return [n.data_dir for n in self.nodes.values()
                 if n.power is not None and os.path.ismount(n.data_dir)]
 
-    def leader(self) -> Optional[int]:
-        """The node that reports itself leader in the highest term among the
-        reachable nodes (a stopped or isolated old leader is not asked, or
-        has a lower term), or None."""
+    def leader(self, group: int = 0) -> Optional[int]:
+        """The replica of `group` that reports itself leader in the highest
+        term among the reachable ones (a stopped or isolated old leader is
+        not asked, or has a lower term), or None."""
         best = None
-        for node in self.nodes.values():
-            st = node.status()
+        for n in self.groups[group]:
+            st = self.nodes[n].status(group=group)
             if st is not None and st.role == "leader":
                 if best is None or st.term > best[1]:
-                    best = (node.id, st.term)
+                    best = (n, st.term)
         return best[0] if best else None
 
+    def leaders(self) -> dict[int, Optional[int]]:
+        """Group id -> leader(group)."""
+        return {g: self.leader(g) for g in sorted(self.groups)}
+
     def settled(self, max_lag: int) -> Optional[str]:
-        """None when every node runs, one leader is known to all in one
-        term and no member lags more than max_lag entries; otherwise what is
-        missing."""
-        statuses = {}
+        """None when every node runs and, in every group, one leader is
+        known to all replicas in one term and no member lags more than
+        max_lag entries; otherwise what is missing."""
         for node in self.nodes.values():
             if not node.running:
                 return f"node {node.id} is down"
             if node.stopped:
                 return f"node {node.id} is stopped"
-            st = node.status()
+        for group in sorted(self.groups):
+            reason = self._group_settled(group, max_lag)
+            if reason is not None:
+                return reason if not self.sharded else f"group {group}: {reason}"
+        return None
+
+    def _group_settled(self, group: int, max_lag: int) -> Optional[str]:
+        statuses = {}
+        for n in self.groups[group]:
+            st = self.nodes[n].status(group=group)
             if st is None:
-                return f"node {node.id} does not answer Status"
-            statuses[node.id] = st
+                return f"node {n} does not answer Status"
+            statuses[n] = st
         leaders = [n for n, st in statuses.items() if st.role == "leader"]
         if len(leaders) != 1:
             return f"leaders: {leaders}"
@@ -212,14 +285,14 @@ class Cluster:
             time.sleep(0.05)
         return reason
 
-    def converged_digests(self, timeout_s: float = 30.0):
-        """Waits until every node reports a digest at the same applied index;
-        returns {id: DigestResponse} (the last seen, converged or not) and
-        whether they converged."""
+    def converged_digests(self, timeout_s: float = 30.0, group: int = 0):
+        """Waits until every replica of `group` reports a digest at the same
+        applied index; returns {id: DigestResponse} (the last seen,
+        converged or not) and whether they converged."""
         deadline = time.monotonic() + timeout_s
         last = {}
         while time.monotonic() < deadline:
-            last = {n: node.digest() for n, node in self.nodes.items()}
+            last = {n: self.nodes[n].digest(group=group) for n in self.groups[group]}
             if all(d is not None for d in last.values()) and \
                     len({d.applied_index for d in last.values()}) == 1:
                 return last, True

@@ -16,6 +16,18 @@ Kinds (the schedule shuffles each round of all seven):
 With --power-loss, power.py adds power_one, power_all, power_snapshot and
 power_truncate (a node, or all three, lose every write they had not synced).
 
+Sharded clusters (--groups > 1): each fault picks a group at random, and
+"the leader", "a follower" and "a random node" are that group's (a node may lead several
+groups, and a group's follower may lead another: a fault hits every group
+the node leads). One more kind:
+  multi_leader_stop   SIGSTOP a node leading the most groups (at least two:
+                      when none does, a group's leadership is first handed
+                      to the node leading one, TransferLeadership), SIGCONT
+                      2-4 s later
+The groups a fault hits are the chosen one and every one its node led;
+each must serve a write invoked after the fault (liveness), and the
+failover figure is the time until the last of them did.
+
 Clients keep running throughout and reach every node, isolated or not.
 After each fault the driver waits for an acknowledged write invoked after
 the fault (liveness: a group that never recovers fails the run). A fault's
@@ -39,7 +51,9 @@ from power import POWER_KINDS
 
 KINDS = ["leader_kill", "leader_stop", "follower_kill", "node_term",
          "leader_partition", "follower_partition", "oneway_partition"]
-ALL_KINDS = KINDS + POWER_KINDS
+# Only with --groups > 1.
+SHARDED_KINDS = KINDS + ["multi_leader_stop"]
+ALL_KINDS = SHARDED_KINDS + POWER_KINDS
 # Kinds whose failover is the acceptance figure (p99 < 2 s), and the other
 # leader-affecting ones reported beside it.
 LEADER_KINDS = ["leader_kill", "leader_stop"]
@@ -103,10 +117,12 @@ class Driver:
         splits into the election and the clients' part (failover_figures).
         Polls every 20 ms until `end`."""
         old = fault["leader"]
-        others = [node for i, node in self.cluster.nodes.items() if i != fault["node"]]
+        group = fault.get("group", 0)
+        others = [self.cluster.nodes[i] for i in self.cluster.groups[group]
+                  if i != fault["node"]]
         while time.monotonic() < end:
             for node in others:
-                st = node.status(0.2)
+                st = node.status(0.2, group=group)
                 if st is not None and st.leader_id not in (0, old):
                     fault["t_elected"] = self.history.now()
                     fault["elected_term"] = st.term
@@ -121,13 +137,30 @@ class Driver:
     def run_fault(self, n: int, total: int, kind: str) -> dict:
         self.settle(f"before fault {n}")
         time.sleep(self.rng.uniform(0.5, 1.0))  # normal load between faults
-        leader = self.cluster.leader()
-        if leader is None:
-            raise LivenessFailure(f"before fault {n}: leader lost while settled")
-        followers = [i for i in self.cluster.nodes if i != leader]
+        sharded = self.cluster.sharded
+        group = self.rng.choice(sorted(self.cluster.groups)) if sharded else 0
+        leaders = self.cluster.leaders() if sharded else {0: self.cluster.leader()}
+        leader = leaders[group]
+        if leader is None or None in leaders.values():
+            raise LivenessFailure(f"before fault {n}: leader lost while settled "
+                                  f"({leaders})")
+        followers = [i for i in self.cluster.groups[group] if i != leader]
         nodes = self.cluster.nodes
         fault = {"n": n, "kind": kind, "leader": leader}
-        if kind == "leader_kill":
+        if sharded:
+            fault["group"] = group
+            fault["leaders"] = {str(g): lead for g, lead in leaders.items()}
+        if kind == "multi_leader_stop":
+            target = self._multi_leader(leaders, fault)
+            # Its election watched in one of the groups it leads.
+            group = self.rng.choice(fault["led_groups"])
+            leader = target
+            fault.update({"node": target, "group": group, "leader": target})
+            nodes[target].signal(signal.SIGSTOP)
+            fault["t_inject"] = self.history.now()
+            fault["held_s"] = self._hold(2.0, 4.0, fault)
+            nodes[target].signal(signal.SIGCONT)
+        elif kind == "leader_kill":
             fault["node"] = leader
             nodes[leader].kill()
             fault["t_inject"] = self.history.now()
@@ -147,7 +180,7 @@ class Driver:
             fault["held_s"] = self._hold(1.0, 3.0)
             nodes[target].start()
         elif kind == "node_term":
-            target = self.rng.choice(list(nodes))
+            target = self.rng.choice(self.cluster.groups[group])
             fault["node"] = target
             fault["t_inject"] = self.history.now()
             fault["exit_code"] = nodes[target].terminate()
@@ -159,7 +192,7 @@ class Driver:
             elif kind == "follower_partition":
                 target = self.rng.choice(followers)
             else:
-                target = self.rng.choice(list(nodes))
+                target = self.rng.choice(self.cluster.groups[group])
             fault["node"] = target
             self.topology.partition(target, inbound=True,
                                     outbound=kind != "oneway_partition")
@@ -176,24 +209,96 @@ class Driver:
             raise ValueError(kind)
         fault["was_leader"] = fault["node"] == leader
         fault["t_recover"] = self.history.now()
-        # Liveness: some write invoked after the fault must be answered.
+        if sharded:
+            # The groups hit: the chosen one and every one its node led.
+            fault["groups"] = sorted({group} | {g for g, lead in leaders.items()
+                                                if lead == fault["node"]})
+        # Liveness: some write invoked after the fault must be answered (in
+        # every group hit).
         deadline = time.monotonic() + 30.0
-        while self.history.last_write_ack < fault["t_inject"]:
+        while not self._served_since(fault):
             if time.monotonic() > deadline:
                 raise LivenessFailure(
                     f"fault {n} ({kind} of node {fault['node']}): no write answered "
-                    f"within 30 s of recovery")
+                    f"within 30 s of recovery"
+                    + (f" in group(s) {self._unserved(fault)}" if sharded else ""))
             time.sleep(0.02)
-        w = first_write_after(self.history.snapshot(), fault["t_inject"])
-        fault["first_write_s"] = None if w is None else w["t_done"] - fault["t_inject"]
+        if sharded:
+            fault["first_write_s"] = first_write_in_groups(
+                self.history.snapshot(), fault["t_inject"], fault["groups"])
+        else:
+            w = first_write_after(self.history.snapshot(), fault["t_inject"])
+            fault["first_write_s"] = None if w is None else w["t_done"] - fault["t_inject"]
         self.faults.append(fault)
         role = "leader" if fault["was_leader"] else "follower"
         who = "all nodes" if kind == "power_all" else f"node {fault['node']} ({role})"
+        if sharded:
+            led = [g for g, lead in sorted(leaders.items()) if lead == fault["node"]]
+            who = (f"node {fault['node']} (group {group}'s {role}; "
+                   f"led {','.join(map(str, led)) or 'none'})")
         fw = fault["first_write_s"]
         self.log(f"fault {n}/{total} {kind:<18} {who} "
                  f"held {fault['held_s']:.1f} s; first write after "
                  f"{'-' if fw is None else f'{fw:.2f} s'}{power_note(fault)}")
         return fault
+
+    def _unserved(self, fault: dict) -> list[int]:
+        """The groups hit by `fault` with no write answered since it."""
+        acks = self.history.last_write_ack_by_group
+        return [g for g in fault["groups"] if acks.get(g, -1.0) < fault["t_inject"]]
+
+    def _served_since(self, fault: dict) -> bool:
+        if "groups" not in fault:
+            return self.history.last_write_ack >= fault["t_inject"]
+        return not self._unserved(fault)
+
+    def _multi_leader(self, leaders: dict, fault: dict) -> int:
+        """The node leading the most groups, after handing it one more
+        group's leadership when none leads two (fault["handed"])."""
+        led: dict[int, list[int]] = {}
+        for g, lead in leaders.items():
+            led.setdefault(lead, []).append(g)
+        target = max(sorted(led), key=lambda i: len(led[i]))
+        if len(led[target]) < 2:
+            spare = [g for g, lead in sorted(leaders.items())
+                     if lead != target and target in self.cluster.groups[g]]
+            if spare:
+                g = self.rng.choice(spare)
+                now = self.cluster.nodes[leaders[g]].transfer(g, target)
+                fault["handed"] = {"group": g, "from": leaders[g], "leader_after": now}
+                if now == target:
+                    leaders[g] = target
+                    fault["leaders"][str(g)] = target
+                    led[target].append(g)
+                    # Every replica names the new leader before the fault,
+                    # or the election watch would take a stale view for
+                    # the next election.
+                    self._wait_named(g, target, timeout_s=5.0)
+        fault["led_groups"] = sorted(led[target])
+        return target
+
+
+    def _wait_named(self, group: int, leader: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            views = [self.cluster.nodes[i].status(0.2, group=group)
+                     for i in self.cluster.groups[group]]
+            if all(st is not None and st.leader_id == leader for st in views):
+                return
+            time.sleep(0.02)
+
+
+def first_write_in_groups(ops: list[dict], t: float, groups: list[int]) -> Optional[float]:
+    """Seconds from t until every group in `groups` answered a write
+    invoked at or after t (None when one has not)."""
+    firsts: dict[int, float] = {}
+    for o in ops:
+        g = o.get("group")
+        if g in groups and o["t_inv"] >= t and is_write_ack(o):
+            firsts[g] = min(firsts.get(g, o["t_done"]), o["t_done"])
+    if len(firsts) < len(groups):
+        return None
+    return max(firsts.values()) - t
 
 
 def power_note(fault: dict) -> str:
@@ -235,12 +340,18 @@ def failover_figures(faults: list[dict], ops: list[dict]) -> dict:
         name = f["kind"]
         if name in ("oneway_partition", "node_term", "power_one"):
             name += "_leader" if f["was_leader"] else "_follower"
-        best = None
-        for o in writes[bisect.bisect_left(starts, f["t_inject"]):]:
-            if best is not None and o["t_inv"] > best:
-                break
-            best = o["t_done"] if best is None else min(best, o["t_done"])
-        f["first_write_s"] = None if best is None else best - f["t_inject"]
+        if "groups" in f:  # sharded: until every group hit served again
+            later = writes[bisect.bisect_left(starts, f["t_inject"]):]
+            s = first_write_in_groups(later, f["t_inject"], f["groups"])
+            f["first_write_s"] = s
+            best = None if s is None else f["t_inject"] + s
+        else:
+            best = None
+            for o in writes[bisect.bisect_left(starts, f["t_inject"]):]:
+                if best is not None and o["t_inv"] > best:
+                    break
+                best = o["t_done"] if best is None else min(best, o["t_done"])
+            f["first_write_s"] = None if best is None else best - f["t_inject"]
         if best is None:
             missing[name] = missing.get(name, 0) + 1
         else:

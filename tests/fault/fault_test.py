@@ -1,4 +1,5 @@
-"""Fault test of a replicated 3-node dedupd group.
+"""Fault test of a replicated dedupd cluster: one 3-node group by default,
+or a sharded cluster (--nodes N --groups G [--replication_factor R]).
 
 Concurrent clients log every call while a driver kills, stops, restarts and
 partitions nodes (driver.py); then every partition is healed, every node
@@ -10,7 +11,14 @@ its own, a group that does not recover); 77 when this machine cannot run it
 (not root, no network namespaces or nftables).
 
     sudo /usr/bin/python3 tests/fault/fault_test.py --dedupd build/server/dedupd \
-        [--faults 200] [--seed N] [--gen DIR] [--keep] [--summary FILE]
+        [--faults 200] [--seed N] [--gen DIR] [--keep] [--summary FILE] \
+        [--nodes 4 --groups 5 [--replication_factor 3]]
+
+With --groups > 1 the keys are spread over every group, clients route each
+call to its group's leader or (--spread) to a random node that forwards it,
+faults pick a group and hit its leader or a follower (and
+multi_leader_stop freezes a node leading several groups), and the digests
+are compared per group across its replicas (cluster.py, driver.py).
 
 With --power-loss each node's data dir is a powerfs mount (tests/powerfs,
 --powerfs or $POWERFS) and the power kinds of power.py run (by default only
@@ -55,15 +63,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dedupd", default=os.environ.get("DEDUPD"),
                    help="the dedupd binary (default: $DEDUPD)")
     p.add_argument("--faults", type=int, default=21, help="faults to inject")
+    p.add_argument("--nodes", type=int, default=3, help="dedupd nodes")
+    p.add_argument("--groups", type=int, default=1,
+                   help="Raft groups (the nodes' --groups); > 1: a sharded cluster")
+    p.add_argument("--replication_factor", "--replication-factor", type=int, default=0,
+                   help="with --groups > 1: replicas per group (the nodes' "
+                   "--replication_factor; default: the server's, min(3, nodes))")
+    p.add_argument("--spread", type=float, default=0.3,
+                   help="with --groups > 1: share of calls sent to a random node "
+                   "(forwarded one hop) rather than the key's group leader")
     p.add_argument("--seed", type=int, default=None, help="default: random")
     p.add_argument("--workers", type=int, default=8)
-    p.add_argument("--keys", type=int, default=12, help="keys in play at once")
+    p.add_argument("--keys", type=int, default=None,
+                   help="keys in play at once (default 12, at least 3 per group)")
     p.add_argument("--deadline", type=float, default=1.0,
                    help="client call deadline, seconds")
     p.add_argument("--kinds", default=None,
                    help="comma-separated fault kinds to use (default: all of "
                    "leader_kill, leader_stop, follower_kill, node_term, "
-                   "leader_partition, follower_partition, oneway_partition; "
+                   "leader_partition, follower_partition, oneway_partition, and "
+                   "with --groups > 1 multi_leader_stop; "
                    "with --power-loss: power_one, power_all, power_snapshot, "
                    "power_truncate)")
     p.add_argument("--power-loss", action="store_true",
@@ -142,10 +161,21 @@ def main(argv: list[str]) -> int:
     from history.process import NodeFailure  # noqa: E402
     from history.workload import NAMESPACE, KeyPool, Worker  # noqa: E402
 
-    default_kinds = power.POWER_KINDS if args.power_loss else driver.KINDS
+    sharded = args.groups > 1
+    default_kinds = (power.POWER_KINDS if args.power_loss else
+                     driver.SHARDED_KINDS if sharded else driver.KINDS)
     kinds = args.kinds.split(",") if args.kinds else default_kinds
+    if args.keys is None:
+        args.keys = max(12, 3 * args.groups)
     bad = None
-    if set(kinds) - set(driver.ALL_KINDS):
+    if args.nodes < 1 or args.groups < 1:
+        bad = "--nodes and --groups must be at least 1"
+    elif args.power_loss and (sharded or args.nodes != 3):
+        bad = "--power-loss runs one 3-node group only"
+    elif not sharded and (set(kinds) - set(driver.KINDS) - set(power.POWER_KINDS)):
+        bad = f"kinds {sorted(set(kinds) - set(driver.KINDS) - set(power.POWER_KINDS))} " \
+              "need --groups > 1"
+    elif set(kinds) - set(driver.ALL_KINDS):
         bad = (f"unknown fault kinds {sorted(set(kinds) - set(driver.ALL_KINDS))}; "
                f"known: {','.join(driver.ALL_KINDS)}")
     elif not args.power_loss and set(kinds) & set(power.POWER_KINDS):
@@ -162,12 +192,14 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    log(f"seed {seed}, {args.faults} faults, {args.workers} workers, run dir {run_dir}")
+    log(f"seed {seed}, {args.faults} faults, {args.workers} workers, "
+        f"{args.nodes} nodes" + (f", {args.groups} groups" if sharded else "")
+        + f", run dir {run_dir}")
     removed = netns.remove_stale() + power.remove_stale_mounts()
     if removed:
         log(f"removed leftovers of dead runs: {' '.join(removed)}")
     rng = random.Random(seed)
-    topology = netns.Topology(3)
+    topology = netns.Topology(args.nodes)
     cluster = None
     drv = None
     stop = threading.Event()
@@ -176,6 +208,7 @@ def main(argv: list[str]) -> int:
     failure = None
     final: dict = {"digests": {}}
     summary: dict = {"seed": seed, "faults_requested": args.faults, "kinds": kinds,
+                     "nodes": args.nodes, "groups": args.groups,
                      "power_loss": args.power_loss, "lying_sync": args.lying_sync,
                      "continue_on_lost_dirs": args.continue_on_lost_dirs}
     started = time.monotonic()
@@ -184,6 +217,10 @@ def main(argv: list[str]) -> int:
         log(f"namespaces {' '.join(topology.namespaces)} (switch {topology.switch}) "
             f"on 10.77.{topology.subnet}.0/24")
         node_flags = list(args.node_flag)
+        if sharded:
+            node_flags = [f"--groups={args.groups}"] + (
+                [f"--replication_factor={args.replication_factor}"]
+                if args.replication_factor else []) + node_flags
         make_power = None
         if args.power_loss:
             # The snapshot flags first: a --node-flag may override them.
@@ -200,6 +237,14 @@ def main(argv: list[str]) -> int:
                 f"{args.snapshot_threshold}, trailing {args.snapshot_trailing}")
         cluster = Cluster(topology, run_dir, args.dedupd, node_flags, make_power)
         cluster.start_all()
+        if sharded:
+            cluster.load_layout()
+            if len(cluster.groups) != args.groups:
+                raise RuntimeError(f"the shard map has {len(cluster.groups)} groups, "
+                                   f"not {args.groups}")
+            log("groups (replicas): " + ", ".join(
+                f"{g} ({','.join(map(str, ids))})" for g, ids in sorted(cluster.groups.items())))
+        router = cluster.group_of if sharded else None
         drv = driver.Driver(cluster, history, rng, args.hold_scale, log)
         if args.power_loss:
             drv.power = power.PowerFaults(drv, args.snapshot_threshold,
@@ -207,9 +252,11 @@ def main(argv: list[str]) -> int:
                                           check_dirs=not (args.lying_sync or
                                                           args.continue_on_lost_dirs))
         drv.settle("after start", timeout_s=60)
-        pool = KeyPool(rng, args.keys)
+        pool = (KeyPool(rng, args.keys, cluster.group_of, sorted(cluster.groups))
+                if sharded else KeyPool(rng, args.keys))
         workers = [Worker(f"w{i}", cluster.addresses, history, pool, rng.randrange(1 << 62),
-                          args.deadline, stop) for i in range(args.workers)]
+                          args.deadline, stop, router=router, spread=args.spread)
+                   for i in range(args.workers)]
         for w in workers:
             w.start()
         for n, kind in enumerate(driver.schedule(args.faults, rng, kinds), 1):
@@ -239,7 +286,8 @@ def main(argv: list[str]) -> int:
 
             def read(part: int) -> None:
                 client = LeaderClient(cluster.addresses, history, f"{label}{part}",
-                                      args.deadline, random.Random(seed + part))
+                                      args.deadline, random.Random(seed + part),
+                                      router=router, spread=args.spread)
                 try:
                     for key in keys[part::args.workers]:
                         client.run("get", dedup_pb2.GetRequest(namespace=NAMESPACE,
@@ -259,18 +307,24 @@ def main(argv: list[str]) -> int:
             if errors:
                 raise driver.LivenessFailure(errors[0])
 
-        def digests(phase: str) -> None:
-            nodes, converged = cluster.converged_digests(timeout_s=30)
-            final["digests"][phase] = {
-                "converged": converged,
-                "nodes": {str(n): None if d is None else
-                          {"applied_index": d.applied_index, "digest": d.digest,
-                           "live_records": d.live_records,
-                           "replicated_now_ms": d.replicated_now_ms}
-                          for n, d in nodes.items()}}
-            log(f"digests {phase}: " + ", ".join(
+        def group_digests(phase: str, group: int) -> dict:
+            nodes, converged = cluster.converged_digests(timeout_s=30, group=group)
+            log(f"digests {phase}{f' group {group}' if sharded else ''}: " + ", ".join(
                 f"n{n} {d.applied_index}:{d.digest}" if d else f"n{n} -"
                 for n, d in nodes.items()))
+            return {"converged": converged,
+                    "nodes": {str(n): None if d is None else
+                              {"applied_index": d.applied_index, "digest": d.digest,
+                               "live_records": d.live_records,
+                               "replicated_now_ms": d.replicated_now_ms}
+                              for n, d in nodes.items()}}
+
+        def digests(phase: str) -> None:
+            if not sharded:
+                final["digests"][phase] = group_digests(phase, 0)
+                return
+            final["digests"][phase] = {"groups": {
+                str(g): group_digests(phase, g) for g in sorted(cluster.groups)}}
 
         # Heal everything, then read every key back and compare replicas.
         topology.heal_all()

@@ -72,7 +72,13 @@ fresh_claim    A STARTED whose record shows attempts == 1 is a fresh claim
                with attempts >= 2.
 replicas       After healing, and again after restarting all nodes, every
                node reports its Cluster.Digest at the same applied index and
-               the digests (and live record counts) are equal.
+               the digests (and live record counts) are equal; in a sharded
+               cluster, every replica of each group (fences of keys in
+               different groups come from different counters and may be
+               equal: the per-key checks never compare them).
+placement      Sharded runs: in each phase's read-back, the keys found in
+               group g (by the clients' slot function) are as many as g's
+               live records.
 
 Each check is a necessary condition that only uses answered facts and
 treats unknown operations as possibly applied, so a violation is a real
@@ -305,20 +311,33 @@ def _owners(claims: dict) -> dict:
 
 
 def check_replicas(final: dict, out: Violations) -> None:
+    """One group: final["digests"][phase] = {"converged", "nodes"}; a
+    sharded cluster: {"groups": {group id: {"converged", "nodes"}}}, each
+    group's replicas compared among themselves."""
     for phase in ("healed", "restarted"):
         d = final.get("digests", {}).get(phase)
         if d is None:
             out.add("replicas", None, f"no digests taken after the run was {phase}")
             continue
-        nodes = d.get("nodes", {})
-        if not d.get("converged"):
-            out.add("replicas", None,
-                    f"{phase}: nodes did not reach one applied index: {json.dumps(nodes)}")
+        if "groups" not in d:
+            _check_group_digests(phase, d, out)
             continue
-        if len({(n["digest"], n["live_records"]) for n in nodes.values()}) != 1:
-            out.add("replicas", None,
-                    f"{phase}: digests differ at applied index "
-                    f"{next(iter(nodes.values()))['applied_index']}: {json.dumps(nodes)}")
+        if not d["groups"]:
+            out.add("replicas", None, f"{phase}: no group's digests")
+        for group, gd in sorted(d["groups"].items(), key=lambda kv: int(kv[0])):
+            _check_group_digests(f"{phase}, group {group}", gd, out)
+
+
+def _check_group_digests(what: str, d: dict, out: Violations) -> None:
+    nodes = d.get("nodes", {})
+    if not d.get("converged"):
+        out.add("replicas", None,
+                f"{what}: nodes did not reach one applied index: {json.dumps(nodes)}")
+        return
+    if len({(n["digest"], n["live_records"]) for n in nodes.values()}) != 1:
+        out.add("replicas", None,
+                f"{what}: digests differ at applied index "
+                f"{next(iter(nodes.values()))['applied_index']}: {json.dumps(nodes)}")
 
 
 def check(ops: list[dict], final: Optional[dict] = None) -> Violations:
@@ -334,7 +353,39 @@ def check(ops: list[dict], final: Optional[dict] = None) -> Violations:
         _check_claims(key, kops, out)
     if final is not None:
         check_replicas(final, out)
+        check_placement(ops, final, out)
     return out
+
+
+# The read-back of each phase: the runner's reader threads' names.
+_READERS = {"healed": "final", "restarted": "restarted"}
+
+
+def check_placement(ops: list[dict], final: dict, out: Violations) -> None:
+    """Sharded runs (digests per group, reads naming their key's group):
+    the keys a phase's read-back found in group g are as many as the live
+    records of g's replicas (the clients' slot function puts keys where
+    the servers do, and no group holds another's key or lost one)."""
+    for phase, reader in _READERS.items():
+        d = final.get("digests", {}).get(phase)
+        if not d or "groups" not in d:
+            continue
+        found: dict[str, tuple] = {}
+        for o in ops:
+            if (o["op"] == "get" and o["outcome"] == "ok" and "group" in o
+                    and o["worker"].startswith(reader)
+                    and o["worker"][len(reader):].isdigit()):
+                found[o["key"]] = (o["group"], o["resp"].get("found", False))
+        per_group = defaultdict(int)
+        for group, was_found in found.values():
+            per_group[str(group)] += int(was_found)
+        for group, gd in d["groups"].items():
+            live = {n["live_records"] for n in gd.get("nodes", {}).values() if n}
+            if gd.get("converged") and len(live) == 1 and \
+                    next(iter(live)) != per_group.get(group, 0):
+                out.add("placement", None,
+                        f"{phase}: group {group} holds {next(iter(live))} live records, "
+                        f"the read-back found {per_group.get(group, 0)} of its keys")
 
 
 def stats(ops: list[dict]) -> dict:

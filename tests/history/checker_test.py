@@ -208,6 +208,53 @@ class CatchesBreaches(unittest.TestCase):
                              for p in ("healed", "restarted")}}
         self.assertEqual(len(checker.check([], final)), 0)
 
+    def test_replicas_per_group(self):
+        # Each group's replicas agree among themselves; groups differ from
+        # each other (their own states), which is no violation.
+        def group(digest, ids):
+            return {"converged": True, "nodes": {
+                str(n): {"applied_index": 7, "digest": digest, "live_records": 2}
+                for n in ids}}
+        def check(final):
+            out = checker.Violations()
+            checker.check_replicas(final, out)
+            return out
+        ok = {"groups": {"0": group("a", (1, 2, 3)), "1": group("b", (2, 3, 4))}}
+        final = {"digests": {"healed": ok, "restarted": ok}}
+        self.assertEqual(len(check(final)), 0)
+        bad = {"groups": {"0": group("a", (1, 2, 3)), "1": group("b", (2, 3, 4))}}
+        bad["groups"]["1"]["nodes"]["4"]["digest"] = "c"
+        v = check({"digests": {"healed": ok, "restarted": bad}})
+        self.assertEqual([x["check"] for x in v.items], ["replicas"])
+        self.assertIn("restarted, group 1", v.items[0]["message"])
+        v = check({"digests": {"healed": {"groups": {}}, "restarted": ok}})
+        self.assertEqual([x["check"] for x in v.items], ["replicas"])
+
+    def test_placement(self):
+        def group(live):
+            return {"converged": True, "nodes": {
+                str(n): {"applied_index": 7, "digest": "d", "live_records": live}
+                for n in (1, 2, 3)}}
+        final = {"digests": {p: {"groups": {"0": group(1), "1": group(2)}}
+                             for p in ("healed", "restarted")}}
+
+        def reads(reader, found):
+            return [{"id": i, "worker": f"{reader}{i % 2}", "op": "get", "key": k,
+                     "req": {}, "group": g, "node": 1, "t_inv": 100 + i,
+                     "t_done": 100.5 + i, "outcome": "ok", "resp": {"found": f}}
+                    for i, (k, g, f) in enumerate(found)]
+        def check(ops):
+            out = checker.Violations()
+            checker.check_placement(ops, final, out)
+            return out
+        good = [("a", 0, True), ("b", 1, True), ("c", 1, True), ("d", 0, False)]
+        self.assertEqual(len(check(reads("final", good) + reads("restarted", good))), 0)
+        # A key of group 1 the read-back no longer finds.
+        lost = [("a", 0, True), ("b", 1, True), ("c", 1, False), ("d", 0, False)]
+        v = check(reads("final", good) + reads("restarted", lost))
+        self.assertEqual([x["check"] for x in v.items], ["placement"])
+        self.assertIn("restarted: group 1", v.items[0]["message"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -24,6 +24,12 @@ Leader guess: a node that named the leader sends the next attempt there; a
 node that timed out or broke the connection is avoided for a while (a
 SIGSTOPped or isolated leader would hold every call until its deadline, and
 followers keep naming it until an election ends).
+
+Sharded clusters (a `router`, key -> group id): one leader guess per group,
+learnt from the "dedup-leader" hint of refusals and of answers a node
+forwarded to the group's leader (dedup.proto, "Routing"); a share
+(`spread`) of the attempts goes to a random node instead, which forwards
+it one hop. Each attempt's record then also names its key's `group`.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import itertools
 import random
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import grpc
 
@@ -63,8 +69,10 @@ class History:
         self.ops: list[dict] = []
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        # Time of the latest acknowledged write, for the driver's polling.
+        # Time of the latest acknowledged write, for the driver's polling;
+        # per group for records that name one (sharded clusters).
         self.last_write_ack = -1.0
+        self.last_write_ack_by_group: dict[int, float] = {}
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -75,6 +83,10 @@ class History:
             self.ops.append(op)
             if op["outcome"] == "ok" and is_write_ack(op):
                 self.last_write_ack = max(self.last_write_ack, op["t_done"])
+                g = op.get("group")
+                if g is not None:
+                    self.last_write_ack_by_group[g] = max(
+                        self.last_write_ack_by_group.get(g, -1.0), op["t_done"])
 
     def snapshot(self) -> list[dict]:
         with self._lock:
@@ -131,7 +143,9 @@ def response_fields(op: str, resp: Any) -> dict:
     raise ValueError(op)
 
 
-def _metadata(error: grpc.RpcError, key: str) -> Optional[str]:
+def _metadata(error, key: str) -> Optional[str]:
+    """Trailing metadata `key` of a failed call (grpc.RpcError) or of an
+    answered one (the grpc.Call of with_call)."""
     try:
         md = error.trailing_metadata() or ()
     except Exception:  # noqa: BLE001
@@ -179,8 +193,16 @@ class LeaderClient:
 
     def __init__(self, addresses: list[str], history: History, worker: str,
                  deadline_s: float, rng: random.Random,
-                 stop: Optional[threading.Event] = None) -> None:
+                 stop: Optional[threading.Event] = None,
+                 router: Optional[Callable[[str], int]] = None,
+                 spread: float = 0.0) -> None:
+        """router: a sharded cluster's key -> group id (None: one group);
+        spread: with a router, the share of attempts sent to a random node."""
         self.addresses = list(addresses)
+        self.router = router
+        self.spread = spread
+        # With a router: group id -> index of its guessed leader.
+        self.group_leaders: dict[int, int] = {}
         self.history = history
         self.worker = worker
         self.deadline_s = deadline_s
@@ -197,39 +219,68 @@ class LeaderClient:
         for c in self.channels:
             c.close()
 
-    def _pick(self) -> int:
-        now = time.monotonic()
-        if self.avoid_until[self.leader] <= now:
+    def _guess(self, group: Optional[int]) -> int:
+        if group is None:
             return self.leader
+        if group not in self.group_leaders:
+            self.group_leaders[group] = self.rng.randrange(len(self.addresses))
+        return self.group_leaders[group]
+
+    def _set_guess(self, group: Optional[int], index: int) -> None:
+        if group is None:
+            self.leader = index
+        else:
+            self.group_leaders[group] = index
+
+    def _pick(self, group: Optional[int] = None) -> int:
+        now = time.monotonic()
         n = len(self.addresses)
+        if group is not None and self.spread > 0 and self.rng.random() < self.spread:
+            usable = [i for i in range(n) if self.avoid_until[i] <= now]
+            return self.rng.choice(usable or list(range(n)))
+        guess = self._guess(group)
+        if self.avoid_until[guess] <= now:
+            return guess
         for i in range(1, n):
-            c = (self.leader + i) % n
+            c = (guess + i) % n
             if self.avoid_until[c] <= now:
-                self.leader = c
+                self._set_guess(group, c)
                 return c
-        return self.leader
+        return guess
 
     def attempt(self, op: str, request: Any, fields: dict, key: str,
                 extra_deadline_s: float = 0.0) -> tuple[str, Optional[dict], str, bool]:
         """One call to the guessed leader, logged. Returns (outcome, response
         fields or None, why, whether to back off before the next attempt)."""
-        target = self._pick()
+        group = self.router(key) if self.router is not None else None
+        target = self._pick(group)
         method = getattr(self.stubs[target], op.capitalize())
+        where = {"node": target + 1} if group is None else {"node": target + 1,
+                                                            "group": group}
         t_inv = self.history.now()
         try:
-            resp = method(request, timeout=self.deadline_s + extra_deadline_s)
+            timeout = self.deadline_s + extra_deadline_s
+            if group is None:
+                resp = method(request, timeout=timeout)
+            else:
+                resp, call = method.with_call(request, timeout=timeout)
             t_done = self.history.now()
             rec = {"worker": self.worker, "op": op, "key": key, "req": fields,
-                   "node": target + 1, "t_inv": t_inv, "t_done": t_done,
+                   **where, "t_inv": t_inv, "t_done": t_done,
                    "outcome": "ok", "resp": response_fields(op, resp)}
             self.history.add(rec)
+            if group is not None:
+                # Forwarded: the answer names the group's leader.
+                hint = _metadata(call, LEADER_KEY)
+                if hint in self.addresses:
+                    self._set_guess(group, self.addresses.index(hint))
             return "ok", rec["resp"], "", False
         except grpc.RpcError as e:
             t_done = self.history.now()
             outcome, why, hint = classify(e)
             self.history.add({
                 "worker": self.worker, "op": op, "key": key, "req": fields,
-                "node": target + 1, "t_inv": t_inv, "t_done": t_done,
+                **where, "t_inv": t_inv, "t_done": t_done,
                 "outcome": outcome, "code": e.code().name, "why": why,
                 "details": (e.details() or "")[:160]})
         now = time.monotonic()
@@ -238,21 +289,21 @@ class LeaderClient:
         if why == "not_leader" and hint in self.addresses:
             h = self.addresses.index(hint)
             if h != target:
-                self.leader = h
+                self._set_guess(group, h)
                 backoff = self.avoid_until[h] > now
             else:
-                self.leader = (target + 1) % n
+                self._set_guess(group, (target + 1) % n)
         elif why == "not_leader":
-            self.leader = (target + 1) % n  # an election: ask around
+            self._set_guess(group, (target + 1) % n)  # an election: ask around
         elif why == "no_connection":
             self.avoid_until[target] = now + 0.5
-            self.leader = (target + 1) % n
+            self._set_guess(group, (target + 1) % n)
             # Nobody to connect to (every node down, e.g. a whole group's
             # power loss): back off rather than spin through failed calls.
             backoff = all(t > now for t in self.avoid_until)
         elif why in ("deadline", "unavailable", "other"):
             self.avoid_until[target] = now + 1.5
-            self.leader = (target + 1) % n
+            self._set_guess(group, (target + 1) % n)
             backoff = False
         elif why == "rejected":
             self.rejected += 1

@@ -25,6 +25,7 @@ import hashlib
 import random
 import threading
 import uuid
+from typing import Callable, Optional, Sequence
 
 from history.client import GaveUp, History, LeaderClient
 from dedup.v1 import dedup_pb2
@@ -36,18 +37,32 @@ LONG_LEASE_MS = 4000
 
 
 class KeyPool:
-    """The keys in play. Thread-safe."""
+    """The keys in play. Thread-safe.
 
-    def __init__(self, rng: random.Random, active: int) -> None:
+    With group_of (a sharded cluster's key -> group id) and groups (the
+    group ids), the keys in play are spread evenly over the groups (key i
+    of the pool in groups[i % len(groups)]) and a key leaving play is
+    replaced by one of the same group, so every group always has some."""
+
+    def __init__(self, rng: random.Random, active: int,
+                 group_of: Optional[Callable[[str], int]] = None,
+                 groups: Sequence[int] = ()) -> None:
         self._rng = rng
         self._lock = threading.Lock()
         self._next = 0
-        self.active = [self._new() for _ in range(active)]
+        self._group_of = group_of if groups else None
+        self.groups = list(groups)
+        self.active = [self._new(self.groups[i % len(self.groups)] if self.groups else None)
+                       for i in range(active)]
         self.retired: list[str] = []
 
-    def _new(self) -> str:
-        self._next += 1
-        return f"k{self._next:06d}"
+    def _new(self, group: Optional[int] = None) -> str:
+        """The next key name (of `group`, when the pool has groups)."""
+        while True:
+            self._next += 1
+            key = f"k{self._next:06d}"
+            if self._group_of is None or group is None or self._group_of(key) == group:
+                return key
 
     def pick(self, rng: random.Random) -> str:
         with self._lock:
@@ -59,7 +74,8 @@ class KeyPool:
         """Seen COMPLETED: now and then the key leaves play."""
         with self._lock:
             if key in self.active and rng.random() < 0.3:
-                self.active[self.active.index(key)] = self._new()
+                group = self._group_of(key) if self._group_of is not None else None
+                self.active[self.active.index(key)] = self._new(group)
                 self.retired.append(key)
 
     @staticmethod
@@ -104,13 +120,17 @@ class LoopingWorker(threading.Thread):
 class Worker(LoopingWorker):
     def __init__(self, name: str, addresses: list[str], history: History,
                  pool: KeyPool, seed: int, deadline_s: float,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event,
+                 router: Optional[Callable[[str], int]] = None,
+                 spread: float = 0.0) -> None:
+        """router, spread: a sharded cluster's, see LeaderClient."""
         super().__init__(name)
         self.rng = random.Random(seed)
         self.history = history
         self.pool = pool
         self.stop = stop
-        self.client = LeaderClient(addresses, history, name, deadline_s, self.rng, stop)
+        self.client = LeaderClient(addresses, history, name, deadline_s, self.rng, stop,
+                                   router=router, spread=spread)
 
     def iteration(self) -> None:
         rng = self.rng
