@@ -21,14 +21,15 @@ prometheus::MetricFamily Gauge(std::string name, std::string help,
 }  // namespace
 
 std::vector<prometheus::MetricFamily> GroupsCollector::Collect() const {
+  const std::vector<ReplicatedStore*> groups = groups_();
   int led = 0;
-  for (ReplicatedStore* group : groups_) {
+  for (ReplicatedStore* group : groups) {
     if (group->GetClusterStatus().consensus.role == Role::kLeader) ++led;
   }
   std::vector<prometheus::MetricFamily> out;
   out.push_back(Gauge("dedup_groups_hosted",
                       "Raft groups this node hosts a replica of",
-                      static_cast<double>(groups_.size())));
+                      static_cast<double>(groups.size())));
   out.push_back(Gauge("dedup_groups_led", "Raft groups this node leads", led));
   return out;
 }

@@ -4,6 +4,8 @@
 #ifndef DEDUP_SERVER_GROUPS_COLLECTOR_H_
 #define DEDUP_SERVER_GROUPS_COLLECTOR_H_
 
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "prometheus/collectable.h"
@@ -12,15 +14,18 @@
 
 namespace dedup {
 
-// Does not own the stores, which must outlive it. Thread-safe.
+// Does not own the stores, which must outlive it. `groups` names the
+// stores hosted at scrape time (hosting changes while serving); it must be
+// thread-safe. Thread-safe.
 class GroupsCollector : public prometheus::Collectable {
  public:
-  explicit GroupsCollector(std::vector<ReplicatedStore*> groups)
+  explicit GroupsCollector(
+      std::function<std::vector<ReplicatedStore*>()> groups)
       : groups_(std::move(groups)) {}
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
-  const std::vector<ReplicatedStore*> groups_;
+  const std::function<std::vector<ReplicatedStore*>()> groups_;
 };
 
 }  // namespace dedup
