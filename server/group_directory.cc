@@ -35,7 +35,15 @@ GroupDirectory::GroupDirectory(uint64_t node_id, ShardLayout layout,
     : node_id_(node_id),
       layout_(std::move(layout)),
       peers_(std::move(peers)),
-      hosted_(std::move(hosted)) {}
+      hosted_(std::move(hosted)) {
+  // The layout is epoch 1's view: a node first asked after a change (a
+  // restart, or no map asked for before) counts it too.
+  for (const GroupPlacement& group : layout_.groups) {
+    std::vector<uint64_t> sorted = group.replicas;
+    std::sort(sorted.begin(), sorted.end());
+    seen_[group.id] = std::move(sorted);
+  }
+}
 
 std::map<uint32_t, ReplicatedStore*> GroupDirectory::hosted() const {
   absl::MutexLock lock(&mu_);

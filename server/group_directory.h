@@ -84,8 +84,10 @@ class GroupDirectory {
   // address when known.
   absl::Status NotHosted(uint32_t group_id) const;
   // The shard map now. Its epoch is the layout's plus the number of times
-  // a group's replica set (as this node sees it) differed from the last
-  // View: it rises whenever the replicas change in this node's view.
+  // a group's replica set (as this node sees it) differed from the one
+  // before (the layout's at first): it rises whenever the replicas change
+  // in this node's view. Nodes count apart: two nodes may give different
+  // epochs for the same replicas (see the class comment).
   View CurrentView() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -100,7 +102,8 @@ class GroupDirectory {
   mutable absl::Mutex mu_;
   std::map<uint32_t, ReplicatedStore*> hosted_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, Hint> hints_ ABSL_GUARDED_BY(mu_);
-  // What the last View saw, and how many changes it has counted.
+  // What the last View saw (the layout at first), and how many changes it
+  // has counted.
   mutable std::map<uint32_t, std::vector<uint64_t>> seen_ ABSL_GUARDED_BY(mu_);
   mutable uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
 };

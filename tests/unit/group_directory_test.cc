@@ -179,5 +179,17 @@ TEST_F(GroupDirectoryTest, TheEpochRisesWhenTheReplicasInViewChange) {
   EXPECT_EQ(directory_->CurrentView().epoch, first.epoch + 2);
 }
 
+TEST_F(GroupDirectoryTest, AFirstViewAfterAChangeCountsItToo) {
+  // A node (re)started once its group's replicas moved: its first map is
+  // already past the layout's epoch.
+  std::vector<uint64_t> voters = layout_.Find(own_)->replicas;
+  voters.back() = voters.back() % 4 + 1;
+  while (std::count(voters.begin(), voters.end(), voters.back()) > 1) {
+    voters.back() = voters.back() % 4 + 1;
+  }
+  store_.SetVoters(voters, self_);
+  EXPECT_EQ(directory_->CurrentView().epoch, layout_.epoch + 1);
+}
+
 }  // namespace
 }  // namespace dedup
