@@ -46,6 +46,10 @@ commands:
                              remove a node from the group
   cluster transfer [ID] [--group=G]
                              hand leadership to node ID (default: any)
+  cluster move --group=G --from=N --to=M
+                             move group G's replica from node N to node M
+                             (M catches up from G's state only; N's copy is
+                             deleted); prints each step
   cluster recover            status, then which node to recover a group
                              that lost its majority from, and the steps
   cluster shards             the shard map: groups, slot ranges, replicas,
@@ -118,6 +122,17 @@ cluster commands (dedup.v1.Cluster, cluster mode only):
             go to the leader (following dedup-leader) and wait until done
             (add: until the node is a voter); each prints one line
             (added: ID, removed: ID, leader_id: ID).
+  move      asks the first --address (any node) to move group G's replica
+            from node N to node M, keeping the replication factor: M hosts
+            an empty replica, the leader adds it as a learner that catches up
+            from a checkpoint of G only, promotes it to voter, hands
+            leadership away from N if N leads, removes N, and N deletes its
+            copy. Prints one "step: ..." line per step taken, then
+            "replicas: IDS" (-o json: the MoveReplicaResponse). Waits up to
+            30 minutes; run it again after a failure to resume (steps
+            already done are skipped). Exit 2 with FAILED_PRECONDITION when
+            the move does not apply (N hosts no replica of G, M already
+            does, the group's voters are not its replication factor).
   shards    the shard map from the first --address that gives it: "epoch: E",
             then GROUP SLOTS ([first,end)) REPLICAS (node ids) LEADER
             LEADER_ADDRESS; -o json: the ShardMapResponse.
@@ -183,7 +198,7 @@ absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
   if (args.size() < 2) {
     return absl::InvalidArgumentError(
         "'cluster' takes a subcommand: status, add, remove, transfer, "
-        "recover, shards or nodes");
+        "move, recover, shards or nodes");
   }
   const std::string& sub = args[1];
   const size_t extra = args.size() - 2;
@@ -246,10 +261,19 @@ absl::StatusOr<Invocation> ParseCluster(const std::vector<std::string>& args) {
     }
     return inv;
   }
+  if (sub == "move") {
+    if (extra != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'cluster move' takes no arguments (--group, --from, --to), got ",
+          extra));
+    }
+    inv.command = Command::kClusterMove;
+    return inv;
+  }
   if (auto shards = ParseShardsSubcommand(args)) return *std::move(shards);
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown cluster subcommand '", sub,
-      "' (status, add, remove, transfer, recover, shards or nodes)"));
+      "' (status, add, remove, transfer, move, recover, shards or nodes)"));
 }
 
 // Names each flag that is set but not in `allowed`.
@@ -268,6 +292,8 @@ absl::Status CheckApplicable(const CommandFlags& flags,
       {"data", flags.data.has_value()},
       {"accept_rerun", flags.accept_rerun.has_value()},
       {"group", flags.group.has_value()},
+      {"from", flags.from.has_value()},
+      {"to", flags.to.has_value()},
   };
   for (const auto& [name, given] : set) {
     if (given && !allowed.contains(name)) {
@@ -295,16 +321,29 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     // Only --group applies to a cluster command (not to recover, which
     // looks at group 0 only).
     const bool recover = args.size() > 1 && args[1] == "recover";
-    if (absl::Status s =
-            CheckApplicable(flags,
-                            recover ? absl::flat_hash_set<std::string>{}
-                                    : absl::flat_hash_set<std::string>{"group"},
-                            recover ? "cluster recover" : "cluster");
+    const bool move = args.size() > 1 && args[1] == "move";
+    absl::flat_hash_set<std::string> allowed = {"group"};
+    if (recover) allowed.clear();
+    if (move) allowed = {"group", "from", "to"};
+    if (absl::Status s = CheckApplicable(
+            flags, allowed,
+            recover ? "cluster recover" : (move ? "cluster move" : "cluster"));
         !s.ok()) {
       return s;
     }
     absl::StatusOr<Invocation> inv = ParseCluster(args);
-    if (inv.ok()) inv->group_id = flags.group.value_or(0);
+    if (!inv.ok()) return inv;
+    inv->group_id = flags.group.value_or(0);
+    if (move) {
+      if (!flags.group.has_value() || !flags.from.has_value() ||
+          !flags.to.has_value() || *flags.from == 0 || *flags.to == 0) {
+        return absl::InvalidArgumentError(
+            "'cluster move' needs --group=G, --from=N and --to=M (node ids "
+            "> 0)");
+      }
+      inv->from_node_id = *flags.from;
+      inv->to_node_id = *flags.to;
+    }
     return inv;
   }
   if (args[0] == "backup") {
@@ -393,6 +432,7 @@ absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
     case Command::kClusterAdd:
     case Command::kClusterRemove:
     case Command::kClusterTransfer:
+    case Command::kClusterMove:
     case Command::kClusterRecover:
     case Command::kClusterShards:
     case Command::kClusterNodes:

@@ -50,6 +50,8 @@ enum class Command {
   kClusterRemove,
   kClusterTransfer,
   kClusterRecover,
+  // Moves a group's replica between nodes (Cluster.MoveReplica).
+  kClusterMove,
   // Sharded clusters (dedupctl_shards.h): the shard map; the nodes.
   kClusterShards,
   kClusterNodes,
@@ -69,6 +71,8 @@ struct CommandFlags {
   std::optional<std::string> data;
   std::optional<bool> accept_rerun;
   std::optional<uint32_t> group;  // cluster status, add, remove, transfer.
+  std::optional<uint64_t> from;   // cluster move.
+  std::optional<uint64_t> to;     // cluster move.
 };
 
 struct Invocation {
@@ -88,7 +92,9 @@ struct Invocation {
   std::string raft_address;           // cluster add.
   std::string client_address;         // cluster add.
   uint32_t group_id = 0;  // cluster status, add, remove, transfer (--group).
-  std::string dir;        // backup.
+  uint64_t from_node_id = 0;                  // cluster move.
+  uint64_t to_node_id = 0;                    // cluster move.
+  std::string dir;                            // backup.
   OutputFormat output = OutputFormat::kText;  // -o / --output.
 };
 
@@ -96,7 +102,7 @@ struct Invocation {
 // COMMAND NS KEY [FENCE], COMMAND alone for stats, compact and
 // reload-policy, policy NS, backup DIR, or
 // cluster SUBCOMMAND [ARGS] (status; add ID RAFT_ADDR CLIENT_ADDR; remove ID;
-// transfer [ID]).
+// transfer [ID]; move with --group, --from and --to).
 // INVALID_ARGUMENT (with a message for the user) on any usage error.
 [[nodiscard]] absl::StatusOr<Invocation> ParseInvocation(
     const std::vector<std::string>& args, const CommandFlags& flags);

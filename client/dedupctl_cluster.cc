@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/batch_answers.h"
 #include "client/dedupctl_format.h"
@@ -22,6 +23,8 @@ namespace {
 // Membership changes wait for the group (add: until the new node caught up
 // and became a voter), so they get more than a data call's deadline.
 constexpr absl::Duration kMembershipDeadline = absl::Seconds(60);
+// A move copies a group's state to a node: as long as that takes.
+constexpr absl::Duration kMoveDeadline = absl::Minutes(30);
 
 absl::StatusOr<v1::ClusterStatusResponse> QueryStatus(
     LeaderRouter& router, const std::string& address, uint32_t group_id,
@@ -43,12 +46,12 @@ std::string OrDash(uint64_t value) {
 
 // A membership call or transfer, sent to the leader.
 template <typename Request, typename Response, typename Method>
-absl::StatusOr<Response> LeaderCall(LeaderRouter& router,
-                                    const ClientOptions& options,
-                                    absl::string_view name, Method method,
-                                    const Request& request) {
+absl::StatusOr<Response> LeaderCall(
+    LeaderRouter& router, const ClientOptions& options, absl::string_view name,
+    Method method, const Request& request,
+    absl::Duration at_least = kMembershipDeadline) {
   ClientOptions leader_options = options;
-  leader_options.deadline = std::max(options.deadline, kMembershipDeadline);
+  leader_options.deadline = std::max(options.deadline, at_least);
   Response response;
   const CallOutcome outcome = RetryingCall(
       router, leader_options, absl::ZeroDuration(), /*retry_unknown=*/false,
@@ -328,6 +331,29 @@ int RunClusterCommand(LeaderRouter& router, const ClientOptions& options,
         PrintJson(out, *moved);
       } else {
         out << "leader_id: " << moved->leader_id() << "\n";
+      }
+      return kExitOk;
+    }
+    case Command::kClusterMove: {
+      v1::MoveReplicaRequest request;
+      request.set_group_id(inv.group_id);
+      request.set_from_node_id(inv.from_node_id);
+      request.set_to_node_id(inv.to_node_id);
+      // Any node drives a move; running it again resumes it, so retries
+      // are safe.
+      auto moved = LeaderCall<v1::MoveReplicaRequest, v1::MoveReplicaResponse>(
+          router, options, "MoveReplica", &v1::Cluster::Stub::MoveReplica,
+          request, kMoveDeadline);
+      if (!moved.ok()) {
+        return PrintError(inv.output, err, moved.status(), kExitRpcError);
+      }
+      if (inv.output == OutputFormat::kJson) {
+        PrintJson(out, *moved);
+      } else {
+        for (const std::string& step : moved->steps()) {
+          out << "step: " << step << "\n";
+        }
+        out << "replicas: " << absl::StrJoin(moved->replicas(), ",") << "\n";
       }
       return kExitOk;
     }

@@ -118,6 +118,7 @@ int RunInvocation(const Client& client, v1::Admin::StubInterface& admin,
     case Command::kClusterAdd:
     case Command::kClusterRemove:
     case Command::kClusterTransfer:
+    case Command::kClusterMove:
     case Command::kClusterRecover:
       return RunClusterCommand(cluster, options, inv, out, err);
     case Command::kClusterShards:

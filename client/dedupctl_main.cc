@@ -65,8 +65,12 @@ ABSL_FLAG(bool, accept_rerun, false,
           "begin: run again an operation that completed and expired "
           "(instead of answering EXPIRED)");
 ABSL_FLAG(std::optional<uint32_t>, group, std::nullopt,
-          "cluster status/add/remove/transfer: the Raft group (--groups on "
-          "the server), default 0.");
+          "cluster status/add/remove/transfer/move: the Raft group (--groups "
+          "on the server), default 0.");
+ABSL_FLAG(std::optional<uint64_t>, from, std::nullopt,
+          "cluster move: the node whose replica moves (required)");
+ABSL_FLAG(std::optional<uint64_t>, to, std::nullopt,
+          "cluster move: the node that hosts the replica next (required)");
 ABSL_FLAG(std::optional<std::string>, result, std::nullopt,
           "complete: bytes to replay to duplicates.");
 
@@ -124,6 +128,8 @@ int main(int argc, char** argv) {
   flags.data = absl::GetFlag(FLAGS_data);
   if (absl::GetFlag(FLAGS_accept_rerun)) flags.accept_rerun = true;
   flags.group = absl::GetFlag(FLAGS_group);
+  flags.from = absl::GetFlag(FLAGS_from);
+  flags.to = absl::GetFlag(FLAGS_to);
   absl::StatusOr<dedup::ctl::Invocation> inv =
       dedup::ctl::ParseInvocation(args, flags);
   if (!inv.ok()) return UsageError(std::string(inv.status().message()));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -160,14 +161,29 @@ class FetchWatchdog {
   std::thread thread_;  // last: starts once the rest is set
 };
 
+// Group id -> bytes of checkpoint files received since the process started.
+absl::Mutex fetched_mu(absl::kConstInit);
+std::map<uint32_t, uint64_t>& FetchedBytes()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(fetched_mu) {
+  static auto* fetched = new std::map<uint32_t, uint64_t>();
+  return *fetched;
+}
+
+void CountFetched(uint32_t group_id, uint64_t bytes) {
+  absl::MutexLock lock(&fetched_mu);
+  FetchedBytes()[group_id] += bytes;
+}
+
 // Writes the stream's chunks as files of `dir`, in order.
 absl::Status ReadChunks(grpc::ClientReader<v1::CheckpointChunk>& reader,
-                        const std::string& dir, FetchWatchdog& watchdog,
-                        FileWriter& file, uint64_t& applied_index) {
+                        const std::string& dir, uint32_t group_id,
+                        FetchWatchdog& watchdog, FileWriter& file,
+                        uint64_t& applied_index) {
   v1::CheckpointChunk chunk;
   std::string name;
   while (reader.Read(&chunk)) {
     watchdog.Progress();
+    CountFetched(group_id, chunk.data().size());
     if (chunk.offset() == 0) {
       if (file.open()) {
         if (absl::Status s = file.Close(); !s.ok()) return s;
@@ -198,6 +214,12 @@ absl::Status ReadChunks(grpc::ClientReader<v1::CheckpointChunk>& reader,
 
 }  // namespace
 
+uint64_t CheckpointBytesFetched(uint32_t group_id) {
+  absl::MutexLock lock(&fetched_mu);
+  auto it = FetchedBytes().find(group_id);
+  return it == FetchedBytes().end() ? 0 : it->second;
+}
+
 absl::StatusOr<uint64_t> FetchCheckpoint(
     const ChannelFactory& open, const std::string& address, uint32_t group_id,
     uint64_t min_applied_index, const std::string& dir,
@@ -214,7 +236,8 @@ absl::StatusOr<uint64_t> FetchCheckpoint(
       stub->FetchCheckpoint(&context, request);
   FileWriter file;
   uint64_t applied_index = 0;
-  absl::Status failed = ReadChunks(*reader, dir, watchdog, file, applied_index);
+  absl::Status failed =
+      ReadChunks(*reader, dir, group_id, watchdog, file, applied_index);
   if (!failed.ok()) {
     context.TryCancel();
     (void)reader->Finish();

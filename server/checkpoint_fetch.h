@@ -35,6 +35,11 @@ struct FetchLimits {
     uint64_t min_applied_index, const std::string& dir,
     const FetchLimits& limits, const std::atomic<bool>* cancelled);
 
+// Bytes of group `group_id`'s checkpoint files this process received (every
+// FetchCheckpoint, whole or not) since it started: what copying that
+// group's state to this node cost. Thread-safe.
+[[nodiscard]] uint64_t CheckpointBytesFetched(uint32_t group_id);
+
 }  // namespace dedup
 
 #endif  // DEDUP_SERVER_CHECKPOINT_FETCH_H_

@@ -309,10 +309,13 @@ absl::StatusOr<FetchCheckpointFn> CheckpointFetcher(ChannelFactory open,
 
 // Group `group`'s store on this node: `tuning`'s Raft settings, its own
 // directories, its replicas as founders and their client addresses.
+// `join`: this node is not among the group's founding replicas; it starts
+// empty and waits to be added (Cluster.AddNode / MoveReplica).
 absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
                                                  const GroupPlacement& group,
                                                  const RaftOptions& tuning,
-                                                 const StoreOptions& single) {
+                                                 const StoreOptions& single,
+                                                 size_t hosted, bool join) {
   ClusterStoreOptions store;
   store.raft = tuning;
   // Held calls wait out a transfer (libraft ends it within the election
@@ -327,16 +330,17 @@ absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
   const std::filesystem::path dir(GroupDir(single.path, group.id));
   store.raft.dir = (dir / "raft").string();
   store.state.path = (dir / "state").string();
-  for (uint64_t replica : group.replicas) {
+  for (uint64_t replica : join ? std::vector<uint64_t>{} : group.replicas) {
     const ClusterNode* node = FindNode(config.peers, replica);
     store.raft.bootstrap.push_back({replica, node->raft_address});
   }
-  // One group: every --peers entry, as before groups (a joining node may
-  // list members that are not founders).
-  store.nodes =
-      config.group_count == 1 ? config.peers : std::vector<ClusterNode>{};
+  // One group, or a joiner: every --peers entry (a joiner fetches its first
+  // state from whichever of them leads; a joining node may list members
+  // that are not founders).
+  store.nodes = config.group_count == 1 || join ? config.peers
+                                                : std::vector<ClusterNode>{};
   for (uint64_t replica : group.replicas) {
-    if (config.group_count > 1) {
+    if (config.group_count > 1 && !join) {
       store.nodes.push_back(*FindNode(config.peers, replica));
     }
   }
@@ -345,7 +349,6 @@ absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
   store.consensus = [raft = store.raft](StateMachine* machine) {
     return StartRaft(raft, machine);
   };
-  const size_t hosted = config.layout.HostedBy(config.node_id).size();
   StateFromSingle(single, std::max<size_t>(hosted, 1), store);
   absl::StatusOr<FetchCheckpointFn> fetch =
       CheckpointFetcher(config.open_peer, group.id);
@@ -354,7 +357,37 @@ absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
   return store;
 }
 
+bool Exists(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+// The restart rule (ClusterConfig::groups): the founding layout's groups
+// until the data dir is marked founded, then the groups with a raft dir.
+std::vector<uint32_t> HostedAtStart(const ClusterConfig& config,
+                                    const std::string& data_dir) {
+  if (config.group_count == 1) return {0};
+  if (!IsFounded(data_dir)) return config.layout.HostedBy(config.node_id);
+  std::vector<uint32_t> hosted;
+  for (const GroupPlacement& group : config.layout.groups) {
+    const std::filesystem::path dir(GroupDir(data_dir, group.id));
+    if (Exists(dir / "raft")) hosted.push_back(group.id);
+  }
+  return hosted;
+}
+
+bool IsFounder(const ClusterConfig& config, uint32_t group_id) {
+  const GroupPlacement* group = config.layout.Find(group_id);
+  return group != nullptr &&
+         std::find(group->replicas.begin(), group->replicas.end(),
+                   config.node_id) != group->replicas.end();
+}
+
 }  // namespace
+
+bool IsFounded(const std::string& data_dir) {
+  return Exists(std::filesystem::path(data_dir) / kFoundedMarker);
+}
 
 std::string GroupDir(const std::string& data_dir, uint32_t group_id) {
   const std::filesystem::path data(data_dir);
@@ -394,15 +427,32 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   if (!open_peer.ok()) return open_peer.status();
   config.open_peer = *std::move(open_peer);
   // One group always runs here (a joining node is added to it later).
-  const std::vector<uint32_t> hosted = config.group_count == 1
-                                           ? std::vector<uint32_t>{0}
-                                           : config.layout.HostedBy(id);
+  const std::vector<uint32_t> hosted = HostedAtStart(config, single.path);
   for (uint32_t g : hosted) {
-    absl::StatusOr<ClusterStoreOptions> group =
-        GroupOptions(config, *config.layout.Find(g), tuning, single);
+    // Once founded, no replica bootstraps again: each has its
+    // configuration in its log, or waits for its leader's.
+    absl::StatusOr<ClusterStoreOptions> group = GroupOptions(
+        config, *config.layout.Find(g), tuning, single, hosted.size(),
+        config.group_count > 1 &&
+            (IsFounded(single.path) || !IsFounder(config, g)));
     if (!group.ok()) return group.status();
     config.groups.push_back(*std::move(group));
   }
+  // Groups moved here later start as joiners; the budget is split as if
+  // one more group were hosted.
+  ClusterConfig base = config;
+  base.groups.clear();
+  config.open_group =
+      [base = std::move(base), tuning, single, count = hosted.size()](
+          uint32_t group_id) -> absl::StatusOr<ClusterStoreOptions> {
+    const GroupPlacement* group = base.layout.Find(group_id);
+    if (group == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group ", group_id, " is not in the layout"));
+    }
+    return GroupOptions(base, *group, tuning, single, count + 1,
+                        /*join=*/true);
+  };
   return config;
 }
 

@@ -3,6 +3,7 @@
 #define DEDUP_SERVER_CLUSTER_CONFIG_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,25 @@ struct ClusterConfig {
   ShardLayout layout;
   // --peers as given (resolved), in order.
   std::vector<ClusterNode> peers;
-  // The groups this node hosts, ascending by group id (raft.group_id), each
-  // with its own directories and consensus, all on `peer_plane`. With
-  // group_count 1: exactly one, group 0, in DATA/raft and DATA/state.
+  // The groups this node hosts at start, ascending by group id
+  // (raft.group_id), each with its own directories and consensus, all on
+  // `peer_plane`. With group_count 1: exactly one, group 0, in DATA/raft and
+  // DATA/state.
+  //
+  // The restart rule (group_count > 1): until the data dir is marked
+  // founded (kFoundedMarker, written once the founding replicas are open),
+  // the node hosts the layout's groups of it, founders bootstrapping their
+  // configuration. From then on it hosts exactly the groups whose raft
+  // directory exists (GroupDir(g)/raft), whatever the layout says: a group
+  // moved here is reopened, one moved away (its directories deleted) is
+  // gone; none bootstraps again (each configuration is in its log, or comes
+  // from the group's leader for a replica still joining).
   std::vector<ClusterStoreOptions> groups;
+  // group_count > 1: the options of a replica of `group_id` opened while
+  // serving (a replica moved here), as a joiner. INVALID_ARGUMENT: not in
+  // the layout.
+  std::function<absl::StatusOr<ClusterStoreOptions>(uint32_t group_id)>
+      open_group;
   // The node's one Raft plane, shared by every hosted group.
   std::shared_ptr<PeerPlane> peer_plane;
   // host:port this node serves Raft on.
@@ -47,6 +63,11 @@ struct ClusterConfig {
   // Opens channels to other nodes' client ports, secured as configured.
   ChannelFactory open_peer;
 };
+
+// The file in the data dir that marks it founded (--groups > 1): see the
+// restart rule at ClusterConfig::groups.
+inline constexpr char kFoundedMarker[] = "HOSTING";
+[[nodiscard]] bool IsFounded(const std::string& data_dir);
 
 // The directory holding group `group_id`'s raft/ and state/ inside the data
 // dir: the data dir itself for group 0 (as before groups existed),

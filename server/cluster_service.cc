@@ -4,8 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "server/checkpoint_fetch.h"
 #include "server/checkpoint_streamer.h"
 #include "server/cluster_config.h"
+#include "server/cluster_service_move.h"
 #include "server/operator_call.h"
 #include "server/proto_convert.h"
 #include "server/rpc_call.h"
@@ -41,42 +43,17 @@ class RefusedCheckpointStream final
   void OnDone() override { delete this; }
 };
 
-// A hosted group's replicas are its live voters (one group's members change
-// with AddNode / RemoveNode); any other group's are its layout's.
-std::vector<uint64_t> ReplicasOf(const GroupDirectory& groups,
-                                 const GroupPlacement& group) {
-  ReplicatedStore* store = groups.Hosted(group.id);
-  if (store == nullptr) return group.replicas;
-  std::vector<uint64_t> voters;
-  for (const Member& member : store->GetClusterStatus().consensus.members) {
-    if (member.role == MemberRole::kVoter) voters.push_back(member.id);
-  }
-  if (voters.empty()) return group.replicas;  // not started yet
-  // The layout's order first (its first replica is the preferred leader).
-  std::vector<uint64_t> ordered;
-  for (uint64_t id : group.replicas) {
-    if (std::find(voters.begin(), voters.end(), id) != voters.end()) {
-      ordered.push_back(id);
-    }
-  }
-  for (uint64_t id : voters) {
-    if (std::find(ordered.begin(), ordered.end(), id) == ordered.end()) {
-      ordered.push_back(id);
-    }
-  }
-  return ordered;
-}
-
 void FillShardMap(const GroupDirectory& groups,
                   v1::ShardMapResponse& response) {
-  response.set_epoch(groups.layout().epoch);
+  const GroupDirectory::View view = groups.CurrentView();
+  response.set_epoch(view.epoch);
   response.set_slot_count(kSlotCount);
-  for (const GroupPlacement& group : groups.layout().groups) {
+  for (const GroupPlacement& group : view.groups) {
     v1::ShardGroup* out = response.add_groups();
     out->set_group_id(group.id);
     out->set_first_slot(group.first_slot);
     out->set_end_slot(group.end_slot);
-    for (uint64_t id : ReplicasOf(groups, group)) {
+    for (uint64_t id : group.replicas) {
       v1::ShardReplica* replica = out->add_replicas();
       replica->set_node_id(id);
       replica->set_client_address(groups.ClientAddress(id));
@@ -85,6 +62,12 @@ void FillShardMap(const GroupDirectory& groups,
     out->set_leader_node_id(leader.id);
     out->set_leader_address(leader.address);
   }
+}
+
+absl::Status NoHosting() {
+  return absl::FailedPreconditionError(
+      "moving replicas needs --groups > 1 (with one group: cluster add / "
+      "remove)");
 }
 
 }  // namespace
@@ -114,6 +97,8 @@ grpc::ServerUnaryReactor* ClusterService::Status(
   response->set_leader_changes(c.leader_changes);
   response->set_replicated_now_ms(status.replicated_now_ms);
   response->set_last_fence(status.last_fence);
+  response->set_checkpoint_bytes_fetched(
+      CheckpointBytesFetched(request->group_id()));
   for (const ClusterNode& node : status.nodes) {
     if (node.id == c.leader_id)
       response->set_leader_address(node.client_address);
@@ -217,6 +202,66 @@ grpc::ServerUnaryReactor* ClusterService::ShardMap(
   if (Refused(call, *context, "Cluster.ShardMap")) return call.reactor();
   FillShardMap(*groups_, *response);
   call.Finish(grpc::Status::OK);
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* ClusterService::HostGroup(
+    grpc::CallbackServerContext* context, const v1::HostGroupRequest* request,
+    v1::HostGroupResponse* response) {
+  RpcCall call(context, Method::kClusterHostGroup, metrics_);
+  if (Refused(call, *context, "Cluster.HostGroup")) return call.reactor();
+  if (hosting_ == nullptr) {
+    call.Fail(NoHosting());
+    return call.reactor();
+  }
+  tasks_.Start([this, group = request->group_id(), call, response] {
+    absl::Status s = hosting_->Host(group);
+    if (s.code() == absl::StatusCode::kAlreadyExists) {
+      response->set_already_hosted(true);
+      s = absl::OkStatus();
+    }
+    call.Fail(s);
+  });
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* ClusterService::DropGroup(
+    grpc::CallbackServerContext* context, const v1::DropGroupRequest* request,
+    v1::DropGroupResponse* response) {
+  RpcCall call(context, Method::kClusterDropGroup, metrics_);
+  if (Refused(call, *context, "Cluster.DropGroup")) return call.reactor();
+  if (hosting_ == nullptr) {
+    call.Fail(NoHosting());
+    return call.reactor();
+  }
+  tasks_.Start([this, group = request->group_id(), call, response] {
+    absl::Status s = hosting_->Drop(group);
+    response->set_dropped(s.ok());
+    if (s.code() == absl::StatusCode::kNotFound) s = absl::OkStatus();
+    call.Fail(s);
+  });
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* ClusterService::MoveReplica(
+    grpc::CallbackServerContext* context, const v1::MoveReplicaRequest* request,
+    v1::MoveReplicaResponse* response) {
+  RpcCall call(context, Method::kClusterMoveReplica, metrics_);
+  if (Refused(call, *context, "Cluster.MoveReplica")) return call.reactor();
+  if (hosting_ == nullptr) {
+    call.Fail(NoHosting());
+    return call.reactor();
+  }
+  tasks_.Start([this, request, call, response] {
+    absl::StatusOr<v1::MoveReplicaResponse> moved =
+        dedup::MoveReplica(*groups_, open_peer_, *request);
+    if (!moved.ok()) {
+      call.Fail(moved.status());
+      return;
+    }
+    *response = *std::move(moved);
+    call.Finish(grpc::Status::OK);
+  });
   return call.reactor();
 }
 

@@ -3,6 +3,9 @@
 #ifndef DEDUP_SERVER_CLUSTER_SERVICE_H_
 #define DEDUP_SERVER_CLUSTER_SERVICE_H_
 
+#include <utility>
+
+#include "common/channel_security.h"
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "replication/replicated_store.h"
 #include "server/auth.h"
@@ -13,6 +16,21 @@
 #include "server/task_threads.h"
 
 namespace dedup {
+
+// Opens and closes this node's replicas while it serves (the daemon).
+// Thread-safe; each call blocks (opening or closing a RocksDB, asking other
+// nodes): never on a gRPC callback thread.
+class GroupHosting {
+ public:
+  virtual ~GroupHosting() = default;
+  // Hosts an empty replica of `group_id` as a joiner (see
+  // Cluster.HostGroup). ALREADY_EXISTS when one is hosted.
+  [[nodiscard]] virtual absl::Status Host(uint32_t group_id) = 0;
+  // Closes this node's replica of `group_id` and deletes its directories
+  // once the group's leader no longer lists this node (see
+  // Cluster.DropGroup). NOT_FOUND when none is hosted.
+  [[nodiscard]] virtual absl::Status Drop(uint32_t group_id) = 0;
+};
 
 // Thread-safe. Does not own `groups` or `auth`, which must outlive every
 // call. Every call but ShardMap acts on this node's replica of the
@@ -51,10 +69,31 @@ class ClusterService final : public v1::Cluster::CallbackService {
   grpc::ServerUnaryReactor* ShardMap(grpc::CallbackServerContext* context,
                                      const v1::ShardMapRequest* request,
                                      v1::ShardMapResponse* response) override;
+  // Moving replicas (--groups > 1, after EnableHosting; FAILED_PRECONDITION
+  // otherwise); each runs on a thread of its own.
+  grpc::ServerUnaryReactor* HostGroup(grpc::CallbackServerContext* context,
+                                      const v1::HostGroupRequest* request,
+                                      v1::HostGroupResponse* response) override;
+  grpc::ServerUnaryReactor* DropGroup(grpc::CallbackServerContext* context,
+                                      const v1::DropGroupRequest* request,
+                                      v1::DropGroupResponse* response) override;
+  grpc::ServerUnaryReactor* MoveReplica(
+      grpc::CallbackServerContext* context,
+      const v1::MoveReplicaRequest* request,
+      v1::MoveReplicaResponse* response) override;
   // Between nodes; see checkpoint_streamer.h.
   grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
       grpc::CallbackServerContext* context,
       const v1::FetchCheckpointRequest* request) override;
+
+  // Serves HostGroup, DropGroup and MoveReplica with `hosting` (not
+  // owned; it must outlive the service) and `open` (channels to the other
+  // nodes' client ports, with this node's peer credentials). Call it
+  // before the server starts.
+  void EnableHosting(GroupHosting* hosting, ChannelFactory open) {
+    hosting_ = hosting;
+    open_peer_ = std::move(open);
+  }
 
   // From now on new calls (checkpoint streams too) are answered UNAVAILABLE
   // (see lame_duck.h); streams already running go on.
@@ -75,6 +114,8 @@ class ClusterService final : public v1::Cluster::CallbackService {
   const GroupDirectory* const groups_;
   const Authorizer* const auth_;
   Metrics* const metrics_;
+  GroupHosting* hosting_ = nullptr;
+  ChannelFactory open_peer_;
   LameDuck lame_duck_;
   // Last: its destructor joins threads that use the members above.
   TaskThreads tasks_;

@@ -20,6 +20,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/backup_restore.h"
+#include "server/daemon_hosting.h"
 #include "server/data_format_check.h"
 #include "server/exit_status.h"
 #include "server/forward_config.h"
@@ -223,6 +224,7 @@ absl::Status Daemon::OpenStore() {
 }
 
 absl::Status Daemon::OpenGroups() {
+  if (cluster_.group_count > 1) RemoveDroppedLeftovers(config_.store.path);
   for (ClusterStoreOptions& options : cluster_.groups) {
     const uint32_t id = options.raft.group_id;
     if (id != 0) {
@@ -241,7 +243,20 @@ absl::Status Daemon::OpenGroups() {
     groups_.push_back(opened->get());
     owned_groups_.push_back(*std::move(opened));
   }
-  replicated_ = groups_.front();
+  // After the founding replicas exist: from now on the node hosts the
+  // groups it has directories of (the restart rule, cluster_config.h), even
+  // once every group has moved away.
+  if (cluster_.group_count > 1) {
+    if (absl::Status s = CreateFileDurably(
+            (std::filesystem::path(config_.store.path) / kFoundedMarker)
+                .string(),
+            "replicas hosted: the groups with a raft directory\n", 0644);
+        !s.ok()) {
+      return Fail(exit_code::kDataDir, s, "cannot mark the data dir founded: ");
+    }
+  }
+  // None after every group hosted here moved away (--groups > 1).
+  replicated_ = groups_.empty() ? nullptr : groups_.front();
   std::map<uint32_t, ReplicatedStore*> hosted;
   std::map<uint32_t, Store*> routed;
   for (size_t i = 0; i < groups_.size(); ++i) {
@@ -264,9 +279,17 @@ absl::Status Daemon::OpenGroups() {
   absl::StatusOr<std::unique_ptr<GroupRouter>> created =
       GroupRouter::Create(std::move(router));
   if (!created.ok()) return Fail(exit_code::kDataDir, created.status());
+  router_ = created->get();
   store_ = *std::move(created);
   balancer_ =
       std::make_unique<LeaderBalancer>(directory_.get(), absl::Seconds(1));
+  activator_ = std::make_unique<Activator>();
+  activator_->thread = std::thread([this] {
+    while (!activator_->stop.WaitForNotificationWithTimeout(
+        absl::Milliseconds(100))) {
+      ActivateJoined();
+    }
+  });
   return absl::OkStatus();
 }
 
@@ -364,6 +387,9 @@ absl::Status Daemon::StartServer() {
   if (directory_ != nullptr) {
     cluster_service_ = std::make_unique<ClusterService>(
         directory_.get(), auth_.get(), metrics_.get());
+    if (router_ != nullptr) {
+      cluster_service_->EnableHosting(this, cluster_.open_peer);
+    }
     builder.RegisterService(cluster_service_.get());
   }
   if (config_.enable_bench_service) builder.RegisterService(&bench_);
@@ -484,11 +510,11 @@ absl::Status Daemon::AnnounceReady() {
 // want of disk space: a follower's refusals are normal).
 void Daemon::WatchHealth() {
   std::function<absl::Status()> storage_check;
-  if (replicated_ == nullptr) {
+  if (!cluster_.enabled) {
     storage_check = [s = store_.get()] { return s->CheckServing(); };
   } else {
-    storage_check = [groups = groups_] {
-      for (ReplicatedStore* group : groups) {
+    storage_check = [this] {
+      for (ReplicatedStore* group : HostedGroups()) {
         if (absl::Status s = group->CheckDiskSpace(); !s.ok()) return s;
       }
       return absl::OkStatus();
@@ -503,13 +529,17 @@ void Daemon::WatchHealth() {
 // watchdog keepalives when it asks for them.
 void Daemon::WatchLiveness() {
   std::function<uint64_t()> heartbeat;
-  if (replicated_ == nullptr) {
+  if (!cluster_.enabled) {
     store_probe_ = std::make_unique<StoreProbe>(
         store_.get(), absl::Milliseconds(kStoreProbeIntervalMs));
     heartbeat = [p = store_probe_.get()] { return p->answered(); };
   } else {
     // Any group's progress: they share one node, its disks and threads.
-    heartbeat = [groups = groups_] {
+    // A node hosting none (every group moved away) counts the watch's own
+    // calls: nothing of its can wedge.
+    heartbeat = [this, calls = uint64_t{0}]() mutable {
+      const std::vector<ReplicatedStore*> groups = HostedGroups();
+      if (groups.empty()) return ++calls;
       uint64_t ticks = 0;
       for (ReplicatedStore* group : groups) {
         ticks += group->GetClusterStatus().consensus.ticks;
@@ -527,6 +557,13 @@ void Daemon::WatchLiveness() {
   }
   liveness_watch_ =
       std::make_unique<LivenessWatch>(std::move(heartbeat), health_, options);
+}
+
+std::vector<ReplicatedStore*> Daemon::HostedGroups() const {
+  std::vector<ReplicatedStore*> groups;
+  if (directory_ == nullptr) return groups;  // single node
+  for (const auto& [id, store] : directory_->hosted()) groups.push_back(store);
+  return groups;
 }
 
 void Daemon::Notify(absl::string_view state) const {

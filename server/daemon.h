@@ -7,10 +7,15 @@
 #include <signal.h>
 
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "replication/group_router.h"
@@ -43,7 +48,12 @@ namespace dedup {
 // logged by the caller (the status' message) and carries the exit code
 // (exit_status.h). Members are declared in the order they are made, so that
 // they are destroyed in the reverse order whatever step failed.
-class Daemon {
+//
+// Hosting (--groups > 1): the node opens and closes replicas while it
+// serves (GroupHosting, for Cluster.HostGroup / DropGroup / MoveReplica),
+// one at a time under hosting_mu_. A closed replica's store object is kept
+// until the daemon goes: a caller may still hold the pointer it read.
+class Daemon final : public GroupHosting {
  public:
   struct Build {
     std::string version;
@@ -74,6 +84,10 @@ class Daemon {
   // --shutdown_grace_ms are cancelled.
   [[nodiscard]] absl::Status Stop();
 
+  // GroupHosting (daemon_hosting.cc).
+  [[nodiscard]] absl::Status Host(uint32_t group_id) override;
+  [[nodiscard]] absl::Status Drop(uint32_t group_id) override;
+
  private:
   // Start's steps, in order.
   absl::Status ReadConfig();
@@ -99,6 +113,18 @@ class Daemon {
   // listener's) and adds it to health_, so every listener answers alike.
   void AddHealthService(grpc::HealthCheckServiceInterface* health);
   std::vector<std::string> ReadinessServices() const;
+  // The replicas hosted now (the directory's), in group order; none for a
+  // single node.
+  std::vector<ReplicatedStore*> HostedGroups() const;
+  // Routes to replicas opened while serving once they are voters that know
+  // their leader (until then their refusals would name no one): every
+  // 100 ms on activator_'s thread.
+  void ActivateJoined();
+  // Stops hosting `group_id` (hosting_mu_ held): directory, router, store,
+  // directories.
+  absl::Status CloseAndDelete(uint32_t group_id, ReplicatedStore* store,
+                              const v1::ClusterStatusResponse& leader)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(hosting_mu_);
   // Stop's steps.
   void HandOffLeadership();
   void Drain();
@@ -112,9 +138,17 @@ class Daemon {
   int stop_signal_ = 0;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Authorizer> auth_;
-  // --groups > 1: the hosted groups' stores (store_ routes to them).
+  // Serializes opening and closing replicas while serving; guards the
+  // lists below once the server runs (Start fills them alone).
+  absl::Mutex hosting_mu_;
+  // --groups > 1: the hosted groups' stores (store_ routes to them), and
+  // those closed since (kept: see the class comment).
   std::vector<std::unique_ptr<ReplicatedStore>> owned_groups_;
+  std::vector<std::unique_ptr<ReplicatedStore>> retired_groups_;
+  // Groups opened while serving and not routed to yet (ActivateJoined).
+  std::set<uint32_t> joining_ ABSL_GUARDED_BY(hosting_mu_);
   std::unique_ptr<Store> store_;
+  GroupRouter* router_ = nullptr;  // store_ with --groups > 1
   // Cluster mode: every hosted group's store, ascending by group id (one
   // group: store_ itself), and the first of them (group 0 with one group),
   // whose dedup_raft_* metrics and backups this node serves.
@@ -148,6 +182,16 @@ class Daemon {
   std::unique_ptr<StoreProbe> store_probe_;  // single node
   std::unique_ptr<LivenessWatch> liveness_watch_;
   std::unique_ptr<LeaderBalancer> balancer_;  // --groups > 1
+  // Runs ActivateJoined (--groups > 1); stopped first.
+  struct Activator {
+    absl::Notification stop;
+    std::thread thread;
+    ~Activator() {
+      stop.Notify();
+      if (thread.joinable()) thread.join();
+    }
+  };
+  std::unique_ptr<Activator> activator_;
 };
 
 }  // namespace dedup

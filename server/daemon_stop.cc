@@ -37,6 +37,7 @@ void Daemon::Serve() {
 
 absl::Status Daemon::Stop() {
   Notify("STOPPING=1\nSTATUS=stopping: draining in-flight calls");
+  activator_.reset();
   liveness_watch_.reset();
   store_probe_.reset();
   health_watch_.reset();
@@ -57,6 +58,7 @@ absl::Status Daemon::Stop() {
                     absl::StrCat("error closing the store: ", s.message()));
   }
   // --groups > 1: store_ was the router; the groups close after it.
+  absl::MutexLock hosting(&hosting_mu_);
   for (std::unique_ptr<ReplicatedStore>& group : owned_groups_) {
     if (absl::Status s = group->Close(); !s.ok()) {
       return ExitWith(exit_code::kStopError,
@@ -110,7 +112,7 @@ void AskHandOff(ReplicatedStore* group,
 void Daemon::HandOffLeadership() {
   balancer_.reset();  // it would hand leadership back
   auto pending = std::make_shared<PendingHandOffs>();
-  for (ReplicatedStore* group : groups_) AskHandOff(group, pending);
+  for (ReplicatedStore* group : HostedGroups()) AskHandOff(group, pending);
   absl::MutexLock lock(&pending->mu);
   pending->mu.AwaitWithTimeout(
       absl::Condition(

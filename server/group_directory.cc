@@ -1,5 +1,6 @@
 #include "server/group_directory.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -7,6 +8,26 @@
 #include "storage/store.h"
 
 namespace dedup {
+namespace {
+
+bool Contains(const std::vector<uint64_t>& ids, uint64_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+// `voters` in `preferred`'s order first, then the others in theirs.
+std::vector<uint64_t> InOrderOf(const std::vector<uint64_t>& preferred,
+                                const std::vector<uint64_t>& voters) {
+  std::vector<uint64_t> ordered;
+  for (uint64_t id : preferred) {
+    if (Contains(voters, id)) ordered.push_back(id);
+  }
+  for (uint64_t id : voters) {
+    if (!Contains(ordered, id)) ordered.push_back(id);
+  }
+  return ordered;
+}
+
+}  // namespace
 
 GroupDirectory::GroupDirectory(uint64_t node_id, ShardLayout layout,
                                std::vector<ClusterNode> peers,
@@ -14,9 +35,23 @@ GroupDirectory::GroupDirectory(uint64_t node_id, ShardLayout layout,
     : node_id_(node_id),
       layout_(std::move(layout)),
       peers_(std::move(peers)),
-      hosted_(std::move(hosted)) {}
+      hosted_(std::move(hosted)) {
+  // The layout is epoch 1's view: a node first asked after a change (a
+  // restart, or no map asked for before) counts it too.
+  for (const GroupPlacement& group : layout_.groups) {
+    std::vector<uint64_t> sorted = group.replicas;
+    std::sort(sorted.begin(), sorted.end());
+    seen_[group.id] = std::move(sorted);
+  }
+}
+
+std::map<uint32_t, ReplicatedStore*> GroupDirectory::hosted() const {
+  absl::MutexLock lock(&mu_);
+  return hosted_;
+}
 
 ReplicatedStore* GroupDirectory::Hosted(uint32_t group_id) const {
+  absl::MutexLock lock(&mu_);
   auto it = hosted_.find(group_id);
   return it == hosted_.end() ? nullptr : it->second;
 }
@@ -28,13 +63,28 @@ absl::StatusOr<ReplicatedStore*> GroupDirectory::HostedOrNotFound(
       absl::StrCat("this node hosts no replica of group ", group_id));
 }
 
+void GroupDirectory::Host(uint32_t group_id, ReplicatedStore* store) {
+  absl::MutexLock lock(&mu_);
+  hosted_[group_id] = store;
+  hints_.erase(group_id);
+}
+
+void GroupDirectory::Unhost(uint32_t group_id, std::vector<uint64_t> replicas,
+                            uint64_t leader) {
+  replicas.erase(std::remove(replicas.begin(), replicas.end(), node_id_),
+                 replicas.end());
+  absl::MutexLock lock(&mu_);
+  hosted_.erase(group_id);
+  hints_[group_id] = {std::move(replicas), leader == node_id_ ? 0 : leader};
+}
+
 std::string GroupDirectory::ClientAddress(uint64_t node) const {
   for (const ClusterNode& peer : peers_) {
     if (peer.id == node) return peer.client_address;
   }
-  // Members added after this node started (one group) are known only to
-  // the group's configuration.
-  for (const auto& [id, store] : hosted_) {
+  // Members added after this node started are known only to the group's
+  // configuration.
+  for (const auto& [id, store] : hosted()) {
     for (const ClusterNode& known : store->GetClusterStatus().nodes) {
       if (known.id == node) return known.client_address;
     }
@@ -42,13 +92,46 @@ std::string GroupDirectory::ClientAddress(uint64_t node) const {
   return "";
 }
 
+std::vector<uint64_t> GroupDirectory::ReplicasOf(uint32_t group_id) const {
+  const GroupPlacement* group = layout_.Find(group_id);
+  const std::vector<uint64_t> founders =
+      group == nullptr ? std::vector<uint64_t>{} : group->replicas;
+  if (ReplicatedStore* store = Hosted(group_id)) {
+    std::vector<uint64_t> voters;
+    for (const Member& member : store->GetClusterStatus().consensus.members) {
+      if (member.role == MemberRole::kVoter) voters.push_back(member.id);
+    }
+    // Empty: a joiner not told its configuration yet.
+    if (!voters.empty()) return InOrderOf(founders, voters);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto hint = hints_.find(group_id);
+    if (hint != hints_.end() && !hint->second.replicas.empty()) {
+      return InOrderOf(founders, hint->second.replicas);
+    }
+  }
+  return founders;
+}
+
 GroupDirectory::Leader GroupDirectory::LeaderOf(uint32_t group_id) const {
   Leader leader;
   if (ReplicatedStore* store = Hosted(group_id)) {
     leader.id = store->GetClusterStatus().consensus.leader_id;
-  } else if (const GroupPlacement* group = layout_.Find(group_id);
-             group != nullptr && !group->replicas.empty()) {
-    leader.id = group->replicas.front();
+  } else {
+    {
+      absl::MutexLock lock(&mu_);
+      auto hint = hints_.find(group_id);
+      if (hint != hints_.end()) leader.id = hint->second.leader;
+    }
+    if (leader.id == 0) {
+      for (uint64_t id : ReplicasOf(group_id)) {
+        if (id != node_id_) {
+          leader.id = id;
+          break;
+        }
+      }
+    }
   }
   if (leader.id != 0) leader.address = ClientAddress(leader.id);
   return leader;
@@ -66,6 +149,27 @@ absl::Status GroupDirectory::NotHosted(uint32_t group_id) const {
     status.SetPayload(kLeaderAddressPayload, absl::Cord(leader.address));
   }
   return status;
+}
+
+GroupDirectory::View GroupDirectory::CurrentView() const {
+  View view;
+  for (const GroupPlacement& group : layout_.groups) {
+    GroupPlacement now = group;
+    now.replicas = ReplicasOf(group.id);
+    view.groups.push_back(std::move(now));
+  }
+  absl::MutexLock lock(&mu_);
+  for (const GroupPlacement& group : view.groups) {
+    std::vector<uint64_t> sorted = group.replicas;
+    std::sort(sorted.begin(), sorted.end());
+    auto [it, inserted] = seen_.try_emplace(group.id, sorted);
+    if (!inserted && it->second != sorted) {
+      it->second = std::move(sorted);
+      ++changes_;
+    }
+  }
+  view.epoch = layout_.epoch + changes_;
+  return view;
 }
 
 }  // namespace dedup

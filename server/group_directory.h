@@ -1,8 +1,16 @@
 // What a node in cluster mode knows of the cluster's groups: the layout
-// (which group owns which slots, and its replicas), the client addresses of
-// the nodes, the stores of the groups it hosts, and the best leader hint
-// for every group. Shared by the Cluster service (ShardMap, group_id), the
-// GroupRouter's refusals and the daemon's leader balancing.
+// (which group owns which slots, and its founding replicas), the client
+// addresses of the nodes, the stores of the groups it hosts, and the best
+// leader and replica hints for every group. Shared by the Cluster service
+// (ShardMap, group_id), the GroupRouter's refusals and the daemon's leader
+// balancing.
+//
+// The hosted groups change at run time (a replica moved in with Host, out
+// with Unhost). A group's replicas as this node sees them come from the
+// group's Raft configuration when hosted here, else from the hint left when
+// this node stopped hosting it, else from the layout. The layout's slot
+// ranges never change here: a replicated shard map (the meta group) will
+// replace the hints and the epoch rule below.
 #ifndef DEDUP_SERVER_GROUP_DIRECTORY_H_
 #define DEDUP_SERVER_GROUP_DIRECTORY_H_
 
@@ -11,19 +19,30 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "replication/replicated_store.h"
 #include "replication/shard_layout.h"
 
 namespace dedup {
 
-// Immutable after construction; every method may be called from any
-// thread (the hosted stores' GetClusterStatus is thread-safe).
+// Thread-safe: every method may be called from any thread. The hosted map
+// and the hints are guarded by a mutex never held while a store is asked
+// anything (GetClusterStatus is thread-safe). A store passed to Host is not
+// owned and must outlive the directory (Unhost does not end that: a caller
+// may still hold the pointer it read before).
 class GroupDirectory {
  public:
   struct Leader {
     uint64_t id = 0;      // 0: none known
     std::string address;  // client address; empty when not known
+  };
+  // The shard map as this node sees it: every layout group with its
+  // replicas as ReplicasOf gives them, and the epoch of that view.
+  struct View {
+    uint64_t epoch = 0;
+    std::vector<GroupPlacement> groups;
   };
 
   // `hosted` maps group ids to this node's replicas (not owned: they must
@@ -34,28 +53,59 @@ class GroupDirectory {
 
   uint64_t node_id() const { return node_id_; }
   const ShardLayout& layout() const { return layout_; }
-  const std::map<uint32_t, ReplicatedStore*>& hosted() const { return hosted_; }
+  const std::vector<ClusterNode>& peers() const { return peers_; }
+  // The hosted groups now (a copy).
+  std::map<uint32_t, ReplicatedStore*> hosted() const ABSL_LOCKS_EXCLUDED(mu_);
   // This node's replica of `group_id`, or null.
-  ReplicatedStore* Hosted(uint32_t group_id) const;
+  ReplicatedStore* Hosted(uint32_t group_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // NOT_FOUND "this node hosts no replica of group G" unless hosted.
   absl::StatusOr<ReplicatedStore*> HostedOrNotFound(uint32_t group_id) const;
+
+  // Starts hosting `group_id` with `store` (replacing any hint of it).
+  void Host(uint32_t group_id, ReplicatedStore* store) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops hosting `group_id`; `replicas` and `leader` (0: unknown) are what
+  // this node last knew of the group, kept as hints (this node is left out).
+  void Unhost(uint32_t group_id, std::vector<uint64_t> replicas,
+              uint64_t leader) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The client address of `node` from --peers (or a hosted group's
   // configuration), empty when unknown.
   std::string ClientAddress(uint64_t node) const;
+  // `group_id`'s replicas: a hosted group's live voters (in layout order
+  // first: its first replica is the preferred leader), else the hint, else
+  // the layout's.
+  std::vector<uint64_t> ReplicasOf(uint32_t group_id) const;
   // A hosted group: its live leader (none during an election). Any other:
-  // the group's preferred leader (its first replica), which leader
-  // balancing makes the leader whenever it is up.
+  // the hinted leader, else the group's first replica (ReplicasOf), which
+  // leader balancing makes the leader whenever it is up; never this node.
   Leader LeaderOf(uint32_t group_id) const;
   // The refusal of an operation on a group not hosted here: UNAVAILABLE
   // naming the node and the group, with kLeaderAddressPayload = LeaderOf's
   // address when known.
   absl::Status NotHosted(uint32_t group_id) const;
+  // The shard map now. Its epoch is the layout's plus the number of times
+  // a group's replica set (as this node sees it) differed from the one
+  // before (the layout's at first): it rises whenever the replicas change
+  // in this node's view. Nodes count apart: two nodes may give different
+  // epochs for the same replicas (see the class comment).
+  View CurrentView() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  struct Hint {
+    std::vector<uint64_t> replicas;
+    uint64_t leader = 0;
+  };
+
   const uint64_t node_id_;
   const ShardLayout layout_;
   const std::vector<ClusterNode> peers_;
-  const std::map<uint32_t, ReplicatedStore*> hosted_;
+  mutable absl::Mutex mu_;
+  std::map<uint32_t, ReplicatedStore*> hosted_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, Hint> hints_ ABSL_GUARDED_BY(mu_);
+  // What the last View saw (the layout at first), and how many changes it
+  // has counted.
+  mutable std::map<uint32_t, std::vector<uint64_t>> seen_ ABSL_GUARDED_BY(mu_);
+  mutable uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dedup

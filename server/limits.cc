@@ -110,7 +110,10 @@ const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
           {},
           // Admin: Backup.
           {},
-          // Cluster: ShardMap.
+          // Cluster: ShardMap; HostGroup, DropGroup, MoveReplica.
+          {},
+          {},
+          {},
           {}};
   return kFields->at(method_index);
 }

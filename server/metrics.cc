@@ -29,7 +29,10 @@ constexpr std::array<const char*, kMethodCount> kMethodNames = {
     "Cluster.TransferLeadership",
     "Cluster.FetchCheckpoint",
     "Admin.Backup",
-    "Cluster.ShardMap"};
+    "Cluster.ShardMap",
+    "Cluster.HostGroup",
+    "Cluster.DropGroup",
+    "Cluster.MoveReplica"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
     "started",  "takeover",  "reentry", "in_use",
     "conflict", "duplicate", "expired", "rerun"};

@@ -49,9 +49,12 @@ enum class Method {
   kClusterTransferLeadership,
   kClusterFetchCheckpoint,
   kAdminBackup,
-  kClusterShardMap
+  kClusterShardMap,
+  kClusterHostGroup,
+  kClusterDropGroup,
+  kClusterMoveReplica
 };
-inline constexpr int kMethodCount = 22;
+inline constexpr int kMethodCount = 25;
 [[nodiscard]] const char* MethodName(Method method);
 
 // How a Begin was answered, as counted.

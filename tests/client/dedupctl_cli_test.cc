@@ -207,6 +207,39 @@ TEST(ParseInvocationTest, ClusterUsageErrors) {
               HasSubstr("--owner does not apply to 'cluster'"));
 }
 
+TEST(ParseInvocationTest, ClusterMoveNeedsGroupFromAndTo) {
+  CommandFlags flags;
+  flags.group = 1;
+  flags.from = 2;
+  flags.to = 4;
+  absl::StatusOr<Invocation> move = ParseInvocation({"cluster", "move"}, flags);
+  ASSERT_TRUE(move.ok()) << move.status();
+  EXPECT_EQ(move->command, Command::kClusterMove);
+  EXPECT_EQ(move->group_id, 1u);
+  EXPECT_EQ(move->from_node_id, 2u);
+  EXPECT_EQ(move->to_node_id, 4u);
+  auto message = [](std::vector<std::string> args, CommandFlags flags) {
+    return std::string(ParseInvocation(args, flags).status().message());
+  };
+  CommandFlags no_to = flags;
+  no_to.to.reset();
+  EXPECT_THAT(message({"cluster", "move"}, no_to),
+              HasSubstr("needs --group=G, --from=N and --to=M"));
+  CommandFlags no_group = flags;
+  no_group.group.reset();
+  EXPECT_THAT(message({"cluster", "move"}, no_group),
+              HasSubstr("needs --group=G"));
+  CommandFlags zero = flags;
+  zero.from = 0;
+  EXPECT_THAT(message({"cluster", "move"}, zero), HasSubstr("> 0"));
+  EXPECT_THAT(message({"cluster", "move", "2"}, flags),
+              HasSubstr("takes no arguments"));
+  CommandFlags from_only;
+  from_only.from = 2;
+  EXPECT_THAT(message({"cluster", "status"}, from_only),
+              HasSubstr("--from does not apply to 'cluster'"));
+}
+
 TEST(ParseInvocationTest, ClusterCommandsTakeAGroup) {
   CommandFlags group;
   group.group = 7;

@@ -4,9 +4,11 @@
 
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "storage/storage_key.h"
 
@@ -213,6 +215,127 @@ TEST_F(GroupRouterTest, StatsAndCountsSumTheHostedGroups) {
   absl::StatusOr<uint64_t> count = router_->CountStoredRecords();
   ASSERT_TRUE(count.ok());
   EXPECT_EQ(*count, hosted);
+}
+
+// A key of `group` (4 groups).
+std::string KeyOfGroup(uint32_t group) {
+  for (int i = 0;; ++i) {
+    const std::string key = absl::StrCat("key-", i);
+    if (SlotOf(kNs, key) * 4 / kSlotCount == group) return key;
+  }
+}
+
+TEST_F(GroupRouterTest, AGroupAddedWhileServingIsRoutedToFromThenOn) {
+  const std::string key = KeyOfGroup(1);
+  int refused = 0;
+  auto get = [&] {
+    router_->Get(kNs, key, [&](absl::StatusOr<std::optional<Record>> r) {
+      refused += !r.ok();
+    });
+  };
+  get();
+  EXPECT_EQ(refused, 1);
+  RecordingStore group1;
+  ASSERT_TRUE(router_->AddHosted(1, &group1).ok());
+  get();
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(group1.keys, std::vector<std::string>{key});
+  EXPECT_EQ(router_->HostedGroups(), (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(router_->AddHosted(1, &group1).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(router_->AddHosted(9, &group1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(router_->AddHosted(3, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(router_->Stats().estimated_records, 1u);  // summed over 0, 1, 2
+}
+
+TEST_F(GroupRouterTest, ARemovedGroupIsRefusedAndItsStoreLeftAlone) {
+  const std::string key = KeyOfGroup(2);
+  ASSERT_TRUE(router_->RemoveHosted(2, absl::Seconds(1)).ok());
+  absl::Status seen;
+  router_->Complete(
+      kNs, key, CompleteParams(),
+      [&](absl::StatusOr<FencedDecision> r) { seen = r.status(); });
+  EXPECT_EQ(seen.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(seen.GetPayload(kLeaderAddressPayload).has_value());
+  EXPECT_TRUE(group2_.keys.empty());
+  EXPECT_EQ(group2_.closes, 0);
+  EXPECT_EQ(router_->HostedGroups(), std::vector<uint32_t>{0});
+  EXPECT_EQ(router_->RemoveHosted(2, absl::Seconds(1)).code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Takes a Begin only once released: an operation still handing work over.
+class SlowStore final : public Store {
+ public:
+  absl::Notification entered;
+  absl::Notification release;
+  void Begin(std::string, std::string, BeginParams, int64_t,
+             StoreCallback<BeginResult> done) override {
+    entered.Notify();
+    release.WaitForNotification();
+    std::move(done)(BeginResult());
+  }
+  void Complete(std::string, std::string, CompleteParams,
+                StoreCallback<FencedDecision>) override {}
+  void Release(std::string, std::string, uint64_t,
+               StoreCallback<FencedDecision>) override {}
+  void Renew(std::string, std::string, uint64_t, int64_t,
+             StoreCallback<FencedDecision>) override {}
+  void Checkpoint(std::string, std::string, CheckpointParams,
+                  StoreCallback<FencedDecision>) override {}
+  void BeginMany(std::vector<BeginCall>) override {}
+  void CompleteMany(std::vector<CompleteCall>) override {}
+  void Get(std::string, std::string,
+           StoreCallback<std::optional<Record>>) override {}
+  void Forget(std::string, std::string, StoreCallback<bool>) override {}
+  void DrainWaiters() override {}
+  absl::Status Close() override { return absl::OkStatus(); }
+  absl::Status CompactAll() override { return absl::OkStatus(); }
+  StoreStats Stats() override { return StoreStats(); }
+  absl::StatusOr<uint64_t> CountStoredRecords() override { return 0; }
+};
+
+TEST_F(GroupRouterTest, RemovalWaitsForOperationsStillHandingWorkOver) {
+  SlowStore slow;
+  ASSERT_TRUE(router_->AddHosted(3, &slow).ok());
+  bool answered = false;
+  std::thread caller([&] {
+    router_->Begin(kNs, KeyOfGroup(3), BeginParams(), 0,
+                   [&](absl::StatusOr<BeginResult> r) { answered = r.ok(); });
+  });
+  slow.entered.WaitForNotification();
+  EXPECT_EQ(router_->RemoveHosted(3, absl::Milliseconds(50)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // Removed all the same: new operations are refused at once.
+  absl::Status seen;
+  router_->Get(
+      kNs, KeyOfGroup(3),
+      [&](absl::StatusOr<std::optional<Record>> r) { seen = r.status(); });
+  EXPECT_EQ(seen.code(), absl::StatusCode::kUnavailable);
+  slow.release.Notify();
+  caller.join();
+  EXPECT_TRUE(answered);
+}
+
+TEST_F(GroupRouterTest, RemovalReturnsOnceTheLastOldRouteEnds) {
+  SlowStore slow;
+  ASSERT_TRUE(router_->AddHosted(3, &slow).ok());
+  std::thread caller([&] {
+    router_->Begin(kNs, KeyOfGroup(3), BeginParams(), 0,
+                   [](absl::StatusOr<BeginResult>) {});
+  });
+  slow.entered.WaitForNotification();
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    slow.release.Notify();
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(router_->RemoveHosted(3, absl::Seconds(10)).ok());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(80));
+  caller.join();
+  releaser.join();
 }
 
 TEST(GroupRouterCreateTest, RefusesAHostedGroupOutsideTheLayout) {
