@@ -392,9 +392,17 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   const std::vector<uint32_t> hosted = config.group_count == 1
                                            ? std::vector<uint32_t>{0}
                                            : config.layout.HostedBy(id);
-  for (uint32_t g : hosted) {
+  // The hosted groups share a few loops (raft_consensus_shared_loop.h).
+  std::vector<std::shared_ptr<RaftLoop>> loops(RaftLoopCount(hosted.size()));
+  for (std::shared_ptr<RaftLoop>& loop : loops) {
+    absl::StatusOr<std::shared_ptr<RaftLoop>> started = RaftLoop::Start();
+    if (!started.ok()) return started.status();
+    loop = *std::move(started);
+  }
+  for (size_t i = 0; i < hosted.size(); ++i) {
+    tuning.loop = loops[i % loops.size()];
     absl::StatusOr<ClusterStoreOptions> group =
-        GroupOptions(config, *config.layout.Find(g), tuning, single);
+        GroupOptions(config, *config.layout.Find(hosted[i]), tuning, single);
     if (!group.ok()) return group.status();
     config.groups.push_back(*std::move(group));
   }
