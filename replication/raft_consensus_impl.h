@@ -90,8 +90,9 @@ class RaftConsensus : public Consensus, private RaftLoop::Ticked {
   // Loop thread: ends the engine (raft_close); closed_ once it is closed.
   void Close();
 
-  // Every tick of the loop: libraft's tick every raft_tick_every_ ticks (on
-  // the same ticks for every group of the loop), held snapshots, status.
+  // Every tick of the loop: libraft's tick (a leader's every
+  // raft_tick_every_ ticks, on the same ticks for every group of the loop),
+  // held snapshots, status.
   void OnTick(uint64_t tick) override;
 
   struct ApplyRequest {
