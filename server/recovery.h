@@ -80,10 +80,10 @@ inline constexpr uint64_t kMaxTermJump = uint64_t{1} << 32;
 // With --recover_as_sole_voter: reads this node's Raft log, asks the other
 // members (through `open_peer`, a few seconds at most per member, and up to
 // a few election timeouts watching for a leader), logs what it found and
-// did, and sets config.groups.front().raft.force_sole_voter_at (with its consensus
-// factory). Without the flag: nothing. Must run before the store opens (it
-// reads the members' client addresses from the replicated state). An error
-// carries the exit code (server/exit_status.h).
+// did, and sets config.groups.front().raft.force_sole_voter_at (with its
+// consensus factory). Without the flag: nothing. Must run before the store
+// opens (it reads the members' client addresses from the replicated state). An
+// error carries the exit code (server/exit_status.h).
 [[nodiscard]] absl::Status PrepareRecovery(ClusterConfig& config,
                                            const ChannelFactory& open_peer);
 

@@ -59,10 +59,10 @@ struct ReplicatedStateOptions {
 // The answer to one operation of an entry, by its type: BeginDecision
 // (kBegin), FencedDecision (kComplete, kRelease, kRenew, kCheckpoint), the
 // live record or nullopt (kGet), whether a live record was removed
-// (kForget), true (kSetMember, an accepted kSetShardMap), or the error that refused this operation
-// alone. Only the answers that give a stored result to the caller carry it
-// (a DUPLICATE Begin's record, a Get's): in the others, a completed
-// record's `result` is left empty.
+// (kForget), true (kSetMember, an accepted kSetShardMap), or the error that
+// refused this operation alone. Only the answers that give a stored result to
+// the caller carry it (a DUPLICATE Begin's record, a Get's): in the others, a
+// completed record's `result` is left empty.
 using OpAnswer = std::variant<BeginDecision, FencedDecision,
                               std::optional<Record>, bool, absl::Status>;
 

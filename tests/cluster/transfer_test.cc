@@ -137,7 +137,8 @@ class TransferTest : public ::testing::TestWithParam<int> {
       grpc::Status s = stub->Begin(&begin_context, BeginOf(key, "w"), &begun);
       ++calls_;
       if (!s.ok()) {
-        failures_.Add(absl::StrCat("Begin via ", via), s.error_code(), s.error_message());
+        failures_.Add(absl::StrCat("Begin via ", via), s.error_code(),
+                      s.error_message());
         continue;
       }
       if (begun.status() != v1::BeginResponse::STARTED) {
@@ -152,7 +153,8 @@ class TransferTest : public ::testing::TestWithParam<int> {
                          CompleteOf(key, begun.fence(), "result"), &completed);
       ++calls_;
       if (!s.ok()) {
-        failures_.Add(absl::StrCat("Complete via ", via), s.error_code(), s.error_message());
+        failures_.Add(absl::StrCat("Complete via ", via), s.error_code(),
+                      s.error_message());
       } else if (completed.status() != v1::CompleteResponse::OK) {
         failures_.Add("Complete", 0,
                       v1::CompleteResponse::Status_Name(completed.status()));
