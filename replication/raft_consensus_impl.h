@@ -20,7 +20,6 @@ extern "C" {
 
 #include <atomic>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -95,10 +94,6 @@ class RaftConsensus : public Consensus, private RaftLoop::Ticked {
   // raft_tick_every_ ticks, on the same ticks for every group of the loop),
   // held snapshots, status.
   void OnTick(uint64_t tick) override;
-  // A follower's or candidate's election deadline (election_timer_start +
-  // its randomized timeout); nullopt otherwise.
-  std::optional<uint64_t> DueAtMs() const override;
-  void OnDue() override;
 
   struct ApplyRequest {
     struct raft_apply req;

@@ -209,26 +209,6 @@ void RaftConsensus::OnTick(uint64_t tick) {
   RefreshStatus();
 }
 
-std::optional<uint64_t> RaftConsensus::DueAtMs() const {
-  if (closing_ || io_.tick == nullptr) return std::nullopt;
-  switch (raft_.state) {
-    case RAFT_FOLLOWER:
-      return raft_.election_timer_start +
-             raft_.follower_state.randomized_election_timeout;
-    case RAFT_CANDIDATE:
-      return raft_.election_timer_start +
-             raft_.candidate_state.randomized_election_timeout;
-    default:
-      return std::nullopt;
-  }
-}
-
-void RaftConsensus::OnDue() {
-  if (closing_ || io_.tick == nullptr) return;
-  io_.tick(&io_.io);
-  RefreshIfRoleChanged();
-}
-
 void RaftConsensus::RefreshStatus() {
   ConsensusStatus status;
   status.id = options_.id;

@@ -21,8 +21,6 @@ absl::StatusOr<std::shared_ptr<RaftLoop>> RaftLoop::Start(unsigned tick_ms) {
   uv_timer_init(&self->loop_, &self->timer_);
   self->timer_.data = self.get();
   uv_timer_start(&self->timer_, &RaftLoop::OnTimer, tick_ms, tick_ms);
-  uv_timer_init(&self->loop_, &self->due_timer_);
-  self->due_timer_.data = self.get();
   self->thread_ =
       std::thread([loop = &self->loop_] { uv_run(loop, UV_RUN_DEFAULT); });
   return self;
@@ -88,7 +86,6 @@ void RaftLoop::OnAsync(uv_async_t* handle) {
   if (!ending) return;
   uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&self->due_timer_), nullptr);
   // Handles a member failed to close would keep the loop running forever.
   uv_stop(&self->loop_);
 }
@@ -97,37 +94,6 @@ void RaftLoop::OnTimer(uv_timer_t* handle) {
   auto* self = static_cast<RaftLoop*>(handle->data);
   const uint64_t tick = ++self->ticks_;
   for (Ticked* member : self->members_) member->OnTick(tick);
-  self->ArmDue();
-}
-
-void RaftLoop::OnDueTimer(uv_timer_t* handle) {
-  auto* self = static_cast<RaftLoop*>(handle->data);
-  const uint64_t now = uv_now(&self->loop_);
-  // A copy: OnDue may not Add or Remove, but stays safe if it ends a round.
-  const std::vector<Ticked*> members = self->members_;
-  for (Ticked* member : members) {
-    const std::optional<uint64_t> due = member->DueAtMs();
-    if (due.has_value() && *due <= now) member->OnDue();
-  }
-  self->ArmDue();
-}
-
-void RaftLoop::ArmDue() {
-  const uint64_t now = uv_now(&loop_);
-  const uint64_t next_round = now + tick_ms_;
-  std::optional<uint64_t> earliest;
-  for (const Ticked* member : members_) {
-    const std::optional<uint64_t> due = member->DueAtMs();
-    // Past dues were ticked already (a member that stays due, such as a
-    // non-voter follower, must not spin the loop).
-    if (!due.has_value() || *due <= now || *due >= next_round) continue;
-    if (!earliest.has_value() || *due < *earliest) earliest = due;
-  }
-  if (!earliest.has_value()) {
-    uv_timer_stop(&due_timer_);
-    return;
-  }
-  uv_timer_start(&due_timer_, &RaftLoop::OnDueTimer, *earliest - now, 0);
 }
 
 unsigned RaftLoopCount(size_t groups, unsigned max_loops) {

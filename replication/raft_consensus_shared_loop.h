@@ -24,7 +24,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <thread>
 #include <vector>
 
@@ -43,13 +42,6 @@ class RaftLoop {
    public:
     virtual ~Ticked() = default;
     virtual void OnTick(uint64_t tick) = 0;
-    // The loop time (uv_now, ms) at which this member wants a tick of its
-    // own, or nullopt. A member due before the next round is given OnDue at
-    // that time: a follower's election deadline, kept to the millisecond so
-    // that followers of one group on different nodes, whose loops may tick
-    // in step, do not stand for election at once and split the vote.
-    virtual std::optional<uint64_t> DueAtMs() const { return std::nullopt; }
-    virtual void OnDue() {}
   };
 
   // Starts the loop's thread, ticking every `tick_ms` (> 0).
@@ -89,15 +81,11 @@ class RaftLoop {
 
   static void OnAsync(uv_async_t* handle);
   static void OnTimer(uv_timer_t* handle);
-  static void OnDueTimer(uv_timer_t* handle);
-  // Arms due_timer_ for the earliest member due before the next round.
-  void ArmDue();
 
   const unsigned tick_ms_;
   uv_loop_t loop_{};
   uv_async_t async_{};
   uv_timer_t timer_{};
-  uv_timer_t due_timer_{};
   std::thread thread_;
 
   absl::Mutex mu_;

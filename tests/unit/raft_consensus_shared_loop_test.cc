@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <future>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,50 +67,6 @@ class Recorder : public RaftLoop::Ticked {
   mutable absl::Mutex mu_;
   std::vector<uint64_t> ticks_ ABSL_GUARDED_BY(mu_);
 };
-
-// Asks, on its first tick, for a tick of its own 20 ms later, then stays
-// due in the past (as a non-voter follower does): one OnDue, between the
-// first two rounds, and no spinning.
-class DueOnce : public RaftLoop::Ticked {
- public:
-  explicit DueOnce(RaftLoop* loop) : loop_(loop) {}
-  void OnTick(uint64_t) override {
-    absl::MutexLock lock(&mu_);
-    if (!due_.has_value()) due_ = uv_now(loop_->loop()) + 20;
-    events_.push_back("tick");
-  }
-  std::optional<uint64_t> DueAtMs() const override {
-    absl::MutexLock lock(&mu_);
-    return due_;
-  }
-  void OnDue() override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back("due");
-  }
-  std::vector<std::string> events() const {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-
- private:
-  RaftLoop* const loop_;
-  mutable absl::Mutex mu_;
-  std::optional<uint64_t> due_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
-};
-
-TEST(RaftLoopTest, AMemberDueBeforeTheNextRoundIsTickedAtItsTimeOnce) {
-  std::shared_ptr<RaftLoop> loop = StartLoop(300);
-  DueOnce member(loop.get());
-  loop->RunAndWait([&] { loop->Add(&member); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  loop->RunAndWait([&] { loop->Remove(&member); });
-  const std::vector<std::string> events = member.events();
-  ASSERT_GE(events.size(), 3u);
-  EXPECT_EQ(events[0], "tick");
-  EXPECT_EQ(events[1], "due");
-  for (size_t i = 2; i < events.size(); ++i) EXPECT_EQ(events[i], "tick") << i;
-}
 
 TEST(RaftLoopTest, MembersAreTickedTogetherUntilRemoved) {
   std::shared_ptr<RaftLoop> loop = StartLoop(5);
