@@ -157,7 +157,12 @@ void RaftConsensus::OnTransferred(struct raft_transfer* req) {
           : absl::DeadlineExceededError(
                 "leadership was not transferred within the election "
                 "timeout"));
-  delete transfer;
+  // Not freed yet: its TimeoutNow send may still be in the transport.
+  constexpr size_t kKeptTransfers = 64;
+  self->ended_transfers_.emplace_back(transfer);
+  if (self->ended_transfers_.size() > kKeptTransfers) {
+    self->ended_transfers_.pop_front();
+  }
 }
 
 }  // namespace dedup::raft_internal

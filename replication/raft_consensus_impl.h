@@ -20,6 +20,7 @@ extern "C" {
 }
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -212,6 +213,12 @@ class RaftConsensus : public Consensus {
   struct raft_fsm fsm_ {};
   struct raft raft_ {};
   bool closing_ = false;  // consensus thread
+  // Transfers libraft has ended, kept a while (consensus thread): libraft
+  // 0.15 may end a transfer (stepping down) while the transport still holds
+  // its TimeoutNow send, whose completion then reads the request. Freeing it
+  // at once crashed nodes (a SIGSTOPped leader resumed, stepped down, and
+  // the send completed into freed memory). Bounded: the oldest goes first.
+  std::deque<std::unique_ptr<TransferRequest>> ended_transfers_;
   uint64_t last_leader_id_ = 0;
   uint64_t leader_changes_ = 0;
   std::thread thread_;
