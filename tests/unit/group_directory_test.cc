@@ -10,12 +10,13 @@
 
 #include "gtest/gtest.h"
 #include "storage/store.h"
+#include "tests/unit/inert_store.h"
 
 namespace dedup {
 namespace {
 
 // A replica whose status the test sets; nothing else is called.
-class StatusOnlyStore final : public ReplicatedStore {
+class StatusOnlyStore final : public testing::InertStoreOf<ReplicatedStore> {
  public:
   ClusterStatus status;
 
@@ -44,26 +45,6 @@ class StatusOnlyStore final : public ReplicatedStore {
   void AddMember(ClusterNode, Done) override {}
   void RemoveMember(uint64_t, Done) override {}
   void TransferLeadership(uint64_t, Done) override {}
-  void Begin(std::string, std::string, BeginParams, int64_t,
-             StoreCallback<BeginResult>) override {}
-  void Complete(std::string, std::string, CompleteParams,
-                StoreCallback<FencedDecision>) override {}
-  void Release(std::string, std::string, uint64_t,
-               StoreCallback<FencedDecision>) override {}
-  void Renew(std::string, std::string, uint64_t, int64_t,
-             StoreCallback<FencedDecision>) override {}
-  void Checkpoint(std::string, std::string, CheckpointParams,
-                  StoreCallback<FencedDecision>) override {}
-  void BeginMany(std::vector<BeginCall>) override {}
-  void CompleteMany(std::vector<CompleteCall>) override {}
-  void Get(std::string, std::string,
-           StoreCallback<std::optional<Record>>) override {}
-  void Forget(std::string, std::string, StoreCallback<bool>) override {}
-  void DrainWaiters() override {}
-  absl::Status Close() override { return absl::OkStatus(); }
-  absl::Status CompactAll() override { return absl::OkStatus(); }
-  StoreStats Stats() override { return StoreStats(); }
-  absl::StatusOr<uint64_t> CountStoredRecords() override { return 0; }
 };
 
 std::vector<ClusterNode> Peers() {

@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "storage/storage_key.h"
+#include "tests/unit/inert_store.h"
 
 namespace dedup {
 namespace {
@@ -267,7 +268,7 @@ TEST_F(GroupRouterTest, ARemovedGroupIsRefusedAndItsStoreLeftAlone) {
 }
 
 // Takes a Begin only once released: an operation still handing work over.
-class SlowStore final : public Store {
+class SlowStore final : public testing::InertStoreOf<Store> {
  public:
   absl::Notification entered;
   absl::Notification release;
@@ -277,24 +278,6 @@ class SlowStore final : public Store {
     release.WaitForNotification();
     std::move(done)(BeginResult());
   }
-  void Complete(std::string, std::string, CompleteParams,
-                StoreCallback<FencedDecision>) override {}
-  void Release(std::string, std::string, uint64_t,
-               StoreCallback<FencedDecision>) override {}
-  void Renew(std::string, std::string, uint64_t, int64_t,
-             StoreCallback<FencedDecision>) override {}
-  void Checkpoint(std::string, std::string, CheckpointParams,
-                  StoreCallback<FencedDecision>) override {}
-  void BeginMany(std::vector<BeginCall>) override {}
-  void CompleteMany(std::vector<CompleteCall>) override {}
-  void Get(std::string, std::string,
-           StoreCallback<std::optional<Record>>) override {}
-  void Forget(std::string, std::string, StoreCallback<bool>) override {}
-  void DrainWaiters() override {}
-  absl::Status Close() override { return absl::OkStatus(); }
-  absl::Status CompactAll() override { return absl::OkStatus(); }
-  StoreStats Stats() override { return StoreStats(); }
-  absl::StatusOr<uint64_t> CountStoredRecords() override { return 0; }
 };
 
 TEST_F(GroupRouterTest, RemovalWaitsForOperationsStillHandingWorkOver) {
