@@ -94,6 +94,9 @@ struct ReplicatedStoreOptions {
   // This node's id in the group (> 0), as the engine knows it: the
   // proposer of its entries and the taker of its snapshots.
   uint64_t node_id = 0;
+  // The group this store replicates, named in its log lines (leader
+  // changes) so a node hosting many groups says which one changed.
+  uint32_t group_id = 0;
   // The engine's log directory: writes stop when its file system runs short
   // (min_free_disk_bytes).
   std::string log_dir;

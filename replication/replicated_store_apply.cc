@@ -1,6 +1,7 @@
 // The StateMachine side of ReplicatedStore: entries applied and answered,
 // snapshots taken and restored, and the consensus thread's ticks.
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -140,10 +141,28 @@ void ReplicatedStoreImpl::ReloadMembers() {
                                 : std::map<uint64_t, std::string>());
 }
 
+// Info, not debug: a leader change fails or holds calls, and operators
+// reading why want the time, the group and the term in the process log.
+void ReplicatedStoreImpl::LogLeaderChange(uint64_t last_leader,
+                                          const ConsensusStatus& status) const {
+  const std::string group = absl::StrCat("group ", options_.group_id, ": ");
+  if (status.leader_id == 0) {
+    LogInfo(group, "leader node ", last_leader, " no longer known (term ",
+            status.term, ", this node ", RoleName(status.role),
+            "): an election or a transfer runs");
+  } else if (status.leader_id == options_.node_id) {
+    LogInfo(group, "this node leads (term ", status.term, ")");
+  } else {
+    LogInfo(group, "leader is node ", status.leader_id, " (term ", status.term,
+            ")");
+  }
+}
+
 void ReplicatedStoreImpl::Tick(const ConsensusStatus& status) {
   tally_.ObserveLeader(status.leader_id);
   const bool leader = status.role == Role::kLeader;
   const uint64_t last_leader = leader_id_.exchange(status.leader_id);
+  if (last_leader != status.leader_id) LogLeaderChange(last_leader, status);
   // An election started (a transfer starts one): hold calls until its
   // winner is known rather than refuse them naming nobody.
   if (last_leader != 0 && status.leader_id == 0) StartHold();

@@ -270,6 +270,9 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   // leader is known (or it ran out), and has what it held drained: proposed
   // by a leader, refused naming the leader elsewhere.
   void MaybeReleaseHold(const ConsensusStatus& status);
+  // Logs the leader this node now knows when it differs from `last_leader`.
+  void LogLeaderChange(uint64_t last_leader,
+                       const ConsensusStatus& status) const;
   // Consensus thread: keeps the operations of entry `sequence`, which lost
   // its leader, for this node's apply of it; false when not holding.
   bool KeepOrphaned(uint64_t sequence);

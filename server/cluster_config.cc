@@ -327,6 +327,7 @@ absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
   store.raft.raft_address = config.raft_address;
   store.raft.peer_plane = config.peer_plane;
   store.raft.group_id = group.id;
+  store.group_id = group.id;
   const std::filesystem::path dir(GroupDir(single.path, group.id));
   store.raft.dir = (dir / "raft").string();
   store.state.path = (dir / "state").string();
