@@ -61,6 +61,11 @@ ABSL_FLAG(uint32_t, raft_log_budget_mb,
           "cluster mode: MiB of entries the Raft log may hold (in memory as "
           "well as on disk); large entries lower --snapshot_threshold and "
           "--snapshot_trailing to fit, down to 16 entries each");
+ABSL_FLAG(uint32_t, raft_max_inflight_entries, 4,
+          "cluster mode: log entries a group's leader has proposed and not "
+          "yet applied (1-64); calls arriving meanwhile gather into the next "
+          "entry, so fewer mean bigger entries and fewer log writes per "
+          "call, more mean shorter waits");
 ABSL_FLAG(uint32_t, groups, 1,
           "cluster mode: Raft groups the 16384 slots are split between (each "
           "a contiguous range with --replication_factor replicas placed over "
@@ -323,6 +328,12 @@ absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
   // default 2 s, or 4 election timeouts when those are longer.
   store.max_transfer_hold_ms = std::max<int64_t>(
       store.max_transfer_hold_ms, 4 * int64_t{tuning.election_timeout_ms});
+  const uint32_t inflight = absl::GetFlag(FLAGS_raft_max_inflight_entries);
+  if (inflight < 1 || inflight > 64) {
+    return absl::InvalidArgumentError(
+        "--raft_max_inflight_entries: must be 1 to 64");
+  }
+  store.max_inflight_entries = static_cast<int>(inflight);
   store.raft.id = config.node_id;
   store.raft.raft_address = config.raft_address;
   store.raft.peer_plane = config.peer_plane;
