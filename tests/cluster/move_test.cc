@@ -483,6 +483,10 @@ TEST_F(MoveTest, AGroupMovesWhileClientsWriteToIt) {
     absl::Status started = cluster_.Start(id);
     ASSERT_TRUE(started.ok()) << "node " << id << ": " << started;
   }
+  // Once every group has a leader again, and a little more: a leader that
+  // wrote a map at its start would show by then.
+  ASSERT_TRUE(WaitForLeaders(std::chrono::seconds(30)));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
   const v1::ShardMapResponse map_restarted =
       SameMapEverywhere(map_after.epoch(), std::chrono::seconds(10));
   EXPECT_EQ(map_restarted.SerializeAsString(), map_after.SerializeAsString())
