@@ -493,5 +493,39 @@ TEST_F(MoveTest, AGroupMovesWhileClientsWriteToIt) {
       << map_restarted.ShortDebugString();
 }
 
+// A membership change made directly (Cluster.RemoveNode, what `dedupctl
+// cluster remove --group` sends) reaches the map too, on every node.
+TEST_F(MoveTest, ARemovedMemberLeavesTheMapOnEveryNode) {
+  const uint32_t h = 1;
+  std::vector<int> replicas = ReplicasOf(map_, h);
+  ASSERT_EQ(replicas.size(), 3u);
+  int leader = 0;
+  for (int id : replicas) {
+    v1::ClusterStatusResponse status;
+    if (GroupStatus(id, h, &status).ok() && status.role() == "leader") {
+      leader = id;
+    }
+  }
+  ASSERT_NE(leader, 0);
+  const int removed = replicas[0] == leader ? replicas[1] : replicas[0];
+  const v1::ShardMapResponse before =
+      SameMapEverywhere(1, std::chrono::seconds(5));
+
+  v1::RemoveNodeRequest remove;
+  remove.set_node_id(removed);
+  remove.set_group_id(h);
+  v1::RemoveNodeResponse response;
+  grpc::Status s =
+      ClusterCall(cluster_.client_address(leader),
+                  &v1::Cluster::Stub::RemoveNode, remove, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+
+  const v1::ShardMapResponse after =
+      SameMapEverywhere(before.epoch() + 1, std::chrono::seconds(5));
+  replicas.erase(std::find(replicas.begin(), replicas.end(), removed));
+  EXPECT_EQ(ReplicasOf(after, h), replicas);
+  EXPECT_EQ(ReplicasOf(after, 0), ReplicasOf(before, 0));
+}
+
 }  // namespace
 }  // namespace dedup
