@@ -126,6 +126,10 @@ struct ReplicatedStoreOptions {
   // that took it, else from any other member). Null: such a node stops
   // with an error.
   FetchCheckpointFn fetch_checkpoint;
+  // Called on the consensus thread after an applied entry replaced
+  // StoredShardMap() (group 0's watchers read it then); must be quick.
+  // May be empty.
+  std::function<void()> shard_map_changed;
 };
 
 // Upper bounds (seconds) of the buckets of ReplicationCounters'

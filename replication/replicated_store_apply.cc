@@ -68,6 +68,9 @@ absl::Status ReplicatedStoreImpl::Apply(uint64_t index,
   }
   for (const std::string& skey : applied->settled_keys) WakeKey(skey);
   if (applied->members_changed) ReloadMembers();
+  if (applied->shard_map_changed && options_.shard_map_changed) {
+    options_.shard_map_changed();
+  }
   return absl::OkStatus();
 }
 

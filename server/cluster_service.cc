@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "server/checkpoint_fetch.h"
 #include "server/checkpoint_streamer.h"
 #include "server/cluster_config.h"
@@ -160,7 +161,11 @@ grpc::ServerUnaryReactor* ClusterService::AddNode(
   ReplicatedStore* store = StoreOf(call, request->group_id());
   if (store == nullptr || RefusedOffLeader(store, call)) return call.reactor();
   ClusterNode node{request->node_id(), *raft, request->client_address()};
-  store->AddMember(std::move(node), [call](absl::Status s) { call.Fail(s); });
+  store->AddMember(
+      std::move(node),
+      [this, call, store, group = request->group_id()](absl::Status s) {
+        FinishMembership(call, store, group, s);
+      });
   return call.reactor();
 }
 
@@ -172,8 +177,11 @@ grpc::ServerUnaryReactor* ClusterService::RemoveNode(
   if (call.Rejected(ValidNodeId(request->node_id()))) return call.reactor();
   ReplicatedStore* store = StoreOf(call, request->group_id());
   if (store == nullptr || RefusedOffLeader(store, call)) return call.reactor();
-  store->RemoveMember(request->node_id(),
-                      [call](absl::Status s) { call.Fail(s); });
+  store->RemoveMember(
+      request->node_id(),
+      [this, call, store, group = request->group_id()](absl::Status s) {
+        FinishMembership(call, store, group, s);
+      });
   return call.reactor();
 }
 
@@ -254,7 +262,7 @@ grpc::ServerUnaryReactor* ClusterService::MoveReplica(
   }
   tasks_.Start([this, request, call, response] {
     absl::StatusOr<v1::MoveReplicaResponse> moved =
-        dedup::MoveReplica(*groups_, open_peer_, *request);
+        dedup::MoveReplica(*groups_, open_peer_, publisher_, *request);
     if (!moved.ok()) {
       call.Fail(moved.status());
       return;
@@ -263,6 +271,58 @@ grpc::ServerUnaryReactor* ClusterService::MoveReplica(
     call.Finish(grpc::Status::OK);
   });
   return call.reactor();
+}
+
+grpc::ServerUnaryReactor* ClusterService::SetGroupReplicas(
+    grpc::CallbackServerContext* context,
+    const v1::SetGroupReplicasRequest* request,
+    v1::SetGroupReplicasResponse* response) {
+  RpcCall call(context, Method::kClusterSetGroupReplicas, metrics_);
+  if (Refused(call, *context, "Cluster.SetGroupReplicas")) {
+    return call.reactor();
+  }
+  ReplicatedStore* meta = groups_->Hosted(0);
+  if (meta == nullptr) {
+    call.Fail(groups_->NotHosted(0));
+    return call.reactor();
+  }
+  // Off the leader the write is refused naming it.
+  if (RefusedOffLeader(meta, call)) return call.reactor();
+  tasks_.Start([this, meta, request, call, response] {
+    absl::StatusOr<uint64_t> epoch =
+        SetGroupReplicasOn(*meta, groups_->layout(), request->group_id(),
+                           std::vector<uint64_t>(request->replicas().begin(),
+                                                 request->replicas().end()),
+                           absl::Seconds(10));
+    if (!epoch.ok()) {
+      call.Fail(epoch.status());
+      return;
+    }
+    response->set_epoch(*epoch);
+    call.Finish(grpc::Status::OK);
+  });
+  return call.reactor();
+}
+
+void ClusterService::FinishMembership(const RpcCall& call,
+                                      ReplicatedStore* store, uint32_t group_id,
+                                      absl::Status s) {
+  if (!s.ok() || publisher_ == nullptr) {
+    call.Fail(s);
+    return;
+  }
+  // The leader's configuration, just committed.
+  std::vector<uint64_t> voters;
+  for (const Member& member : store->GetClusterStatus().consensus.members) {
+    if (member.role == MemberRole::kVoter) voters.push_back(member.id);
+  }
+  tasks_.Start([this, call, group_id, voters = std::move(voters)] {
+    absl::StatusOr<uint64_t> epoch = publisher_->Publish(group_id, voters);
+    if (!epoch.ok()) {
+      LogWarning("group ", group_id, ": ", epoch.status().message());
+    }
+    call.Finish(grpc::Status::OK);
+  });
 }
 
 ReplicatedStore* ClusterService::StoreOf(const RpcCall& call,

@@ -13,6 +13,7 @@
 #include "server/lame_duck.h"
 #include "server/metrics.h"
 #include "server/rpc_call.h"
+#include "server/shard_map_publish.h"
 #include "server/task_threads.h"
 
 namespace dedup {
@@ -81,6 +82,12 @@ class ClusterService final : public v1::Cluster::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::MoveReplicaRequest* request,
       v1::MoveReplicaResponse* response) override;
+  // Between nodes: on group 0's leader, writes a group's replicas into the
+  // stored shard map (on a thread of its own; see cluster.proto).
+  grpc::ServerUnaryReactor* SetGroupReplicas(
+      grpc::CallbackServerContext* context,
+      const v1::SetGroupReplicasRequest* request,
+      v1::SetGroupReplicasResponse* response) override;
   // Between nodes; see checkpoint_streamer.h.
   grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
       grpc::CallbackServerContext* context,
@@ -93,6 +100,13 @@ class ClusterService final : public v1::Cluster::CallbackService {
   void EnableHosting(GroupHosting* hosting, ChannelFactory open) {
     hosting_ = hosting;
     open_peer_ = std::move(open);
+  }
+
+  // From then on AddNode, RemoveNode and MoveReplica write the group's new
+  // replicas into the shard map (`publisher` not owned; it must outlive
+  // the service) before answering. Call it before the server starts.
+  void EnableMapPublishing(const ShardMapPublisher* publisher) {
+    publisher_ = publisher;
   }
 
   // From now on new calls (checkpoint streams too) are answered UNAVAILABLE
@@ -110,12 +124,19 @@ class ClusterService final : public v1::Cluster::CallbackService {
 
   // The replica of `group_id`, or null (and the call failed NOT_FOUND).
   ReplicatedStore* StoreOf(const RpcCall& call, uint32_t group_id) const;
+  // Finishes a membership call that ended with `s` on `store` (group
+  // `group_id`): once it succeeded, on a thread of its own, after writing
+  // the group's voters into the shard map (a failure there is logged: the
+  // membership did change, and the next change or move writes it).
+  void FinishMembership(const RpcCall& call, ReplicatedStore* store,
+                        uint32_t group_id, absl::Status s);
 
   const GroupDirectory* const groups_;
   const Authorizer* const auth_;
   Metrics* const metrics_;
   GroupHosting* hosting_ = nullptr;
   ChannelFactory open_peer_;
+  const ShardMapPublisher* publisher_ = nullptr;
   LameDuck lame_duck_;
   // Last: its destructor joins threads that use the members above.
   TaskThreads tasks_;

@@ -24,9 +24,11 @@ bool Retryable(const absl::Status& s) {
 class Mover {
  public:
   Mover(const GroupDirectory& directory, const ChannelFactory& open,
+        const ShardMapPublisher* publisher,
         const v1::MoveReplicaRequest& request, const MoveLimits& limits)
       : directory_(directory),
         open_(open),
+        publisher_(publisher),
         group_(request.group_id()),
         from_(request.from_node_id()),
         to_(request.to_node_id()),
@@ -44,6 +46,8 @@ class Mover {
   absl::Status HandOff(const v1::ClusterStatusResponse& leader);
   absl::Status RemoveFrom(const v1::ClusterStatusResponse& leader);
   absl::Status DropOnFrom();
+  // Writes `voters` as the group's replicas into the shard map.
+  absl::Status PublishReplicas(const std::vector<uint64_t>& voters);
   std::vector<NodeAt> Candidates() const;
   std::string LeaderAddress(const v1::ClusterStatusResponse& leader) const {
     return leader.leader_address().empty()
@@ -58,6 +62,7 @@ class Mover {
 
   const GroupDirectory& directory_;
   const ChannelFactory& open_;
+  const ShardMapPublisher* const publisher_;
   const uint32_t group_;
   const uint64_t from_;
   const uint64_t to_;
@@ -142,6 +147,7 @@ absl::Status Mover::Step(const v1::ClusterStatusResponse& leader) {
       return absl::FailedPreconditionError(
           absl::StrCat("node ", from_, " is not a replica of group ", group_));
     }
+    if (absl::Status s = PublishReplicas(voters); !s.ok()) return s;
     if (absl::Status s = DropOnFrom(); !s.ok()) return s;
     for (uint64_t id : voters) response_.add_replicas(id);
     done_ = true;
@@ -256,12 +262,23 @@ absl::Status Mover::DropOnFrom() {
   return absl::OkStatus();
 }
 
+absl::Status Mover::PublishReplicas(const std::vector<uint64_t>& voters) {
+  if (publisher_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<uint64_t> epoch =
+      publisher_->Publish(group_, voters, limits_.step);
+  if (!epoch.ok()) return epoch.status();
+  Note(absl::StrCat("shard map epoch ", *epoch, " lists replicas ",
+                    absl::StrJoin(voters, ",")));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::MoveReplicaResponse> MoveReplica(
     const GroupDirectory& directory, const ChannelFactory& open,
-    const v1::MoveReplicaRequest& request, const MoveLimits& limits) {
-  return Mover(directory, open, request, limits).Run();
+    const ShardMapPublisher* publisher, const v1::MoveReplicaRequest& request,
+    const MoveLimits& limits) {
+  return Mover(directory, open, publisher, request, limits).Run();
 }
 
 }  // namespace dedup

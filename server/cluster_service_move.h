@@ -13,6 +13,7 @@
 #include "common/channel_security.h"
 #include "dedup/v1/cluster.pb.h"
 #include "server/group_directory.h"
+#include "server/shard_map_publish.h"
 
 namespace dedup {
 
@@ -27,10 +28,15 @@ struct MoveLimits {
 // until it is done or a step failed. Every step is a Cluster call over
 // `open`'s channels (the node's own peer credentials, an operator's), to the
 // node concerned or the group's leader; `directory` (not owned) names the
-// nodes. Errors as cluster.proto's MoveReplica says.
+// nodes. Each membership step writes the group's new replicas into the
+// shard map (the AddNode / RemoveNode handlers do, on the group's leader);
+// the move ends by writing them itself through `publisher` (not owned; null:
+// not written), so a move that resumes after a failed write still updates
+// the map. Errors as cluster.proto's MoveReplica says.
 [[nodiscard]] absl::StatusOr<v1::MoveReplicaResponse> MoveReplica(
     const GroupDirectory& directory, const ChannelFactory& open,
-    const v1::MoveReplicaRequest& request, const MoveLimits& limits = {});
+    const ShardMapPublisher* publisher, const v1::MoveReplicaRequest& request,
+    const MoveLimits& limits = {});
 
 }  // namespace dedup
 

@@ -225,8 +225,10 @@ absl::Status Daemon::OpenStore() {
 
 absl::Status Daemon::OpenGroups() {
   if (cluster_.group_count > 1) RemoveDroppedLeftovers(config_.store.path);
+  map_wake_ = std::make_shared<ShardMapWake>();
   for (ClusterStoreOptions& options : cluster_.groups) {
     const uint32_t id = options.raft.group_id;
+    if (id == 0) options.shard_map_changed = ShardMapChanged();
     if (id != 0) {
       if (absl::Status s =
               CreateDirectoriesDurably(GroupDir(config_.store.path, id));
@@ -265,6 +267,14 @@ absl::Status Daemon::OpenGroups() {
   }
   directory_ = std::make_unique<GroupDirectory>(
       cluster_.node_id, cluster_.layout, cluster_.peers, std::move(hosted));
+  map_publisher_ = std::make_unique<ShardMapPublisher>(
+      directory_.get(), cluster_.open_peer,
+      [wake = map_wake_](uint64_t) { wake->Notify(); });
+  ShardMapWatchOptions watch;
+  watch.directory = directory_.get();
+  watch.open = cluster_.open_peer;
+  watch.wake = map_wake_;
+  map_watch_ = std::make_unique<ShardMapWatch>(std::move(watch));
   if (cluster_.group_count == 1) {
     store_ = std::move(owned_groups_.front());
     owned_groups_.clear();
@@ -291,6 +301,10 @@ absl::Status Daemon::OpenGroups() {
     }
   });
   return absl::OkStatus();
+}
+
+std::function<void()> Daemon::ShardMapChanged() const {
+  return [wake = map_wake_] { wake->Notify(); };
 }
 
 // After the store: in single-node mode the data dir is RocksDB's own, and a
@@ -390,6 +404,7 @@ absl::Status Daemon::StartServer() {
     if (router_ != nullptr) {
       cluster_service_->EnableHosting(this, cluster_.open_peer);
     }
+    cluster_service_->EnableMapPublishing(map_publisher_.get());
     builder.RegisterService(cluster_service_.get());
   }
   if (config_.enable_bench_service) builder.RegisterService(&bench_);

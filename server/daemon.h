@@ -39,6 +39,8 @@
 #include "server/sd_notify.h"
 #include "server/security_config.h"
 #include "server/server_config.h"
+#include "server/shard_map_publish.h"
+#include "server/shard_map_watch.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -125,6 +127,8 @@ class Daemon final : public GroupHosting {
   absl::Status CloseAndDelete(uint32_t group_id, ReplicatedStore* store,
                               const v1::ClusterStatusResponse& leader)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(hosting_mu_);
+  // What group 0's store calls when it applied a new shard map.
+  std::function<void()> ShardMapChanged() const;
   // Stop's steps.
   void HandOffLeadership();
   void Drain();
@@ -155,6 +159,11 @@ class Daemon final : public GroupHosting {
   std::vector<ReplicatedStore*> groups_;
   ReplicatedStore* replicated_ = nullptr;
   std::unique_ptr<GroupDirectory> directory_;
+  // Cluster mode: wakes map_watch_ when group 0 applied a new shard map
+  // (shared with group 0's store, which may outlive the watch), and writes
+  // groups' new replicas into that map.
+  std::shared_ptr<ShardMapWake> map_wake_;
+  std::unique_ptr<ShardMapPublisher> map_publisher_;
   // Stops the tenants' stored_bytes watch before the store goes.
   struct StoredBytesWatch {
     Authorizer* auth = nullptr;
@@ -182,6 +191,8 @@ class Daemon final : public GroupHosting {
   std::unique_ptr<StoreProbe> store_probe_;  // single node
   std::unique_ptr<LivenessWatch> liveness_watch_;
   std::unique_ptr<LeaderBalancer> balancer_;  // --groups > 1
+  // Cluster mode: keeps directory_'s copy of the shard map current.
+  std::unique_ptr<ShardMapWatch> map_watch_;
   // Runs ActivateJoined (--groups > 1); stopped first.
   struct Activator {
     absl::Notification stop;

@@ -130,6 +130,7 @@ absl::Status Daemon::Host(uint32_t group_id) {
   }
   absl::StatusOr<ClusterStoreOptions> options = cluster_.open_group(group_id);
   if (!options.ok()) return options.status();
+  if (group_id == 0) options->shard_map_changed = ShardMapChanged();
   const std::string& data = config_.store.path;
   if (absl::Status s = ClearUnhostedGroupDirs(data, group_id); !s.ok()) {
     return s;

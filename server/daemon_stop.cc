@@ -38,6 +38,7 @@ void Daemon::Serve() {
 absl::Status Daemon::Stop() {
   Notify("STOPPING=1\nSTATUS=stopping: draining in-flight calls");
   activator_.reset();
+  map_watch_.reset();
   liveness_watch_.reset();
   store_probe_.reset();
   health_watch_.reset();

@@ -35,15 +35,7 @@ GroupDirectory::GroupDirectory(uint64_t node_id, ShardLayout layout,
     : node_id_(node_id),
       layout_(std::move(layout)),
       peers_(std::move(peers)),
-      hosted_(std::move(hosted)) {
-  // The layout is epoch 1's view: a node first asked after a change (a
-  // restart, or no map asked for before) counts it too.
-  for (const GroupPlacement& group : layout_.groups) {
-    std::vector<uint64_t> sorted = group.replicas;
-    std::sort(sorted.begin(), sorted.end());
-    seen_[group.id] = std::move(sorted);
-  }
-}
+      hosted_(std::move(hosted)) {}
 
 std::map<uint32_t, ReplicatedStore*> GroupDirectory::hosted() const {
   absl::MutexLock lock(&mu_);
@@ -75,7 +67,8 @@ void GroupDirectory::Unhost(uint32_t group_id, std::vector<uint64_t> replicas,
                  replicas.end());
   absl::MutexLock lock(&mu_);
   hosted_.erase(group_id);
-  hints_[group_id] = {std::move(replicas), leader == node_id_ ? 0 : leader};
+  hints_[group_id] = {std::move(replicas), leader == node_id_ ? 0 : leader,
+                      EpochLocked()};
 }
 
 std::string GroupDirectory::ClientAddress(uint64_t node) const {
@@ -93,25 +86,29 @@ std::string GroupDirectory::ClientAddress(uint64_t node) const {
 }
 
 std::vector<uint64_t> GroupDirectory::ReplicasOf(uint32_t group_id) const {
-  const GroupPlacement* group = layout_.Find(group_id);
-  const std::vector<uint64_t> founders =
-      group == nullptr ? std::vector<uint64_t>{} : group->replicas;
+  std::vector<uint64_t> served;
+  std::vector<uint64_t> hinted;
+  {
+    absl::MutexLock lock(&mu_);
+    const GroupPlacement* group = adopted_.has_value()
+                                      ? adopted_->Find(group_id)
+                                      : layout_.Find(group_id);
+    if (group != nullptr) served = group->replicas;
+    auto hint = hints_.find(group_id);
+    if (hint != hints_.end() && hint->second.epoch == EpochLocked()) {
+      hinted = hint->second.replicas;
+    }
+  }
   if (ReplicatedStore* store = Hosted(group_id)) {
     std::vector<uint64_t> voters;
     for (const Member& member : store->GetClusterStatus().consensus.members) {
       if (member.role == MemberRole::kVoter) voters.push_back(member.id);
     }
     // Empty: a joiner not told its configuration yet.
-    if (!voters.empty()) return InOrderOf(founders, voters);
+    if (!voters.empty()) return InOrderOf(served, voters);
   }
-  {
-    absl::MutexLock lock(&mu_);
-    auto hint = hints_.find(group_id);
-    if (hint != hints_.end() && !hint->second.replicas.empty()) {
-      return InOrderOf(founders, hint->second.replicas);
-    }
-  }
-  return founders;
+  if (!hinted.empty()) return InOrderOf(served, hinted);
+  return served;
 }
 
 GroupDirectory::Leader GroupDirectory::LeaderOf(uint32_t group_id) const {
@@ -152,24 +149,31 @@ absl::Status GroupDirectory::NotHosted(uint32_t group_id) const {
 }
 
 GroupDirectory::View GroupDirectory::CurrentView() const {
-  View view;
-  for (const GroupPlacement& group : layout_.groups) {
-    GroupPlacement now = group;
-    now.replicas = ReplicasOf(group.id);
-    view.groups.push_back(std::move(now));
-  }
   absl::MutexLock lock(&mu_);
-  for (const GroupPlacement& group : view.groups) {
-    std::vector<uint64_t> sorted = group.replicas;
-    std::sort(sorted.begin(), sorted.end());
-    auto [it, inserted] = seen_.try_emplace(group.id, sorted);
-    if (!inserted && it->second != sorted) {
-      it->second = std::move(sorted);
-      ++changes_;
-    }
+  const ShardLayout& served = adopted_.has_value() ? *adopted_ : layout_;
+  return View{served.epoch, served.groups};
+}
+
+bool GroupDirectory::Adopt(ShardLayout map) {
+  absl::MutexLock lock(&mu_);
+  // The founding map stored at the layout's epoch is taken too: it names
+  // the founders where a joiner's layout may name none.
+  if (adopted_.has_value() ? map.epoch <= adopted_->epoch
+                           : map.epoch < layout_.epoch) {
+    return false;
   }
-  view.epoch = layout_.epoch + changes_;
-  return view;
+  adopted_ = std::move(map);
+  return true;
+}
+
+uint64_t GroupDirectory::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return EpochLocked();
+}
+
+std::optional<ShardLayout> GroupDirectory::Adopted() const {
+  absl::MutexLock lock(&mu_);
+  return adopted_;
 }
 
 }  // namespace dedup

@@ -6,16 +6,19 @@
 // balancing.
 //
 // The hosted groups change at run time (a replica moved in with Host, out
-// with Unhost). A group's replicas as this node sees them come from the
-// group's Raft configuration when hosted here, else from the hint left when
-// this node stopped hosting it, else from the layout. The layout's slot
-// ranges never change here: a replicated shard map (the meta group) will
-// replace the hints and the epoch rule below.
+// with Unhost). The shard map served (CurrentView) is the one the meta
+// group (group 0) stores, once this node has adopted a copy of it (Adopt,
+// fed by ShardMapWatch): every node serves the same epoch and replicas for
+// it. Before that it is the founding layout. A group's replicas for routing
+// (ReplicasOf) come from the group's Raft configuration when hosted here,
+// else from the hint left when this node stopped hosting it (until a newer
+// map arrives), else from the adopted map, else from the layout.
 #ifndef DEDUP_SERVER_GROUP_DIRECTORY_H_
 #define DEDUP_SERVER_GROUP_DIRECTORY_H_
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,8 +41,8 @@ class GroupDirectory {
     uint64_t id = 0;      // 0: none known
     std::string address;  // client address; empty when not known
   };
-  // The shard map as this node sees it: every layout group with its
-  // replicas as ReplicasOf gives them, and the epoch of that view.
+  // The shard map as this node serves it: the adopted map's groups and
+  // epoch, else the layout's.
   struct View {
     uint64_t epoch = 0;
     std::vector<GroupPlacement> groups;
@@ -71,9 +74,9 @@ class GroupDirectory {
   // The client address of `node` from --peers (or a hosted group's
   // configuration), empty when unknown.
   std::string ClientAddress(uint64_t node) const;
-  // `group_id`'s replicas: a hosted group's live voters (in layout order
-  // first: its first replica is the preferred leader), else the hint, else
-  // the layout's.
+  // `group_id`'s replicas: a hosted group's live voters (in the served
+  // map's order first: its first replica is the preferred leader), else the
+  // hint (while no newer map arrived), else the served map's.
   std::vector<uint64_t> ReplicasOf(uint32_t group_id) const;
   // A hosted group: its live leader (none during an election). Any other:
   // the hinted leader, else the group's first replica (ReplicasOf), which
@@ -83,18 +86,32 @@ class GroupDirectory {
   // naming the node and the group, with kLeaderAddressPayload = LeaderOf's
   // address when known.
   absl::Status NotHosted(uint32_t group_id) const;
-  // The shard map now. Its epoch is the layout's plus the number of times
-  // a group's replica set (as this node sees it) differed from the one
-  // before (the layout's at first): it rises whenever the replicas change
-  // in this node's view. Nodes count apart: two nodes may give different
-  // epochs for the same replicas (see the class comment).
+  // The shard map now: the adopted map (its epoch and replicas, the same
+  // on every node that adopted it), else the founding layout.
   View CurrentView() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Serves `map` (the meta group's stored map, valid: ValidateLayout) from
+  // now on if its epoch is above the adopted map's (at least the layout's
+  // when none was adopted); true when it did. Maps only move forward,
+  // whatever order copies arrive in.
+  bool Adopt(ShardLayout map) ABSL_LOCKS_EXCLUDED(mu_);
+  // The served map's epoch (CurrentView().epoch, without copying).
+  uint64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The adopted map, if any (a copy).
+  std::optional<ShardLayout> Adopted() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Hint {
     std::vector<uint64_t> replicas;
     uint64_t leader = 0;
+    // The served epoch when the hint was left: a newer map replaces its
+    // replicas.
+    uint64_t epoch = 0;
   };
+
+  uint64_t EpochLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return adopted_.has_value() ? adopted_->epoch : layout_.epoch;
+  }
 
   const uint64_t node_id_;
   const ShardLayout layout_;
@@ -102,10 +119,7 @@ class GroupDirectory {
   mutable absl::Mutex mu_;
   std::map<uint32_t, ReplicatedStore*> hosted_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, Hint> hints_ ABSL_GUARDED_BY(mu_);
-  // What the last View saw (the layout at first), and how many changes it
-  // has counted.
-  mutable std::map<uint32_t, std::vector<uint64_t>> seen_ ABSL_GUARDED_BY(mu_);
-  mutable uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<ShardLayout> adopted_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dedup

@@ -110,7 +110,9 @@ const std::vector<absl::string_view>& ValidatedFieldsOf(int method_index) {
           {},
           // Admin: Backup.
           {},
-          // Cluster: ShardMap; HostGroup, DropGroup, MoveReplica.
+          // Cluster: ShardMap; HostGroup, DropGroup, MoveReplica;
+          // SetGroupReplicas.
+          {},
           {},
           {},
           {},

@@ -32,7 +32,8 @@ constexpr std::array<const char*, kMethodCount> kMethodNames = {
     "Cluster.ShardMap",
     "Cluster.HostGroup",
     "Cluster.DropGroup",
-    "Cluster.MoveReplica"};
+    "Cluster.MoveReplica",
+    "Cluster.SetGroupReplicas"};
 constexpr std::array<const char*, kBeginOutcomeCount> kOutcomeNames = {
     "started",  "takeover",  "reentry", "in_use",
     "conflict", "duplicate", "expired", "rerun"};

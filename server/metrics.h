@@ -52,9 +52,10 @@ enum class Method {
   kClusterShardMap,
   kClusterHostGroup,
   kClusterDropGroup,
-  kClusterMoveReplica
+  kClusterMoveReplica,
+  kClusterSetGroupReplicas
 };
-inline constexpr int kMethodCount = 25;
+inline constexpr int kMethodCount = 26;
 [[nodiscard]] const char* MethodName(Method method);
 
 // How a Begin was answered, as counted.

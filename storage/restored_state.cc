@@ -31,6 +31,10 @@ absl::Status ForgetRecordedMembers(const std::string& dir) {
     return s;
   }
   it.reset();
+  // The old cluster's shard map names its nodes: the new group's leader
+  // stores its own founding map instead.
+  batch.Delete(replicated_internal::ShardMapEpochKey());
+  batch.Delete(replicated_internal::ShardMapKey());
   rocksdb::WriteOptions write;
   write.sync = true;
   if (absl::Status s = FromRocks(db->Write(write, &batch), "forget members");

@@ -5,7 +5,9 @@
 // reads back through every node, the old node no longer hosts the group
 // (directories gone, shard map and status say so), the new node hosts it
 // across a restart, the replicas stay identical, and what the new node
-// copied is that group's state only.
+// copied is that group's state only. The shard map (stored in group 0, the
+// group that moves) is the same on every node before and within seconds
+// after the move, at a higher epoch, and across a restart of every node.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -126,6 +128,47 @@ class MoveTest : public ::testing::Test {
     }
     std::sort(ids.begin(), ids.end());
     return ids;
+  }
+
+  // The shard map once every node serves the same one (epoch, ranges and
+  // replicas; leader hints are each node's own) at `min_epoch` or above,
+  // within `timeout`; a failure naming what differed otherwise.
+  v1::ShardMapResponse SameMapEverywhere(uint64_t min_epoch,
+                                         std::chrono::seconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::string differs;
+    while (true) {
+      std::vector<v1::ShardMapResponse> maps;
+      differs.clear();
+      for (int id = 1; id <= 4; ++id) {
+        v1::ShardMapResponse map;
+        grpc::Status s = ClusterCall(cluster_.client_address(id),
+                                     &v1::Cluster::Stub::ShardMap,
+                                     v1::ShardMapRequest(), &map);
+        if (!s.ok()) {
+          differs = absl::StrCat("node ", id, ": ", s.error_message());
+          break;
+        }
+        for (v1::ShardGroup& g : *map.mutable_groups()) {
+          g.clear_leader_node_id();
+          g.clear_leader_address();
+        }
+        if (map.epoch() < min_epoch) {
+          differs = absl::StrCat("node ", id, " serves epoch ", map.epoch());
+        } else if (!maps.empty() && map.SerializeAsString() !=
+                                        maps.front().SerializeAsString()) {
+          differs =
+              absl::StrCat("node ", id, " serves ", map.ShortDebugString(),
+                           ", node 1 ", maps.front().ShortDebugString());
+        }
+        maps.push_back(std::move(map));
+      }
+      if (differs.empty()) return maps.front();
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "the nodes serve different shard maps: " << differs;
+    return v1::ShardMapResponse();
   }
 
   bool WaitForLeaders(std::chrono::seconds timeout) {
@@ -282,8 +325,10 @@ TEST_F(MoveTest, AGroupMovesWhileClientsWriteToIt) {
   }
   ASSERT_NE(to, 0);
   ASSERT_NE(from, 0);
-  std::vector<uint64_t> epochs_before;
-  for (int id = 1; id <= 4; ++id) epochs_before.push_back(ShardMap(id).epoch());
+  // Every node serves the founding map.
+  const v1::ShardMapResponse map_before =
+      SameMapEverywhere(1, std::chrono::seconds(5));
+  EXPECT_EQ(map_before.epoch(), 1u);
 
   // H holds far more than G: what `to` copies shows whose state it is.
   Keys acknowledged;
@@ -362,11 +407,13 @@ TEST_F(MoveTest, AGroupMovesWhileClientsWriteToIt) {
   std::sort(moved_replicas.begin(), moved_replicas.end());
   EXPECT_EQ(moved_replicas,
             std::vector<uint64_t>(g_after.begin(), g_after.end()));
-  for (int id = 1; id <= 4; ++id) {
-    const v1::ShardMapResponse map = ShardMap(id);
-    EXPECT_EQ(ReplicasOf(map, g), g_after) << "node " << id;
-    EXPECT_GT(map.epoch(), epochs_before[id - 1]) << "node " << id;
-  }
+  // The meta group's map, the same on every node within seconds, `from`
+  // (no longer hosting group 0, the meta group) included.
+  const v1::ShardMapResponse map_after =
+      SameMapEverywhere(map_before.epoch() + 1, std::chrono::seconds(5));
+  EXPECT_GT(map_after.epoch(), map_before.epoch());
+  EXPECT_EQ(ReplicasOf(map_after, g), g_after);
+  EXPECT_EQ(ReplicasOf(map_after, h), h_replicas);
   v1::ClusterStatusResponse status;
   EXPECT_EQ(GroupStatus(from, g, &status).error_code(),
             grpc::StatusCode::NOT_FOUND);
@@ -425,6 +472,59 @@ TEST_F(MoveTest, AGroupMovesWhileClientsWriteToIt) {
     EXPECT_EQ(d.digest(), digests.begin()->second.digest()) << "node " << id;
   }
   ExpectDuplicates(to, acknowledged);
+
+  // The map survives restarting every node: the same epoch and replicas,
+  // everywhere.
+  for (int id = 1; id <= 4; ++id) {
+    absl::Status stopped = cluster_.Stop(id);
+    ASSERT_TRUE(stopped.ok()) << "node " << id << ": " << stopped;
+  }
+  for (int id = 1; id <= 4; ++id) {
+    absl::Status started = cluster_.Start(id);
+    ASSERT_TRUE(started.ok()) << "node " << id << ": " << started;
+  }
+  // Once every group has a leader again, and a little more: a leader that
+  // wrote a map at its start would show by then.
+  ASSERT_TRUE(WaitForLeaders(std::chrono::seconds(30)));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const v1::ShardMapResponse map_restarted =
+      SameMapEverywhere(map_after.epoch(), std::chrono::seconds(10));
+  EXPECT_EQ(map_restarted.SerializeAsString(), map_after.SerializeAsString())
+      << map_restarted.ShortDebugString();
+}
+
+// A membership change made directly (Cluster.RemoveNode, what `dedupctl
+// cluster remove --group` sends) reaches the map too, on every node.
+TEST_F(MoveTest, ARemovedMemberLeavesTheMapOnEveryNode) {
+  const uint32_t h = 1;
+  std::vector<int> replicas = ReplicasOf(map_, h);
+  ASSERT_EQ(replicas.size(), 3u);
+  int leader = 0;
+  for (int id : replicas) {
+    v1::ClusterStatusResponse status;
+    if (GroupStatus(id, h, &status).ok() && status.role() == "leader") {
+      leader = id;
+    }
+  }
+  ASSERT_NE(leader, 0);
+  const int removed = replicas[0] == leader ? replicas[1] : replicas[0];
+  const v1::ShardMapResponse before =
+      SameMapEverywhere(1, std::chrono::seconds(5));
+
+  v1::RemoveNodeRequest remove;
+  remove.set_node_id(removed);
+  remove.set_group_id(h);
+  v1::RemoveNodeResponse response;
+  grpc::Status s =
+      ClusterCall(cluster_.client_address(leader),
+                  &v1::Cluster::Stub::RemoveNode, remove, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+
+  const v1::ShardMapResponse after =
+      SameMapEverywhere(before.epoch() + 1, std::chrono::seconds(5));
+  replicas.erase(std::find(replicas.begin(), replicas.end(), removed));
+  EXPECT_EQ(ReplicasOf(after, h), replicas);
+  EXPECT_EQ(ReplicasOf(after, 0), ReplicasOf(before, 0));
 }
 
 }  // namespace

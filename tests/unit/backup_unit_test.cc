@@ -148,7 +148,7 @@ TEST_F(BackupUnitTest, SingleNodeCopyHoldsEarlierWritesAndTheClockTime) {
   EXPECT_TRUE(got->has_value());
 }
 
-TEST_F(BackupUnitTest, RestoredStateForgetsTheOldGroupsMembersOnly) {
+TEST_F(BackupUnitTest, RestoredStateForgetsTheOldGroupsMembersAndMapOnly) {
   ReplicatedStateOptions options;
   options.path = root_ + "/state";
   options.memory_budget_bytes = 16 << 20;
@@ -165,14 +165,19 @@ TEST_F(BackupUnitTest, RestoredStateForgetsTheOldGroupsMembersOnly) {
     begin.params.args_hash = "h";
     begin.params.lease_ms = 10000;
     begin.params.ttl_s = 3600;
+    LogSetShardMap map;
+    map.expected_epoch = 0;
+    map.epoch = 3;
+    map.map = "the old cluster's map";
     LogEntry entry;
     entry.now_ms = 1000;
-    entry.ops = {member, begin};
+    entry.ops = {member, begin, map};
     ASSERT_TRUE((*state)->Apply(7, entry).ok());
     absl::StatusOr<std::map<uint64_t, std::string>> members =
         (*state)->Members();
     ASSERT_TRUE(members.ok());
     ASSERT_EQ(members->size(), 1u);
+    ASSERT_EQ((*state)->ShardMap()->epoch, 3u);
     ASSERT_TRUE((*state)->Close().ok());
   }
   ASSERT_TRUE(ForgetRecordedMembers(options.path).ok());
@@ -183,6 +188,21 @@ TEST_F(BackupUnitTest, RestoredStateForgetsTheOldGroupsMembersOnly) {
   ASSERT_TRUE(members.ok());
   EXPECT_TRUE(members->empty());
   EXPECT_EQ((*state)->applied_index(), 7u);
+  // The old cluster's shard map goes too: a new map can be founded.
+  absl::StatusOr<ReplicatedState::StoredShardMap> map = (*state)->ShardMap();
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->epoch, 0u);
+  EXPECT_TRUE(map->map.empty());
+  LogSetShardMap founding;
+  founding.expected_epoch = 0;
+  founding.epoch = 1;
+  founding.map = "the new cluster's map";
+  LogEntry entry;
+  entry.now_ms = 2000;
+  entry.ops = {founding};
+  ASSERT_TRUE((*state)->Apply(8, entry).ok());
+  EXPECT_EQ((*state)->ShardMap()->epoch, 1u);
+  EXPECT_EQ((*state)->applied_index(), 8u);
   EXPECT_EQ((*state)->last_fence(), 1u);
 }
 

@@ -1,6 +1,6 @@
 // GroupDirectory: hosting that changes while serving, replica and leader
-// hints of groups this node stopped hosting, and the shard map epoch rising
-// whenever the replicas in this node's view change.
+// hints of groups this node stopped hosting, and the shard map it serves:
+// the layout until it adopts the meta group's stored map, then that map.
 #include "server/group_directory.h"
 
 #include <algorithm>
@@ -134,47 +134,82 @@ TEST_F(GroupDirectoryTest, AnUnhostedGroupIsRefusedWithItsHintNeverItself) {
   EXPECT_EQ(directory_->LeaderOf(foreign_).id, after.back());
 }
 
-TEST_F(GroupDirectoryTest, TheEpochRisesWhenTheReplicasInViewChange) {
-  const GroupDirectory::View first = directory_->CurrentView();
-  EXPECT_EQ(first.epoch, layout_.epoch);
-  ASSERT_EQ(first.groups.size(), 2u);
-  EXPECT_EQ(directory_->CurrentView().epoch, first.epoch);  // no change
-  // The hosted group's configuration gains the fourth node (a move under
-  // way).
+TEST_F(GroupDirectoryTest, ServesTheLayoutUntilAMapIsAdoptedThenTheMap) {
+  // Before any stored map: the layout, whatever the live voters say.
   std::vector<uint64_t> voters = layout_.Find(own_)->replicas;
-  for (uint64_t id = 1; id <= 4; ++id) {
+  uint64_t joiner = 0;
+  for (uint64_t id = 1; id <= 4 && joiner == 0; ++id) {
     if (std::find(voters.begin(), voters.end(), id) == voters.end()) {
-      voters.push_back(id);
-      break;
+      joiner = id;
     }
   }
+  voters.push_back(joiner);
   store_.SetVoters(voters, self_);
-  const GroupDirectory::View second = directory_->CurrentView();
-  EXPECT_EQ(second.epoch, first.epoch + 1);
-  for (const GroupPlacement& g : second.groups) {
-    if (g.id != own_) continue;
-    std::vector<uint64_t> got = g.replicas, want = voters;
-    std::sort(got.begin(), got.end());
-    std::sort(want.begin(), want.end());
-    EXPECT_EQ(got, want);
-  }
-  // Dropped with a hint that differs again: one more.
-  voters.erase(std::find(voters.begin(), voters.end(), self_));
-  directory_->Unhost(own_, voters, voters.front());
-  EXPECT_EQ(directory_->CurrentView().epoch, first.epoch + 2);
-  EXPECT_EQ(directory_->CurrentView().epoch, first.epoch + 2);
+  GroupDirectory::View view = directory_->CurrentView();
+  EXPECT_EQ(view.epoch, layout_.epoch);
+  EXPECT_EQ(directory_->epoch(), layout_.epoch);
+  ASSERT_EQ(view.groups.size(), 2u);
+  EXPECT_EQ(view.groups[own_].replicas, layout_.Find(own_)->replicas);
+  EXPECT_FALSE(directory_->Adopted().has_value());
+
+  // A stored map: its epoch and replicas, for hosted and other groups
+  // alike (not the live voters: every node serves the same map).
+  ShardLayout stored = layout_;
+  stored.epoch = layout_.epoch + 3;
+  stored.groups[foreign_].replicas = {joiner, self_};
+  stored.groups[own_].replicas = {joiner};
+  ASSERT_TRUE(directory_->Adopt(stored));
+  view = directory_->CurrentView();
+  EXPECT_EQ(view.epoch, stored.epoch);
+  EXPECT_EQ(directory_->epoch(), stored.epoch);
+  ASSERT_EQ(view.groups.size(), 2u);
+  EXPECT_EQ(view.groups[foreign_].replicas,
+            (std::vector<uint64_t>{joiner, self_}));
+  EXPECT_EQ(view.groups[own_].replicas, std::vector<uint64_t>{joiner});
+  // Routing still follows the hosted group's live voters, in the map's
+  // order first; another group's replicas are the map's.
+  EXPECT_EQ(directory_->ReplicasOf(own_).front(), joiner);
+  EXPECT_EQ(directory_->ReplicasOf(own_).size(), voters.size());
+  EXPECT_EQ(directory_->ReplicasOf(foreign_),
+            (std::vector<uint64_t>{joiner, self_}));
+
+  // Maps only move forward.
+  ShardLayout older = layout_;
+  older.epoch = stored.epoch - 1;
+  EXPECT_FALSE(directory_->Adopt(older));
+  EXPECT_FALSE(directory_->Adopt(stored));
+  EXPECT_EQ(directory_->CurrentView().epoch, stored.epoch);
+  EXPECT_EQ(directory_->CurrentView().groups[own_].replicas,
+            std::vector<uint64_t>{joiner});
 }
 
-TEST_F(GroupDirectoryTest, AFirstViewAfterAChangeCountsItToo) {
-  // A node (re)started once its group's replicas moved: its first map is
-  // already past the layout's epoch.
-  std::vector<uint64_t> voters = layout_.Find(own_)->replicas;
-  voters.back() = voters.back() % 4 + 1;
-  while (std::count(voters.begin(), voters.end(), voters.back()) > 1) {
-    voters.back() = voters.back() % 4 + 1;
-  }
-  store_.SetVoters(voters, self_);
-  EXPECT_EQ(directory_->CurrentView().epoch, layout_.epoch + 1);
+TEST_F(GroupDirectoryTest, TheFoundingMapIsAdoptedAtTheLayoutsEpoch) {
+  // A node whose layout names no replicas (a joiner) learns them from the
+  // founding map stored at the layout's epoch.
+  ShardLayout empty = layout_;
+  for (GroupPlacement& g : empty.groups) g.replicas.clear();
+  GroupDirectory joiner(self_, empty, Peers(), {});
+  EXPECT_TRUE(joiner.CurrentView().groups[0].replicas.empty());
+  ShardLayout older = layout_;
+  older.epoch = layout_.epoch - 1;
+  EXPECT_FALSE(joiner.Adopt(older));
+  ASSERT_TRUE(joiner.Adopt(layout_));
+  EXPECT_EQ(joiner.CurrentView().groups[0].replicas,
+            layout_.groups[0].replicas);
+  EXPECT_EQ(joiner.epoch(), layout_.epoch);
+}
+
+TEST_F(GroupDirectoryTest, AHintLastsUntilANewerMapArrives) {
+  std::vector<uint64_t> after = layout_.Find(foreign_)->replicas;
+  after.pop_back();
+  directory_->Unhost(foreign_, after, after.front());
+  EXPECT_EQ(directory_->ReplicasOf(foreign_), after);
+  // The map catches up with a different set: the map wins.
+  ShardLayout stored = layout_;
+  stored.epoch = layout_.epoch + 1;
+  stored.groups[foreign_].replicas = {self_};
+  ASSERT_TRUE(directory_->Adopt(stored));
+  EXPECT_EQ(directory_->ReplicasOf(foreign_), std::vector<uint64_t>{self_});
 }
 
 }  // namespace
