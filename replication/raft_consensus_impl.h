@@ -36,6 +36,7 @@ extern "C" {
 #include "replication/peer_transport.h"
 #include "replication/raft_consensus.h"
 #include "replication/raft_consensus_shared_loop.h"
+#include "replication/raft_prevote_tiebreak.h"
 
 namespace dedup::raft_internal {
 
@@ -142,6 +143,13 @@ class RaftConsensus : public Consensus, private RaftLoop::Ticked {
                      raft_io_recv_cb recv);
 
   static void Receive(struct raft_io* io, struct raft_message* message);
+  // Loop thread, every message before libraft: true for a pre-vote request
+  // the tie-break sets aside (raft_prevote_tiebreak.h), which libraft then
+  // never sees; pre-vote answers are noted.
+  bool SetAsidePreVote(const struct raft_message& message);
+  PreVoteTieBreak::Self TieBreakView();
+  // The term of the last entry in the log (or of its snapshot).
+  uint64_t LastLogTerm() const;
 
   // What the backend's own tick timer calls (it never fires in practice).
   static void NoTick(struct raft_io* io);
@@ -236,6 +244,7 @@ class RaftConsensus : public Consensus, private RaftLoop::Ticked {
     std::string address;  // the sender's, which the transport may free
   };
   std::unique_ptr<HeldSnapshot> held_;
+  PreVoteTieBreak tie_break_;  // consensus thread
   struct raft_fsm fsm_ {};
   struct raft raft_ {};
   bool closing_ = false;  // consensus thread

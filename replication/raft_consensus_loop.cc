@@ -71,12 +71,52 @@ int RaftConsensus::StartIo(struct raft_io* io, unsigned msecs,
 
 void RaftConsensus::Receive(struct raft_io* io, struct raft_message* message) {
   auto* counted = reinterpret_cast<CountedIo*>(io);
+  if (counted->self->SetAsidePreVote(*message)) return;
   if (message->type == RAFT_IO_INSTALL_SNAPSHOT && !counted->self->closing_) {
     counted->self->ReceiveSnapshot(message);
     return;
   }
   counted->recv(io, message);
   counted->self->RefreshIfRoleChanged();
+}
+
+PreVoteTieBreak::Self RaftConsensus::TieBreakView() {
+  PreVoteTieBreak::Self self;
+  self.id = options_.id;
+  self.pre_candidate =
+      raft_state(&raft_) == RAFT_CANDIDATE && raft_.candidate_state.in_pre_vote;
+  self.term = raft_.current_term;
+  self.round_start_ms = raft_.election_timer_start;
+  self.last_log_index = raft_last_index(&raft_);
+  self.last_log_term = LastLogTerm();
+  return self;
+}
+
+bool RaftConsensus::SetAsidePreVote(const struct raft_message& message) {
+  if (closing_ || !running_) return false;
+  if (message.type == RAFT_IO_REQUEST_VOTE_RESULT) {
+    if (message.request_vote_result.pre_vote == raft_tribool_true) {
+      tie_break_.OnPreVoteAnswer(TieBreakView(), message.server_id);
+    }
+    return false;
+  }
+  if (message.type != RAFT_IO_REQUEST_VOTE) return false;
+  const struct raft_request_vote& vote = message.request_vote;
+  PreVoteTieBreak::Request request;
+  request.from = message.server_id;
+  request.term = vote.term;
+  request.last_log_index = vote.last_log_index;
+  request.last_log_term = vote.last_log_term;
+  request.pre_vote = vote.pre_vote;
+  request.disrupt_leader = vote.disrupt_leader;
+  return tie_break_.SetAside(TieBreakView(), request);
+}
+
+uint64_t RaftConsensus::LastLogTerm() const {
+  const struct raft_log& log = raft_.log;
+  return log.front == log.back
+             ? log.snapshot.last_term
+             : log.entries[(log.back + log.size - 1) % log.size].term;
 }
 
 void RaftConsensus::RefreshIfRoleChanged() {
@@ -225,11 +265,7 @@ void RaftConsensus::RefreshStatus() {
   status.applied_index = raft_last_applied(&raft_);
   status.last_index = raft_last_index(&raft_);
   peer_group_->set_term(raft_.current_term);
-  const struct raft_log& log = raft_.log;
-  status.last_log_term =
-      log.front == log.back
-          ? log.snapshot.last_term
-          : log.entries[(log.back + log.size - 1) % log.size].term;
+  status.last_log_term = LastLogTerm();
   const bool leader = status.role == Role::kLeader;
   std::vector<uint64_t> member_ids;
   for (unsigned i = 0; i < raft_.configuration.n; ++i) {
