@@ -353,15 +353,16 @@ void PeerPlane::Establish(std::unique_ptr<PeerLink> link,
     close(pair[1]);
     return;
   }
-  auto relay = [this, link = std::move(link), pair0 = pair[0], group,
-                remote]() mutable {
-    RelayInbound(std::move(link), pair0, std::move(group), std::move(remote));
-  };
+  PumpedConnection connection;
+  connection.link = std::move(link);
+  connection.pair_fd = pair[0];
+  connection.remote = remote;
+  connection.validator = std::make_unique<FrameValidator>(
+      options_.frame_limits, [group] { return group->term(); });
   // Stopping: the relay never runs, and Stop shut the fds down already.
-  if (!Spawn(std::move(relay))) {
-    metrics_.connections.fetch_sub(1);
-    CloseTracked(pair[0]);
-    CloseTracked(fd);
+  if (!Pump(RelayPump::Direction::kInbound, absl::StrCat("in/", hello.node_id),
+            connection)) {
+    RelayEnded(connection, std::nullopt);
   }
 }
 

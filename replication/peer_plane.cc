@@ -21,7 +21,6 @@
 namespace dedup {
 namespace {
 
-constexpr size_t kRelayBuffer = 64 << 10;
 constexpr int kListenBacklog = 1024;
 // Refusal lines per window; the rest are counted into the next line.
 constexpr int kLogLinesPerWindow = 5;
@@ -39,17 +38,6 @@ constexpr absl::Duration kLogWindow = absl::Seconds(10);
   out->sin_port = htons(static_cast<uint16_t>(port));
   return inet_pton(AF_INET, host_port.substr(0, colon).c_str(),
                    &out->sin_addr) == 1;
-}
-
-[[nodiscard]] bool WriteFdAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
 }
 
 // Non-blocking connect bounded by `timeout_ms`.
@@ -170,6 +158,7 @@ void PeerPlane::UnregisterGroup(uint32_t group_id) {
 
 void PeerPlane::Stop() {
   std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<RelayPump*> pumps;  // destroyed with the plane
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
@@ -181,9 +170,12 @@ void PeerPlane::Stop() {
     // Blocked reads and writes of relays and dials fail at once.
     for (int fd : fds_) shutdown(fd, SHUT_RDWR);
     workers.swap(workers_);
+    for (auto& [key, pump] : pumps_) pumps.push_back(pump.get());
   }
   if (listener_.joinable()) listener_.join();
   for (auto& worker : workers) worker->thread.join();
+  // Not under mu_: a pump's last connections end through CloseTracked.
+  for (RelayPump* pump : pumps) pump->Stop();
   absl::MutexLock lock(&mu_);
   if (listen_fd_ >= 0) close(listen_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
@@ -245,56 +237,37 @@ void PeerPlane::LogRefusal(absl::string_view remote, absl::string_view why) {
   LogWarning("peer connection from ", remote, " refused: ", why, more);
 }
 
-void PeerPlane::RelayInbound(std::unique_ptr<PeerLink> link, int pair_fd,
-                             std::shared_ptr<PeerGroup> group,
-                             std::string remote) {
-  FrameValidator validator(options_.frame_limits,
-                           [group] { return group->term(); });
-  std::vector<char> buf(kRelayBuffer);
-  while (true) {
-    const ssize_t n = link->Read(buf.data(), buf.size());
-    if (n <= 0) break;
-    const absl::string_view bytes(buf.data(), static_cast<size_t>(n));
-    if (std::optional<FrameReject> reject = validator.Feed(bytes)) {
-      metrics_.Count(*reject);
-      LogRefusal(remote, absl::StrCat("Raft message rejected (",
-                                      FrameRejectName(*reject), ")"));
-      break;
+bool PeerPlane::Pump(RelayPump::Direction direction, const std::string& key,
+                     PumpedConnection& connection) {
+  RelayPump* pump = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return false;
+    std::unique_ptr<RelayPump>& slot = pumps_[key];
+    if (slot == nullptr) {
+      slot = std::make_unique<RelayPump>(
+          direction,
+          [this](PumpedConnection& c, std::optional<FrameReject> reject) {
+            RelayEnded(c, reject);
+          });
     }
-    if (!WriteFdAll(pair_fd, bytes.data(), bytes.size())) break;
+    pump = slot.get();
   }
-  metrics_.connections.fetch_sub(1);
-  const int fd = link->fd();
-  link.reset();
-  CloseTracked(pair_fd);
-  CloseTracked(fd);
+  // Pumps live until Stop ends them (after stopping_): Add fails then.
+  return pump->Add(connection);
 }
 
-void PeerPlane::RelayOutbound(std::unique_ptr<PeerLink> link, int pair_fd) {
-  std::vector<char> buf(kRelayBuffer);
-  // The receiver never sends after its answer: anything readable on the
-  // network side is its end (a restart, a close), noticed before libraft
-  // loses its next message to a dead connection.
-  struct pollfd watch[2] = {};
-  watch[0].fd = pair_fd;
-  watch[0].events = POLLIN;
-  watch[1].fd = link->fd();
-  watch[1].events = POLLIN | POLLRDHUP;
-  while (true) {
-    if (poll(watch, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (watch[1].revents != 0) break;
-    if (watch[0].revents == 0) continue;
-    const ssize_t n = read(pair_fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0 || !link->WriteAll(buf.data(), static_cast<size_t>(n))) break;
+void PeerPlane::RelayEnded(PumpedConnection& connection,
+                           std::optional<FrameReject> reject) {
+  if (reject.has_value()) {
+    metrics_.Count(*reject);
+    LogRefusal(connection.remote, absl::StrCat("Raft message rejected (",
+                                               FrameRejectName(*reject), ")"));
   }
   metrics_.connections.fetch_sub(1);
-  const int fd = link->fd();
-  link.reset();
-  CloseTracked(pair_fd);
+  const int fd = connection.link->fd();
+  connection.link.reset();
+  CloseTracked(connection.pair_fd);
   CloseTracked(fd);
 }
 
@@ -371,7 +344,14 @@ void PeerPlane::DialAndRelay(const Dial& dial,
   // Counted before libraft sees it; the relay uncounts it when it ends.
   metrics_.connections.fetch_add(1);
   done(pair[1]);
-  RelayOutbound(std::move(link), pair[0]);
+  PumpedConnection connection;
+  connection.link = std::move(link);
+  connection.pair_fd = pair[0];
+  connection.remote = dial.peer_address;
+  if (!Pump(RelayPump::Direction::kOutbound,
+            absl::StrCat("out/", dial.peer_address), connection)) {
+    RelayEnded(connection, std::nullopt);
+  }
 }
 
 }  // namespace dedup

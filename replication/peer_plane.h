@@ -4,11 +4,13 @@
 // byte reaches libraft, and each inbound byte checked by a FrameValidator.
 //
 // libraft sees each connection as one end of a socketpair (peer_transport.h
-// hands it over); a relay thread per connection copies between the other
-// end and the network. libraft's peer connections carry one direction only
-// (the dialling side writes messages, the accepting side reads), so each
-// relay does blocking I/O one way: an inbound relay reads the network and
-// writes the socketpair, an outbound relay the reverse. Closing either side
+// hands it over); a relay copies between the other end and the network. The
+// relays of one direction to or from one peer node share one thread (a
+// RelayPump, peer_plane_pump.h): the groups on a node pair are woken
+// together, not once per connection. libraft's peer connections carry one
+// direction only (the dialling side writes messages, the accepting side reads),
+// so each relay does blocking I/O one way: an inbound relay reads the network
+// and writes the socketpair, an outbound relay the reverse. Closing either side
 // ends the relay, which closes the other; libraft reconnects by itself.
 //
 // Several Raft groups may share one plane: the hello names the group.
@@ -22,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +39,7 @@
 #include "replication/peer_hello.h"
 #include "replication/peer_link.h"
 #include "replication/peer_metrics.h"
+#include "replication/peer_plane_pump.h"
 #include "replication/raft_frame.h"
 
 namespace dedup {
@@ -163,11 +167,16 @@ class PeerPlane {
   void Establish(std::unique_ptr<PeerLink> link, const PeerHello& hello,
                  const std::string& remote) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Relay and dial threads (peer_plane.cc). A relay's connection is counted
-  // in metrics_.connections before it starts; the relay uncounts it.
-  void RelayInbound(std::unique_ptr<PeerLink> link, int pair_fd,
-                    std::shared_ptr<PeerGroup> group, std::string remote);
-  void RelayOutbound(std::unique_ptr<PeerLink> link, int pair_fd);
+  // Hands a connection to the pump of its direction and peer (`key`),
+  // started on first use. A relay's connection is counted in
+  // metrics_.connections before it starts; its end uncounts it. False once
+  // stopping (the connection is untouched: the caller closes it).
+  [[nodiscard]] bool Pump(RelayPump::Direction direction,
+                          const std::string& key, PumpedConnection& connection)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A pump's connection ended (its thread): closes it, uncounts it.
+  void RelayEnded(PumpedConnection& connection,
+                  std::optional<FrameReject> reject);
   void DialAndRelay(const Dial& dial, const std::function<void(int)>& done);
   std::unique_ptr<PeerLink> DialHandshake(const Dial& dial, int fd);
 
@@ -188,6 +197,9 @@ class PeerPlane {
   absl::flat_hash_map<uint32_t, Registered> groups_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int> fds_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  // By direction and peer ("in/<node id>", "out/<address>").
+  absl::flat_hash_map<std::string, std::unique_ptr<RelayPump>> pumps_
+      ABSL_GUARDED_BY(mu_);
 
   absl::Mutex log_mu_;
   absl::Time log_window_ ABSL_GUARDED_BY(log_mu_);

@@ -147,12 +147,21 @@ void PeerTransport::OnClose(struct raft_uv_transport* t,
   uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), &OnAsyncClosed);
 }
 
+void PeerTransport::CloseUnused(std::function<void()> closed) {
+  closed_ = true;
+  unused_closed_ = std::move(closed);
+  plane_->UnregisterGroup(group_id_);
+  mailbox_->Close();
+  uv_close(reinterpret_cast<uv_handle_t*>(&async_), &OnAsyncClosed);
+}
+
 void PeerTransport::OnAsyncClosed(uv_handle_t* handle) {
   auto* self = static_cast<PeerTransport*>(handle->data);
   auto dialing = std::move(self->dialing_);
   self->dialing_.clear();
   for (auto& [req, cb] : dialing) cb(req, nullptr, RAFT_CANCELED);
   if (self->close_cb_ != nullptr) self->close_cb_(&self->transport_);
+  if (self->unused_closed_ != nullptr) self->unused_closed_();
 }
 
 uv_stream_t* PeerTransport::OpenPipe(int fd) {

@@ -20,6 +20,7 @@ extern "C" {
 }
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,10 @@ class PeerTransport {
 
   // On the loop's thread before the loop runs: 0 or a libuv error.
   [[nodiscard]] int Init();
+  // Loop thread, when libraft will never close the transport (its start
+  // failed before raft_init succeeded): closes what Init opened; `closed`
+  // runs on the loop thread once the loop holds nothing of it.
+  void CloseUnused(std::function<void()> closed);
   // What raft_uv_init takes. libraft closes it through its close method.
   struct raft_uv_transport* raft() {
     return &transport_;
@@ -76,6 +81,7 @@ class PeerTransport {
   std::string address_;
   raft_uv_accept_cb accept_cb_ = nullptr;
   raft_uv_transport_close_cb close_cb_ = nullptr;
+  std::function<void()> unused_closed_;
   bool closed_ = false;
   absl::flat_hash_map<struct raft_uv_connect*, raft_uv_connect_cb> dialing_;
 };

@@ -1,5 +1,6 @@
 #include "replication/raft_consensus.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -14,12 +15,6 @@
 
 namespace dedup {
 namespace raft_internal {
-namespace {
-
-constexpr uint64_t kTickMs = 10;
-
-}  // namespace
-
 absl::Status RaftConsensus::Start() {
   // libraft syncs the files it makes in the dir, never the dir's name.
   if (absl::Status s = CreateDirectoriesDurably(options_.dir); !s.ok()) {
@@ -33,16 +28,45 @@ absl::Status RaftConsensus::Start() {
     return absl::InternalError(
         absl::StrCat("cannot repair raft dir: ", s.message()));
   }
-  if (int rv = uv_loop_init(&loop_); rv != 0) {
-    return absl::InternalError(absl::StrCat("uv_loop_init: ", uv_strerror(rv)));
+  loop_ = options_.loop;
+  if (loop_ == nullptr) {
+    absl::StatusOr<std::shared_ptr<RaftLoop>> own = RaftLoop::Start();
+    if (!own.ok()) return own.status();
+    loop_ = *std::move(own);
   }
-  if (absl::Status s = StartTransport(); !s.ok()) return s;
-  if (int rv = raft_uv_init(&io_.io, &loop_, options_.dir.c_str(),
+  const unsigned tick_ms = loop_->tick_ms();
+  raft_tick_every_ =
+      std::max(1u, (options_.heartbeat_timeout_ms + tick_ms - 1) / tick_ms);
+  absl::Status status = absl::InternalError("the Raft loop is ending");
+  loop_->RunAndWait([this, &status] { status = StartOnLoop(); });
+  if (status.ok()) {
+    started_ = true;
+    return status;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  closed_.WaitForNotification();
+  // What was posted before the failure ran (or was dropped) before this.
+  loop_->RunAndWait([] {});
+  return status;
+}
+
+absl::Status RaftConsensus::StartOnLoop() {
+  if (absl::Status s = StartTransport(); !s.ok()) {
+    AbortStart(Opened::kNothing);
+    return s;
+  }
+  if (int rv = raft_uv_init(&io_.io, loop_->loop(), options_.dir.c_str(),
                             transport_->raft());
       rv != 0) {
-    return absl::InvalidArgumentError(
+    absl::Status s = absl::InvalidArgumentError(
         absl::StrCat("raft log in ", options_.dir, ": ", io_.io.errmsg));
+    AbortStart(Opened::kTransport);
+    return s;
   }
+  uv_inited_ = true;
   raft_uv_set_tracer(&io_.io, RaftLogTracer());
   // Version 2: Debian's raft_uv has no async_work, which asynchronous
   // snapshots (version 3) need. Snapshot() is cheap instead (a WAL fsync).
@@ -55,9 +79,22 @@ absl::Status RaftConsensus::Start() {
   if (int rv = raft_init(&raft_, &io_.io, &fsm_, options_.id,
                          options_.raft_address.c_str());
       rv != 0) {
-    return absl::UnavailableError(
+    absl::Status s = absl::UnavailableError(
         absl::StrCat("raft init: ", raft_errmsg(&raft_)));
+    AbortStart(Opened::kTransport);
+    return s;
   }
+  if (absl::Status s = StartEngine(); !s.ok()) {
+    AbortStart(Opened::kEngine);
+    return s;
+  }
+  running_ = true;
+  loop_->Add(this);
+  RefreshStatus();
+  return absl::OkStatus();
+}
+
+absl::Status RaftConsensus::StartEngine() {
   raft_.data = this;
   raft_.tracer = RaftLogTracer();
   raft_set_election_timeout(&raft_, options_.election_timeout_ms);
@@ -72,7 +109,8 @@ absl::Status RaftConsensus::Start() {
   io_.self = this;
   io_.append = io_.io.append;
   io_.io.append = &RaftConsensus::CountingAppend;
-  // See every message before libraft does (see ReceiveSnapshot).
+  // See every message before libraft does (see ReceiveSnapshot), and tick
+  // libraft from the loop's timer (see OnTick).
   io_.start = io_.io.start;
   io_.io.start = &RaftConsensus::StartIo;
   if (!options_.bootstrap.empty()) {
@@ -100,16 +138,6 @@ absl::Status RaftConsensus::Start() {
   if (int rv = raft_start(&raft_); rv != 0) {
     return RaftError(rv, "raft start", &raft_);
   }
-  uv_async_init(&loop_, &async_, &RaftConsensus::OnAsync);
-  async_.data = this;
-  uv_timer_init(&loop_, &timer_);
-  timer_.data = this;
-  uv_timer_start(&timer_, &RaftConsensus::OnTimer, kTickMs, kTickMs);
-  RefreshStatus();
-  thread_ = std::thread([this] {
-    loop_io = &io_;
-    uv_run(&loop_, UV_RUN_DEFAULT);
-  });
   return absl::OkStatus();
 }
 
@@ -143,12 +171,13 @@ absl::Status RaftConsensus::Propose(std::string entry, Done done) {
 }
 
 void RaftConsensus::Post(absl::AnyInvocable<void() &&> fn) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-    posted_.push_back(std::move(fn));
-  }
-  uv_async_send(&async_);
+  // Queued on the loop under mu_: whatever passed this check is on the
+  // loop's queue before Stop queues Close.
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  const bool first = posted_.empty();
+  posted_.push_back(std::move(fn));
+  if (first) loop_->Post([this] { RunPosted(); });
 }
 
 ConsensusStatus RaftConsensus::Status() const {
@@ -202,11 +231,10 @@ void RaftConsensus::Stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  // A failed Start leaves libraft's memory to the exiting process.
-  if (!thread_.joinable()) return;
-  uv_async_send(&async_);
-  thread_.join();
-  uv_loop_close(&loop_);
+  // A failed Start closed what it had opened.
+  if (!started_) return;
+  loop_->Post([this] { Close(); });
+  closed_.WaitForNotification();
 }
 
 absl::Status RaftConsensus::StartTransport() {
@@ -223,8 +251,8 @@ absl::Status RaftConsensus::StartTransport() {
     plane = *std::move(created);
   }
   if (absl::Status s = plane->Listen(); !s.ok()) return s;
-  transport_ = std::make_unique<PeerTransport>(&loop_, plane, options_.group_id,
-                                               peer_group_);
+  transport_ = std::make_unique<PeerTransport>(loop_->loop(), plane,
+                                               options_.group_id, peer_group_);
   if (int rv = transport_->Init(); rv != 0) {
     return absl::InternalError(
         absl::StrCat("raft transport: ", uv_strerror(rv)));

@@ -3,8 +3,8 @@
 // (peer_plane.h: authenticated, optionally TLS, every frame checked).
 //
 // libraft is not thread-safe: every call into it runs on the thread of its
-// libuv loop, which this class owns. Other threads reach it only through
-// Post (a queue plus uv_async_send, the one thread-safe libuv call).
+// libuv loop (a RaftLoop, raft_consensus_shared_loop.h, of its own or shared
+// with the node's other groups). Other threads reach it only through Post.
 #ifndef DEDUP_REPLICATION_RAFT_CONSENSUS_H_
 #define DEDUP_REPLICATION_RAFT_CONSENSUS_H_
 
@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "replication/consensus.h"
 #include "replication/peer_plane.h"
+#include "replication/raft_consensus_shared_loop.h"
 
 namespace dedup {
 
@@ -48,6 +49,10 @@ struct RaftOptions {
   std::shared_ptr<PeerPlane> peer_plane;
   // This group's id in the plane (the hello names it).
   uint32_t group_id = 0;
+  // The loop (and thread) this group runs on, shared with other groups of
+  // the node so that idle groups wake the node together rather than each on
+  // its own. Null: a loop of the engine's own.
+  std::shared_ptr<RaftLoop> loop;
   // Disaster recovery: when not empty, before starting, append to the log a
   // configuration naming this node, at this address (the one its peers know
   // it by, which may differ from raft_address behind a NAT or a Service), as
@@ -58,9 +63,10 @@ struct RaftOptions {
   std::string force_sole_voter_at;
 };
 
-// Starts the engine and its thread. `machine` is not owned and must outlive
-// the returned object (Stop it first). StateMachine::Restore and Apply may
-// run on the calling thread before this returns (a restart replays the log).
+// Starts the engine (and its loop's thread, without options.loop).
+// `machine` is not owned and must outlive the returned object (Stop it
+// first). StateMachine::Restore and Apply may run, on the loop's thread,
+// before this returns (a restart replays the log). Not from a loop thread.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<Consensus>> StartRaft(
     const RaftOptions& options, StateMachine* machine);
 

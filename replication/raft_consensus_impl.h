@@ -1,13 +1,12 @@
 // The libraft-backed Consensus (raft_consensus.h's StartRaft), shared by the
 // files that implement it: raft_consensus.cc (start, proposals, membership),
 // raft_consensus_fsm.cc (libraft's state machine callbacks and request
-// completions) and raft_consensus_loop.cc (the backend's io hooks, the loop's
-// async and timer callbacks, status). Private to those files.
+// completions) and raft_consensus_loop.cc (the backend's io hooks, ticks,
+// posted work, closing, status). Private to those files.
 //
-// Thread safety: Propose, Post, Status, AddMember, RemoveMember,
-// TransferLeadership and Stop may be called from any thread; everything else
-// runs on the consensus (libuv loop) thread, or on the starting thread before
-// the loop runs.
+// Thread safety: Post, Status and Stop may be called from any thread (Stop
+// not from the loop's); everything else, Start's work included, runs on the
+// consensus thread: the thread of the RaftLoop, which other groups may share.
 #ifndef DEDUP_REPLICATION_RAFT_CONSENSUS_IMPL_H_
 #define DEDUP_REPLICATION_RAFT_CONSENSUS_IMPL_H_
 
@@ -31,16 +30,19 @@ extern "C" {
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "replication/consensus.h"
 #include "replication/log_budget.h"
 #include "replication/peer_transport.h"
 #include "replication/raft_consensus.h"
+#include "replication/raft_consensus_shared_loop.h"
+#include "replication/raft_prevote_tiebreak.h"
 
 namespace dedup::raft_internal {
 
 using Done = absl::AnyInvocable<void(absl::Status) &&>;
 
-class RaftConsensus : public Consensus {
+class RaftConsensus : public Consensus, private RaftLoop::Ticked {
  public:
   RaftConsensus(const RaftOptions& options, StateMachine* machine)
       : options_(options),
@@ -50,6 +52,7 @@ class RaftConsensus : public Consensus {
 
   ~RaftConsensus() override { Stop(); }
 
+  // Any thread but the loop's.
   absl::Status Start();
 
   // Appends the configuration {this node: voter} to the log on disk.
@@ -74,6 +77,25 @@ class RaftConsensus : public Consensus {
   // The peer plane (the given one, or a plaintext one of our own) bound to
   // the Raft address, and libraft's transport over it.
   absl::Status StartTransport();
+
+  // Start's work on the loop thread. On failure, begins closing what was
+  // opened on the loop; closed_ is notified once it is closed.
+  absl::Status StartOnLoop();
+  absl::Status StartEngine();
+  // Loop thread: the handles Start opened are closed (transport: only its
+  // own handles were opened; engine: libraft was initialized).
+  enum class Opened { kNothing, kTransport, kEngine };
+  void AbortStart(Opened opened);
+
+  // Loop thread: runs what Post queued, then refreshes the status.
+  void RunPosted();
+  // Loop thread: ends the engine (raft_close); closed_ once it is closed.
+  void Close();
+
+  // Every tick of the loop: libraft's tick (a leader's every
+  // raft_tick_every_ ticks, on the same ticks for every group of the loop),
+  // held snapshots, status.
+  void OnTick(uint64_t tick) override;
 
   struct ApplyRequest {
     struct raft_apply req;
@@ -121,6 +143,16 @@ class RaftConsensus : public Consensus {
                      raft_io_recv_cb recv);
 
   static void Receive(struct raft_io* io, struct raft_message* message);
+  // Loop thread, every message before libraft: true for a pre-vote request
+  // the tie-break sets aside (raft_prevote_tiebreak.h), which libraft then
+  // never sees; pre-vote answers are noted.
+  bool SetAsidePreVote(const struct raft_message& message);
+  PreVoteTieBreak::Self TieBreakView();
+  // The term of the last entry in the log (or of its snapshot).
+  uint64_t LastLogTerm() const;
+
+  // What the backend's own tick timer calls (it never fires in practice).
+  static void NoTick(struct raft_io* io);
 
   // A leader's InstallSnapshot reaches libraft only once the state it
   // describes is on this node. libraft would otherwise store the snapshot
@@ -152,16 +184,12 @@ class RaftConsensus : public Consensus {
 
   static void OnTransferred(struct raft_transfer* req);
 
-  static void OnAsync(uv_async_t* handle);
-
   static void OnRaftClosed(struct raft* r);
 
   // Once libraft has closed, its configuration and log are freed (reading
   // them was a use after free, caught by ASan): the last status stays,
   // marked unavailable with no leader.
   void PublishClosed();
-
-  static void OnTimer(uv_timer_t* handle);
 
   // Consensus thread (or the starting thread before the loop runs).
   void RefreshStatus();
@@ -174,9 +202,12 @@ class RaftConsensus : public Consensus {
   StateMachine* const machine_;
   LogBudget log_budget_;  // consensus thread
 
-  uv_loop_t loop_;
-  uv_async_t async_;
-  uv_timer_t timer_;
+  std::shared_ptr<RaftLoop> loop_;  // set by Start
+  unsigned raft_tick_every_ = 1;    // loop ticks per libraft tick
+  bool started_ = false;            // Start succeeded (Start's thread)
+  bool uv_inited_ = false;          // raft_uv_init succeeded (loop thread)
+  bool running_ = false;            // the engine started (loop thread)
+  absl::Notification closed_;       // the engine's handles are all closed
   // Shared with the plane's threads (they check inbound peers against it);
   // the transport is closed by libraft (raft_close) before the loop ends.
   const std::shared_ptr<PeerGroup> peer_group_ = std::make_shared<PeerGroup>();
@@ -192,16 +223,19 @@ class RaftConsensus : public Consensus {
     // libraft's callback of each append in flight (the backend is given
     // AppendDone instead).
     absl::flat_hash_map<struct raft_io_append*, raft_io_append_cb> callbacks;
-    // The backend's start, and libraft's receive callback (the backend is
-    // given Receive instead).
+    // The backend's start, and libraft's receive and tick callbacks (the
+    // backend is given Receive instead, and a tick that never comes: the
+    // loop's timer calls libraft's).
     int (*start)(struct raft_io*, unsigned, raft_io_tick_cb,
                  raft_io_recv_cb) = nullptr;
     raft_io_recv_cb recv = nullptr;
+    raft_io_tick_cb tick = nullptr;
   };
   CountedIo io_{};
-  // The io_ of the loop running on this thread (its callbacks carry no
-  // pointer of ours).
-  static thread_local CountedIo* loop_io;
+  // The io_ of each append in flight on this thread's loop (the backend's
+  // callback carries no pointer of ours; the loop may run several groups).
+  static absl::flat_hash_map<struct raft_io_append*, CountedIo*>&
+  AppendsInFlight();
   std::atomic<uint64_t> log_appends_{0};
   std::atomic<uint64_t> log_appended_entries_{0};
   // A leader's InstallSnapshot waiting for its state (consensus thread).
@@ -210,6 +244,7 @@ class RaftConsensus : public Consensus {
     std::string address;  // the sender's, which the transport may free
   };
   std::unique_ptr<HeldSnapshot> held_;
+  PreVoteTieBreak tie_break_;  // consensus thread
   struct raft_fsm fsm_ {};
   struct raft raft_ {};
   bool closing_ = false;  // consensus thread
@@ -221,7 +256,6 @@ class RaftConsensus : public Consensus {
   std::deque<std::unique_ptr<TransferRequest>> ended_transfers_;
   uint64_t last_leader_id_ = 0;
   uint64_t leader_changes_ = 0;
-  std::thread thread_;
 
   absl::Mutex mu_;
   std::vector<absl::AnyInvocable<void() &&>> posted_ ABSL_GUARDED_BY(mu_);

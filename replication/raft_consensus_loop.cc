@@ -1,6 +1,7 @@
 // The consensus thread's side of RaftConsensus: the hooks on the backend's
 // io (appends, received messages, held snapshots), the loop's async and
 // timer callbacks, closing, and the published status.
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +13,12 @@
 
 namespace dedup::raft_internal {
 
-thread_local RaftConsensus::CountedIo* RaftConsensus::loop_io = nullptr;
+absl::flat_hash_map<struct raft_io_append*, RaftConsensus::CountedIo*>&
+RaftConsensus::AppendsInFlight() {
+  static thread_local absl::flat_hash_map<struct raft_io_append*, CountedIo*>
+      appends;
+  return appends;
+}
 
 int RaftConsensus::CountingAppend(struct raft_io* io,
                                   struct raft_io_append* req,
@@ -22,8 +28,12 @@ int RaftConsensus::CountingAppend(struct raft_io* io,
   counted->self->log_appends_.fetch_add(1);
   counted->self->log_appended_entries_.fetch_add(n);
   counted->callbacks[req] = cb;
+  AppendsInFlight()[req] = counted;
   const int rv = counted->append(io, req, entries, n, &AppendDone);
-  if (rv != 0) counted->callbacks.erase(req);
+  if (rv != 0) {
+    counted->callbacks.erase(req);
+    AppendsInFlight().erase(req);
+  }
   if (rv != 0 && rv != RAFT_CANCELED && !counted->self->closing_) {
     StopOnStorageFailure(absl::StrCat(
         "cannot append ", n,
@@ -33,7 +43,9 @@ int RaftConsensus::CountingAppend(struct raft_io* io,
 }
 
 void RaftConsensus::AppendDone(struct raft_io_append* req, int status) {
-  CountedIo* counted = loop_io;
+  auto in_flight = AppendsInFlight().find(req);
+  CountedIo* counted = in_flight->second;
+  AppendsInFlight().erase(in_flight);
   auto it = counted->callbacks.find(req);
   const raft_io_append_cb cb = it->second;
   counted->callbacks.erase(it);
@@ -48,18 +60,63 @@ void RaftConsensus::AppendDone(struct raft_io_append* req, int status) {
 int RaftConsensus::StartIo(struct raft_io* io, unsigned msecs,
                            raft_io_tick_cb tick, raft_io_recv_cb recv) {
   auto* counted = reinterpret_cast<CountedIo*>(io);
+  (void)msecs;  // the loop's ticks (OnTick)
   counted->recv = recv;
-  return counted->start(io, msecs, tick, &RaftConsensus::Receive);
+  counted->tick = tick;
+  // The backend's own timer would wake the loop at a phase of its own.
+  constexpr unsigned kNever = std::numeric_limits<unsigned>::max();
+  return counted->start(io, kNever, &RaftConsensus::NoTick,
+                        &RaftConsensus::Receive);
 }
 
 void RaftConsensus::Receive(struct raft_io* io, struct raft_message* message) {
   auto* counted = reinterpret_cast<CountedIo*>(io);
+  if (counted->self->SetAsidePreVote(*message)) return;
   if (message->type == RAFT_IO_INSTALL_SNAPSHOT && !counted->self->closing_) {
     counted->self->ReceiveSnapshot(message);
     return;
   }
   counted->recv(io, message);
   counted->self->RefreshIfRoleChanged();
+}
+
+PreVoteTieBreak::Self RaftConsensus::TieBreakView() {
+  PreVoteTieBreak::Self self;
+  self.id = options_.id;
+  self.pre_candidate =
+      raft_state(&raft_) == RAFT_CANDIDATE && raft_.candidate_state.in_pre_vote;
+  self.term = raft_.current_term;
+  self.round_start_ms = raft_.election_timer_start;
+  self.last_log_index = raft_last_index(&raft_);
+  self.last_log_term = LastLogTerm();
+  return self;
+}
+
+bool RaftConsensus::SetAsidePreVote(const struct raft_message& message) {
+  if (closing_ || !running_) return false;
+  if (message.type == RAFT_IO_REQUEST_VOTE_RESULT) {
+    if (message.request_vote_result.pre_vote == raft_tribool_true) {
+      tie_break_.OnPreVoteAnswer(TieBreakView(), message.server_id);
+    }
+    return false;
+  }
+  if (message.type != RAFT_IO_REQUEST_VOTE) return false;
+  const struct raft_request_vote& vote = message.request_vote;
+  PreVoteTieBreak::Request request;
+  request.from = message.server_id;
+  request.term = vote.term;
+  request.last_log_index = vote.last_log_index;
+  request.last_log_term = vote.last_log_term;
+  request.pre_vote = vote.pre_vote;
+  request.disrupt_leader = vote.disrupt_leader;
+  return tie_break_.SetAside(TieBreakView(), request);
+}
+
+uint64_t RaftConsensus::LastLogTerm() const {
+  const struct raft_log& log = raft_.log;
+  return log.front == log.back
+             ? log.snapshot.last_term
+             : log.entries[(log.back + log.size - 1) % log.size].term;
 }
 
 void RaftConsensus::RefreshIfRoleChanged() {
@@ -118,22 +175,40 @@ void RaftConsensus::DropHeldSnapshot() {
   held_.reset();
 }
 
-void RaftConsensus::OnAsync(uv_async_t* handle) {
-  auto* self = static_cast<RaftConsensus*>(handle->data);
+void RaftConsensus::RunPosted() {
   std::vector<absl::AnyInvocable<void() &&>> posted;
-  bool stopping;
   {
-    absl::MutexLock lock(&self->mu_);
-    posted.swap(self->posted_);
-    stopping = self->stopping_;
+    absl::MutexLock lock(&mu_);
+    posted.swap(posted_);
   }
+  // After a failed start, libraft is closed: the work is dropped.
+  if (!running_ || closing_) return;
   for (auto& fn : posted) std::move(fn)();
-  if (stopping && !self->closing_) {
-    self->closing_ = true;
-    uv_timer_stop(&self->timer_);
-    raft_close(&self->raft_, &RaftConsensus::OnRaftClosed);
-  } else {
-    self->RefreshStatus();
+  RefreshStatus();
+}
+
+void RaftConsensus::Close() {
+  closing_ = true;
+  loop_->Remove(this);
+  raft_close(&raft_, &RaftConsensus::OnRaftClosed);
+}
+
+void RaftConsensus::AbortStart(Opened opened) {
+  // Notified from a later turn of the loop, once libraft's and the
+  // transport's callbacks (still on the stack here) have returned.
+  auto notify_closed = [this] { loop_->Post([this] { closed_.Notify(); }); };
+  switch (opened) {
+    case Opened::kNothing:
+      closed_.Notify();
+      return;
+    case Opened::kTransport:
+      if (uv_inited_) raft_uv_close(&io_.io);
+      transport_->CloseUnused(notify_closed);
+      return;
+    case Opened::kEngine:
+      closing_ = true;
+      raft_close(&raft_, &RaftConsensus::OnRaftClosed);
+      return;
   }
 }
 
@@ -141,9 +216,8 @@ void RaftConsensus::OnRaftClosed(struct raft* r) {
   auto* self = static_cast<RaftConsensus*>(r->data);
   self->DropHeldSnapshot();
   raft_uv_close(&self->io_.io);
-  uv_close(reinterpret_cast<uv_handle_t*>(&self->async_), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&self->timer_), nullptr);
-  self->PublishClosed();
+  if (self->running_) self->PublishClosed();
+  self->loop_->Post([self] { self->closed_.Notify(); });
 }
 
 void RaftConsensus::PublishClosed() {
@@ -157,10 +231,22 @@ void RaftConsensus::PublishClosed() {
   machine_->Tick(status);
 }
 
-void RaftConsensus::OnTimer(uv_timer_t* handle) {
-  auto* self = static_cast<RaftConsensus*>(handle->data);
-  self->MaybeDeliverHeldSnapshot();
-  self->RefreshStatus();
+void RaftConsensus::NoTick(struct raft_io*) {}
+
+void RaftConsensus::OnTick(uint64_t tick) {
+  if (closing_) return;
+  // A leader's tick sends its heartbeats: every raft_tick_every_ ticks, on
+  // the same ticks as every other leader of the loop, so that they leave
+  // together. Anyone else's tick only checks its election timer: every tick,
+  // which notices a lost leader sooner and spreads the followers' elections
+  // over the loop's ticks rather than bunching them on one in ten (where
+  // two followers of one group more often stand at once and split the vote).
+  const bool leader = raft_state(&raft_) == RAFT_LEADER;
+  if (io_.tick != nullptr && (!leader || tick % raft_tick_every_ == 0)) {
+    io_.tick(&io_.io);
+  }
+  MaybeDeliverHeldSnapshot();
+  RefreshStatus();
 }
 
 void RaftConsensus::RefreshStatus() {
@@ -179,11 +265,7 @@ void RaftConsensus::RefreshStatus() {
   status.applied_index = raft_last_applied(&raft_);
   status.last_index = raft_last_index(&raft_);
   peer_group_->set_term(raft_.current_term);
-  const struct raft_log& log = raft_.log;
-  status.last_log_term =
-      log.front == log.back
-          ? log.snapshot.last_term
-          : log.entries[(log.back + log.size - 1) % log.size].term;
+  status.last_log_term = LastLogTerm();
   const bool leader = status.role == Role::kLeader;
   std::vector<uint64_t> member_ids;
   for (unsigned i = 0; i < raft_.configuration.n; ++i) {

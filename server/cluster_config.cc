@@ -440,7 +440,16 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   config.open_peer = *std::move(open_peer);
   // One group always runs here (a joining node is added to it later).
   const std::vector<uint32_t> hosted = HostedAtStart(config, single.path);
-  for (uint32_t g : hosted) {
+  // The hosted groups share a few loops (raft_consensus_shared_loop.h).
+  std::vector<std::shared_ptr<RaftLoop>> loops(RaftLoopCount(hosted.size()));
+  for (std::shared_ptr<RaftLoop>& loop : loops) {
+    absl::StatusOr<std::shared_ptr<RaftLoop>> started = RaftLoop::Start();
+    if (!started.ok()) return started.status();
+    loop = *std::move(started);
+  }
+  for (size_t i = 0; i < hosted.size(); ++i) {
+    const uint32_t g = hosted[i];
+    tuning.loop = loops[i % loops.size()];
     // Once founded, no replica bootstraps again: each has its
     // configuration in its log, or waits for its leader's.
     absl::StatusOr<ClusterStoreOptions> group = GroupOptions(
@@ -454,15 +463,18 @@ absl::StatusOr<ClusterConfig> ClusterConfigFromFlags(
   // one more group were hosted.
   ClusterConfig base = config;
   base.groups.clear();
+  // They run on the node's loops too, so they wake with the others.
   config.open_group =
-      [base = std::move(base), tuning, single, count = hosted.size()](
+      [base = std::move(base), tuning, single, loops, count = hosted.size()](
           uint32_t group_id) -> absl::StatusOr<ClusterStoreOptions> {
     const GroupPlacement* group = base.layout.Find(group_id);
     if (group == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("group ", group_id, " is not in the layout"));
     }
-    return GroupOptions(base, *group, tuning, single, count + 1,
+    RaftOptions raft = tuning;
+    if (!loops.empty()) raft.loop = loops[group_id % loops.size()];
+    return GroupOptions(base, *group, raft, single, count + 1,
                         /*join=*/true);
   };
   return config;

@@ -294,9 +294,9 @@ absl::Status Daemon::OpenGroups() {
   balancer_ =
       std::make_unique<LeaderBalancer>(directory_.get(), absl::Seconds(1));
   activator_ = std::make_unique<Activator>();
-  activator_->thread = std::thread([this] {
-    while (!activator_->stop.WaitForNotificationWithTimeout(
-        absl::Milliseconds(100))) {
+  // Not through activator_, which Stop resets while this thread runs.
+  activator_->thread = std::thread([this, stop = &activator_->stop] {
+    while (!stop->WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
       ActivateJoined();
     }
   });

@@ -11,8 +11,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -355,6 +357,98 @@ TEST_F(PeerPlaneTest, DiallerNoticesTheReceiversEndWithoutWriting) {
   EXPECT_TRUE(EndsWithin(out, std::chrono::milliseconds(3000)));
   close(in->fd);
   close(out);
+}
+
+// Threads of this process now.
+int Threads() {
+  int n = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// Reads exactly `size` bytes from `fd` (empty on EOF, error, or nothing for
+// 5 s).
+std::string ReadExactly(int fd, size_t size) {
+  std::string got(size, '\0');
+  size_t have = 0;
+  while (have < size) {
+    struct pollfd p {};
+    p.fd = fd;
+    p.events = POLLIN;
+    if (poll(&p, 1, 5000) != 1) return "";
+    const ssize_t n = read(fd, got.data() + have, size - have);
+    if (n <= 0) return "";
+    have += static_cast<size_t>(n);
+  }
+  return got;
+}
+
+// Connections of many groups to one peer: each direction is relayed by one
+// thread for all of them, bytes stay on their own connection, and one
+// connection's end leaves the others relaying.
+TEST_F(PeerPlaneTest, ConnectionsToOnePeerShareOneRelayThreadPerDirection) {
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plaintext");
+    constexpr int kGroups = 8;
+    PeerPlaneOptions options;
+    if (tls) options.tls = Tls("server.pem", "server.key");
+    auto listener = Plane(options);
+    auto dialler = Plane(options);
+    std::vector<std::unique_ptr<Inbox>> inboxes;
+    for (int g = 0; g < kGroups; ++g) {
+      inboxes.push_back(std::make_unique<Inbox>());
+      listener->RegisterGroup(g, group_, inboxes.back()->Deliver());
+    }
+    const int threads_before = Threads();
+    std::vector<int> out(kGroups), in(kGroups);
+    for (int g = 0; g < kGroups; ++g) {
+      DialResult dial;
+      dialler->Connect(DialTo(*listener, 2, g), dial.Done());
+      out[g] = dial.Wait();
+      ASSERT_GE(out[g], 0);
+      std::optional<Delivered> delivered = inboxes[g]->Wait(absl::Seconds(5));
+      ASSERT_TRUE(delivered.has_value());
+      in[g] = delivered->fd;
+    }
+    // (Dial threads end once they handed their connection over.)
+    int threads_after = Threads();
+    for (int i = 0; i < 100 && threads_after > threads_before + 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      threads_after = Threads();
+    }
+    EXPECT_LE(threads_after, threads_before + 2);
+    // Every group writes at once; each reads only its own messages.
+    std::vector<std::string> sent(kGroups);
+    for (int g = 0; g < kGroups; ++g) {
+      sent[g] = absl::HexStringToBytes(kRealMessages[2 + g % 2].hex);
+      ASSERT_EQ(write(out[g], sent[g].data(), sent[g].size()),
+                static_cast<ssize_t>(sent[g].size()));
+    }
+    for (int g = 0; g < kGroups; ++g) {
+      EXPECT_EQ(ReadExactly(in[g], sent[g].size()), sent[g]) << g;
+    }
+    // Group 0's libraft closes its end: only its connection ends.
+    close(out[0]);
+    EXPECT_TRUE(EndsWithin(in[0], std::chrono::milliseconds(3000)));
+    for (int g = 1; g < kGroups; ++g) {
+      ASSERT_EQ(write(out[g], sent[g].data(), sent[g].size()),
+                static_cast<ssize_t>(sent[g].size()));
+      EXPECT_EQ(ReadExactly(in[g], sent[g].size()), sent[g]) << g;
+    }
+    for (int i = 0;
+         i < 150 && dialler->metrics().connections.load() != kGroups - 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(dialler->metrics().connections.load(), kGroups - 1);
+    for (int g = 0; g < kGroups; ++g) {
+      if (g > 0) close(out[g]);
+      close(in[g]);
+    }
+  }
 }
 
 }  // namespace
