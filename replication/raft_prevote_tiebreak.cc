@@ -8,6 +8,7 @@ void PreVoteTieBreak::EnterRound(const Self& self) {
   if (self.term == round_term_ && self.round_start_ms == round_start_ms_) {
     return;
   }
+  if (self.term != round_term_) held_.clear();
   round_term_ = self.term;
   round_start_ms_ = self.round_start_ms;
   answered_.clear();
@@ -34,8 +35,15 @@ bool PreVoteTieBreak::SetAside(const Self& self, const Request& request) {
     return false;
   }
   EnterRound(self);
-  return std::find(answered_.begin(), answered_.end(), request.from) ==
-         answered_.end();
+  if (std::find(answered_.begin(), answered_.end(), request.from) !=
+      answered_.end()) {
+    return false;
+  }
+  for (const auto& [replica, round_start] : held_) {
+    if (replica == request.from) return round_start == round_start_ms_;
+  }
+  held_.emplace_back(request.from, round_start_ms_);
+  return true;
 }
 
 }  // namespace dedup

@@ -19,13 +19,17 @@
 // grants the lower one's pre-vote (its log is not behind), so the lower one
 // wins; a replica that answered first (it still followed the leader) asked
 // after the lower one's round began, as in an election without a tie, and
-// is not held back.
+// is not held back. A replica is held back in one round of a term only:
+// when the lower one cannot win (its requests are lost on the way, a
+// one-way partition), its later rounds let the higher one's requests
+// through, so the group still elects a leader.
 //
 // Thread safety: not thread-safe; the group's loop thread only.
 #ifndef DEDUP_REPLICATION_RAFT_PREVOTE_TIEBREAK_H_
 #define DEDUP_REPLICATION_RAFT_PREVOTE_TIEBREAK_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace dedup {
@@ -64,6 +68,9 @@ class PreVoteTieBreak {
   uint64_t round_term_ = 0;
   uint64_t round_start_ms_ = 0;
   std::vector<uint64_t> answered_;  // who answered this round's requests
+  // Replicas set aside in round_term_, with the start of the round that
+  // did it.
+  std::vector<std::pair<uint64_t, uint64_t>> held_;
 };
 
 }  // namespace dedup

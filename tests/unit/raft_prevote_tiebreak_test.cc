@@ -88,5 +88,25 @@ TEST(PreVoteTieBreakTest, AReplicaThatAnsweredThisRoundIsNotHeldBack) {
   EXPECT_TRUE(fresh.SetAside(PreCandidate(), FromThree()));
 }
 
+TEST(PreVoteTieBreakTest, AReplicaIsHeldBackInOneRoundOfATermOnly) {
+  PreVoteTieBreak tie_break;
+  // Our requests never reach replica 3 (a one-way partition): it never
+  // answers, and we stand round after round without winning.
+  EXPECT_TRUE(tie_break.SetAside(PreCandidate(), FromThree()));
+  EXPECT_TRUE(tie_break.SetAside(PreCandidate(), FromThree()));
+  Self next = PreCandidate();
+  next.round_start_ms += 700;
+  EXPECT_FALSE(tie_break.SetAside(next, FromThree()));
+  next.round_start_ms += 900;
+  EXPECT_FALSE(tie_break.SetAside(next, FromThree()));
+  // A new term is a new tie.
+  Self later = PreCandidate();
+  later.term = 8;
+  later.round_start_ms = 9'000;
+  Request asks = FromThree();
+  asks.term = 9;
+  EXPECT_TRUE(tie_break.SetAside(later, asks));
+}
+
 }  // namespace
 }  // namespace dedup
