@@ -367,6 +367,11 @@ void Daemon::StartForwarding() {
   options.open = std::move(forward.open);
   options.auth_enabled = auth_->enabled();
   options.registry = metrics_->registry().get();
+  if (directory_ != nullptr) {
+    options.shard_epoch = [directory = directory_.get()] {
+      return directory->epoch();
+    };
+  }
   forwarder_ = std::make_unique<Forwarder>(std::move(options));
   service_->EnableForwarding(forwarder_.get());
 }

@@ -122,6 +122,20 @@ void RelayTrailers(const grpc::Status& status, const grpc::ClientContext& from,
   }
 }
 
+// "dedup-shard-epoch: `epoch`" unless the leader's trailers had one
+// (`from`: null when the answer was assembled from several sub-batches).
+void AddShardEpoch(const grpc::ClientContext* from,
+                   grpc::CallbackServerContext* to,
+                   const std::function<uint64_t()>& epoch) {
+  if (!epoch) return;
+  if (from != nullptr &&
+      from->GetServerTrailingMetadata().count("dedup-shard-epoch") > 0) {
+    return;
+  }
+  const uint64_t now = epoch();
+  if (now > 0) to->AddTrailingMetadata("dedup-shard-epoch", absl::StrCat(now));
+}
+
 // Whether a sub-batch that failed with `status` certainly changed nothing:
 // refused before any item ran (as the leader's own refusals and a channel
 // that never connected are). Otherwise its items' outcomes are unknown.
@@ -327,6 +341,7 @@ void Forwarder::SendOnce(const RpcCall& call, const std::string& address,
            return;
          }
          RelayTrailers(status, *client, call.context(), address);
+         AddShardEpoch(client.get(), call.context(), options_.shard_epoch);
          if constexpr (kIsBatch<Request>) {
            if (may_resend && status.ok() &&
                ResendRefusedItems(call, address, request, response)) {
@@ -414,6 +429,7 @@ void Forwarder::SendItems(const RpcCall& call, const std::string& address,
            }
          }
          if (remaining->fetch_sub(1, std::memory_order_acq_rel) == 1) {
+           AddShardEpoch(nullptr, call.context(), options_.shard_epoch);
            call.Finish(grpc::Status::OK);
          }
        });

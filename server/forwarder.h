@@ -44,6 +44,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -78,6 +79,10 @@ struct ForwarderOptions {
   bool auth_enabled = false;
   // Holds the metrics; not owned, must outlive the forwarder.
   prometheus::Registry* registry = nullptr;
+  // The shard map epoch this node serves, sent as "dedup-shard-epoch" with
+  // every forwarded answer (unless the leader sent its own) so that a smart
+  // client holding an older map refreshes it. Thread-safe; null: not sent.
+  std::function<uint64_t()> shard_epoch;
 };
 
 // The leader address a refusal's message names ("... leader is [likely]

@@ -35,6 +35,15 @@ grpc::Status ClusterCall(const std::string& address, Method method,
   return ((*stub).*method)(&context, request, response);
 }
 
+std::string Trailer(const grpc::ClientContext& context,
+                    const std::string& name) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find(name);
+  return it == trailers.end()
+             ? ""
+             : std::string(it->second.data(), it->second.size());
+}
+
 v1::ShardMapResponse ShardMapOf(const std::string& address) {
   v1::ShardMapResponse map;
   grpc::Status s = ClusterCall(address, &v1::Cluster::Stub::ShardMap,
@@ -427,11 +436,30 @@ TEST_F(SixNodesTwelveGroups, ClusterCallsNameTheirGroup) {
     names_a_replica |= hint == cluster_.client_address(static_cast<int>(id));
   }
   EXPECT_TRUE(names_a_replica) << hint;
-  // A client's own call is forwarded to the group's leader (one hop).
+  // A client's own call is forwarded to the group's leader (one hop), and
+  // the answer tells a smart client the map's epoch.
+  const std::string epoch =
+      absl::StrCat(ShardMapOf(cluster_.client_address(1)).epoch());
   grpc::ClientContext direct;
   s = stub->Begin(&direct, BeginOf(key, "o"), &begun);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(begun.status(), v1::BeginResponse::STARTED);
+  EXPECT_EQ(Trailer(direct, "dedup-shard-epoch"), epoch);
+  // So does a batch whose items node 1 sent on to their groups' leaders.
+  v1::BeginBatchRequest batch;
+  for (int i = 0; batch.items_size() < 4; ++i) {
+    const std::string k = absl::StrCat("batch", i);
+    if (GroupOfKey(k) == foreign) *batch.add_items() = BeginOf(k, "o");
+  }
+  grpc::ClientContext batched;
+  v1::BeginBatchResponse answers;
+  s = stub->BeginBatch(&batched, batch, &answers);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(answers.items_size(), 4);
+  for (const auto& item : answers.items()) {
+    EXPECT_EQ(item.response().status(), v1::BeginResponse::STARTED);
+  }
+  EXPECT_EQ(Trailer(batched, "dedup-shard-epoch"), epoch);
 }
 
 class ThreeNodesThreeGroups : public GroupsTest {
