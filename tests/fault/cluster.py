@@ -285,9 +285,12 @@ class Cluster:
     def _group_settled(self, group: int, max_lag: int) -> Optional[str]:
         """Settled: one leader among the group's members, its voters the
         group's replicas (during a move: some of the old and new ones), and
-        every member of its configuration (learners too) answering, naming
-        it in its term and caught up. A node the configuration left (a
-        moved replica not yet dropped) is not asked to agree."""
+        every member of its configuration that it replicates to (voters and
+        standbys) answering, naming it in its term and caught up. Not asked
+        to agree: a node the configuration left (a moved replica not yet
+        dropped), and a spare (a move's newcomer before its promotion, left
+        so by an interrupted move until the move is run again: libraft
+        sends a spare nothing)."""
         moving = group in self.moving
         statuses = {}
         for n in self.members(group):
@@ -305,6 +308,8 @@ class Cluster:
         if not moving and voters != self.groups[group]:
             return f"voters {voters}, not the replicas {self.groups[group]}"
         for m in lead.members:
+            if m.role == "spare":
+                continue
             st = statuses.get(m.id)
             if st is None:
                 return f"node {m.id} ({m.role}) does not answer Status"

@@ -76,9 +76,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dedupctl", default=os.environ.get("DEDUPCTL"),
                    help="the dedupctl binary, for --moves (default: $DEDUPCTL, else "
                    "client/dedupctl beside the build's server/dedupd)")
-    p.add_argument("--move-no-rerun", action="store_true",
-                   help="sabotage: an interrupted move is not run again (the run "
-                   "then fails if a fault interrupts it; shows the test can fail)")
+    p.add_argument("--move-attempt-timeout", type=float, default=120.0,
+                   help="seconds before a `dedupctl cluster move` still running is "
+                   "killed and run again (the move resumes)")
     p.add_argument("--spread", type=float, default=0.3,
                    help="with --groups > 1: share of calls sent to a random node "
                    "(forwarded one hop) rather than the key's group leader")
@@ -287,7 +287,7 @@ def main(argv: list[str]) -> int:
             moves = mover.Moves(args.moves, args.faults, cluster,
                                 os.path.abspath(args.dedupctl), history.now,
                                 random.Random(rng.randrange(1 << 62)), log,
-                                rerun=not args.move_no_rerun)
+                                attempt_timeout_s=args.move_attempt_timeout)
             log(f"{args.moves} move(s), due at fault(s) {','.join(map(str, moves.due))}")
         for n, kind in enumerate(driver.schedule(args.faults, rng, kinds), 1):
             drv.run_fault(n, args.faults, kind,

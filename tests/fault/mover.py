@@ -12,13 +12,16 @@ when every node is up, running and unpartitioned, so F is reachable when
 the move starts: a move cannot drop F's copy while F is SIGSTOPped or
 isolated, and would only wait); T a node not hosting G.
 
-Re-runs: moves resume when run again (steps already done are skipped), so
-an attempt that fails (dedupctl exits non-zero: a node of the move killed,
-stopped or isolated, a leader change, its deadline) is run again after
-RETRY_PAUSE_S, from this thread, until it completes. dedupctl asks the
-nodes in a random order (it goes on to the next address on UNAVAILABLE);
-an attempt still running after ATTEMPT_TIMEOUT_S is killed (its server-side
-task may go on: a re-run resumes from whatever it reached) and counted.
+Re-runs: moves resume when run again (steps already done are skipped).
+Each attempt asks one node, drawn from the group's replicas and T, to
+drive the move (`--follow_leader=false`: that node only, no retry by
+dedupctl), so a fault on that node (killed, stopped, isolated) or on the
+others (a step that keeps failing) interrupts the attempt, as it would an
+operator's; an attempt that fails (dedupctl exits non-zero) is run again
+after RETRY_PAUSE_S, from this thread, through another drawn node, until
+the move completes. An attempt still running after ATTEMPT_TIMEOUT_S
+(--move-attempt-timeout) is killed and counted (its server-side task may
+go on: a re-run resumes from whatever it reached, possibly beside it).
 Limits: MAX_ATTEMPTS attempts in all, and once the fault schedule is over
 and every node healed, HEALED_LIMIT_S for the move to complete; a move
 that is refused (FAILED_PRECONDITION and the like: the move does not apply)
@@ -67,24 +70,24 @@ def choose(groups: dict[int, list[int]], nodes: list[int],
 
 class Mover(threading.Thread):
     """One move, run (and re-run) by this thread; `record` is its log
-    entry for the summary and final.json. `addresses()` gives the nodes'
-    client addresses; `on_done(record)` is called once the move completed
-    (from this thread)."""
+    entry for the summary and final.json; `on_done(record)` is called once
+    the move completed (from this thread)."""
 
     def __init__(self, n: int, group: int, src: int, dst: int, dedupctl: str,
-                 addresses: Callable[[], list[str]], now: Callable[[], float],
+                 drivers: Callable[[], list[str]], now: Callable[[], float],
                  rng: random.Random, log=print,
                  on_done: Optional[Callable[[dict], None]] = None,
-                 rerun: bool = True) -> None:
+                 attempt_timeout_s: float = ATTEMPT_TIMEOUT_S) -> None:
+        """drivers(): the client addresses of the nodes an attempt may ask
+        to drive the move."""
         super().__init__(name=f"move{n}", daemon=True)
         self.dedupctl = dedupctl
-        self.addresses = addresses
+        self.drivers = drivers
         self.now = now
         self.rng = rng
         self.log = log
         self.on_done = on_done
-        # False only to show that the test fails without re-runs.
-        self.rerun = rerun
+        self.attempt_timeout_s = attempt_timeout_s
         self.record: dict = {"n": n, "group": group, "from": src, "to": dst,
                              "t_start": now(), "t_done": None, "completed": False,
                              "replicas": None, "steps": [], "attempts": []}
@@ -150,31 +153,29 @@ class Mover(threading.Thread):
                 if self.on_done is not None:
                     self.on_done(r)
                 return
-            self.log(f"move {self.describe()}: attempt {len(r['attempts'])} failed "
-                     f"({attempt['error']})" + ("" if self.rerun else "; not re-run"))
+            self.log(f"move {self.describe()}: attempt {len(r['attempts'])} via "
+                     f"{attempt['via']} failed ({attempt['error']})")
             if attempt.get("code") in FINAL_CODES:
                 raise MoveFailure(f"refused: {attempt['error']}")
-            if not self.rerun:
-                raise MoveFailure("interrupted and not re-run")
             self._stopping.wait(RETRY_PAUSE_S)
 
     def _attempt(self) -> dict:
         r = self.record
-        addresses = list(self.addresses())
-        self.rng.shuffle(addresses)
-        cmd = [self.dedupctl, f"--address={','.join(addresses)}", "-o", "json",
+        via = self.rng.choice(self.drivers())
+        cmd = [self.dedupctl, f"--address={via}", "--follow_leader=false", "-o", "json",
                "cluster", "move", f"--group={r['group']}", f"--from={r['from']}",
                f"--to={r['to']}"]
-        attempt: dict = {"t_start": self.now(), "via": addresses[0]}
+        attempt: dict = {"t_start": self.now(), "via": via}
         try:
             self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True)
-            out, err = self._proc.communicate(timeout=ATTEMPT_TIMEOUT_S)
+            out, err = self._proc.communicate(timeout=self.attempt_timeout_s)
             attempt["exit"] = self._proc.returncode
         except subprocess.TimeoutExpired:
             self._proc.kill()
             out, err = self._proc.communicate()
-            attempt.update(exit="timeout", error=f"killed after {ATTEMPT_TIMEOUT_S:.0f} s")
+            attempt.update(exit="timeout",
+                           error=f"killed after {self.attempt_timeout_s:.0f} s")
         attempt["t_end"] = self.now()
         if attempt["exit"] == 0:
             answer = json.loads(out)
@@ -254,13 +255,13 @@ class Moves:
 
     def __init__(self, count: int, faults: int, cluster, dedupctl: str,
                  now: Callable[[], float], rng: random.Random, log=print,
-                 rerun: bool = True) -> None:
+                 attempt_timeout_s: float = ATTEMPT_TIMEOUT_S) -> None:
         self.cluster = cluster
+        self.attempt_timeout_s = attempt_timeout_s
         self.dedupctl = dedupctl
         self.now = now
         self.rng = rng
         self.log = log
-        self.rerun = rerun
         stretch = max(1, faults // max(1, count))
         self.due = sorted(i * stretch + rng.randint(1, max(1, stretch // 2))
                           for i in range(count))
@@ -303,9 +304,11 @@ class Moves:
         g, src, dst = choice
         self.cluster.start_move(g, src, dst)
         mover = Mover(len(self.movers) + 1, g, src, dst, self.dedupctl,
-                      lambda: self.cluster.addresses, self.now, self.rng, self.log,
+                      lambda: [self.cluster.nodes[i].client_address
+                               for i in self.cluster.members(g)],
+                      self.now, self.rng, self.log,
                       on_done=lambda r: self.cluster.moved(r["group"], r["replicas"]),
-                      rerun=self.rerun)
+                      attempt_timeout_s=self.attempt_timeout_s)
         self.log(f"move {mover.describe()} starts; group {g}'s replicas "
                  f"{','.join(map(str, self.cluster.groups[g]))}")
         self.movers.append(mover)
@@ -321,7 +324,7 @@ class Moves:
             m = self._under_way()
             if m is not None:
                 m.healed()
-                m.wait(HEALED_LIMIT_S + ATTEMPT_TIMEOUT_S + 30.0)
+                m.wait(HEALED_LIMIT_S + self.attempt_timeout_s + 30.0)
                 continue
             if not self.due:
                 break
@@ -329,6 +332,9 @@ class Moves:
                      "without faults")
             self._start()
         self._check()
+        for m in self.movers:
+            if not m.record["completed"]:
+                raise MoveFailure(f"move {m.describe()} ended incomplete")
 
     def stop(self) -> None:
         for m in self.movers:
