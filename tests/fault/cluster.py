@@ -4,9 +4,12 @@ network namespace (see netns.py), started, signalled and restarted by PID
 
 With --groups > 1 (a sharded cluster: the nodes get --groups and
 --replication_factor through their extra flags) the cluster reads the
-layout once from Cluster.ShardMap (static: epoch 1) and every question
-(status, leader, settling, digests) is asked per group, of that group's
-replicas, with group_id. Group g >= 1 keeps its data in nN/groups/<g>/.
+layout once from Cluster.ShardMap at the start, then follows the moves
+itself (start_move, moved: a node's ShardMap is not authoritative for
+groups it does not host), and every question (status, leader, settling)
+is asked per group, of that group's members, with group_id; digests are
+asked of every node, to see where each group lives. Group g >= 1 keeps
+its data in nN/groups/<g>/.
 
 Node N serves clients on 10.77.S.N:50051 and Raft on 10.77.S.N:7001 (each
 namespace has its own ports, so the numbers never collide), keeps its data in
