@@ -28,6 +28,11 @@ The groups a fault hits are the chosen one and every one its node led;
 each must serve a write invoked after the fault (liveness), and the
 failover figure is the time until the last of them did.
 
+With moves (mover.py), run_fault's before_inject hook may start one once
+the cluster has settled; that fault then picks the moving group, and
+"followers" and "a random node" are its members (its replicas and the
+node it moves to) while it moves.
+
 Clients keep running throughout and reach every node, isolated or not.
 After each fault the driver waits for an acknowledged write invoked after
 the fault (liveness: a group that never recovers fails the run). A fault's

@@ -12,13 +12,17 @@ its own, a group that does not recover); 77 when this machine cannot run it
 
     sudo /usr/bin/python3 tests/fault/fault_test.py --dedupd build/server/dedupd \
         [--faults 200] [--seed N] [--gen DIR] [--keep] [--summary FILE] \
-        [--nodes 4 --groups 5 [--replication_factor 3]]
+        [--nodes 4 --groups 5 [--replication_factor 3] [--moves N]]
 
 With --groups > 1 the keys are spread over every group, clients route each
 call to its group's leader or (--spread) to a random node that forwards it,
 faults pick a group and hit its leader or a follower (and
 multi_leader_stop freezes a node leading several groups), and the digests
-are compared per group across its replicas (cluster.py, driver.py).
+are compared per group across its replicas (cluster.py, driver.py). With
+more nodes than the replication factor, --moves replica moves (default 1)
+run among the faults (`dedupctl cluster move`, re-run until complete:
+mover.py), and every node is asked for every group at the end: each group
+must live exactly on its replicas, moves applied (checker.py `hosting`).
 
 With --power-loss each node's data dir is a powerfs mount (tests/powerfs,
 --powerfs or $POWERFS) and the power kinds of power.py run (by default only
