@@ -203,12 +203,14 @@ class Cluster:
         self.moving.pop(group, None)
 
     def group_dir_exists(self, node_id: int, group: int) -> bool:
-        """Whether node_id's data dir holds `group`'s Raft directory (group
-        0 in nN/raft, group g in nN/groups/g): a node hosts at start the
-        groups whose directory exists."""
+        """Whether node_id's data dir holds any of `group`'s data (group 0
+        in nN/raft and nN/state, group g in nN/groups/g): a node hosts at
+        start the groups whose Raft directory exists, and a dropped replica
+        leaves none."""
         data = self.nodes[node_id].data_dir
-        return os.path.isdir(os.path.join(data, "raft") if group == 0 else
-                             os.path.join(data, "groups", str(group)))
+        if group != 0:
+            return os.path.isdir(os.path.join(data, "groups", str(group)))
+        return any(os.path.isdir(os.path.join(data, d)) for d in ("raft", "state"))
 
     def group_of(self, key: str) -> int:
         """The group holding `key` of the workload's namespace (0 unsharded)."""
