@@ -153,6 +153,9 @@ class Driver:
             leaders = self.cluster.leaders() if sharded else {0: self.cluster.leader()}
             if None not in leaders.values() or not sharded:
                 break
+            self.log(f"before fault {n}: no leader of group(s) "
+                     f"{[g for g, lead in leaders.items() if lead is None]} "
+                     "just after settling: settling again")
         if None in leaders.values():
             raise LivenessFailure(f"before fault {n}: leader lost while settled "
                                   f"({leaders})")
