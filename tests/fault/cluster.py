@@ -4,9 +4,12 @@ network namespace (see netns.py), started, signalled and restarted by PID
 
 With --groups > 1 (a sharded cluster: the nodes get --groups and
 --replication_factor through their extra flags) the cluster reads the
-layout once from Cluster.ShardMap (static: epoch 1) and every question
-(status, leader, settling, digests) is asked per group, of that group's
-replicas, with group_id. Group g >= 1 keeps its data in nN/groups/<g>/.
+layout once from Cluster.ShardMap at the start, then follows the moves
+itself (start_move, moved: a node's ShardMap is not authoritative for
+groups it does not host), and every question (status, leader, settling)
+is asked per group, of that group's members, with group_id; digests are
+asked of every node, to see where each group lives. Group g >= 1 keeps
+its data in nN/groups/<g>/.
 
 Node N serves clients on 10.77.S.N:50051 and Raft on 10.77.S.N:7001 (each
 namespace has its own ports, so the numbers never collide), keeps its data in
@@ -106,11 +109,16 @@ class Node(DedupdProcess):
 
     def digest(self, timeout_s: float = 2.0,
                group: int = 0) -> Optional[cluster_pb2.DigestResponse]:
+        return self.digest_or_code(timeout_s, group)[0]
+
+    def digest_or_code(self, timeout_s: float = 2.0, group: int = 0):
+        """(DigestResponse, None), or (None, the error's code name): NOT_FOUND
+        when this node hosts no replica of `group`."""
         try:
             return self._cluster.Digest(cluster_pb2.DigestRequest(group_id=group),
-                                        timeout=timeout_s)
-        except grpc.RpcError:
-            return None
+                                        timeout=timeout_s), None
+        except grpc.RpcError as e:
+            return None, e.code().name
 
     def shard_map(self, timeout_s: float = 2.0) -> Optional[cluster_pb2.ShardMapResponse]:
         if not self.running or self.stopped:
@@ -152,8 +160,12 @@ class Cluster:
                                  extra_flags or [], power)
         self.topology = topology
         # Group id -> its replicas' node ids; one group of every node until
-        # load_layout() reads a sharded cluster's map.
+        # load_layout() reads a sharded cluster's map, then the map's, with
+        # every completed move applied (moved()). Each list is replaced,
+        # never changed in place (a mover thread replaces them).
         self.groups: dict[int, list[int]] = {0: sorted(self.nodes)}
+        # Group id -> (from, to) of the move under way, if any.
+        self.moving: dict[int, tuple[int, int]] = {}
         self.sharded = False
         self.slots = None  # history.slots.SlotTable once sharded
 
@@ -175,6 +187,30 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise NodeFailure(f"no node answered Cluster.ShardMap in {timeout_s} s")
             time.sleep(0.1)
+
+    def members(self, group: int) -> list[int]:
+        """The nodes that may hold a replica of `group` now: its replicas,
+        and during a move the node it moves to."""
+        move = self.moving.get(group)
+        return sorted(set(self.groups[group]) | ({move[1]} if move else set()))
+
+    def start_move(self, group: int, src: int, dst: int) -> None:
+        self.moving[group] = (src, dst)
+
+    def moved(self, group: int, replicas: list[int]) -> None:
+        """A move of `group` completed: its replicas are now `replicas`."""
+        self.groups[group] = sorted(replicas)
+        self.moving.pop(group, None)
+
+    def group_dir_exists(self, node_id: int, group: int) -> bool:
+        """Whether node_id's data dir holds any of `group`'s data (group 0
+        in nN/raft and nN/state, group g in nN/groups/g): a node hosts at
+        start the groups whose Raft directory exists, and a dropped replica
+        leaves none."""
+        data = self.nodes[node_id].data_dir
+        if group != 0:
+            return os.path.isdir(os.path.join(data, "groups", str(group)))
+        return any(os.path.isdir(os.path.join(data, d)) for d in ("raft", "state"))
 
     def group_of(self, key: str) -> int:
         """The group holding `key` of the workload's namespace (0 unsharded)."""
@@ -225,7 +261,7 @@ class Cluster:
         term among the reachable ones (a stopped or isolated old leader is
         not asked, or has a lower term), or None."""
         best = None
-        for n in self.groups[group]:
+        for n in self.members(group):
             st = self.nodes[n].status(group=group)
             if st is not None and st.role == "leader":
                 if best is None or st.term > best[1]:
@@ -252,20 +288,38 @@ class Cluster:
         return None
 
     def _group_settled(self, group: int, max_lag: int) -> Optional[str]:
+        """Settled: one leader among the group's members, its voters the
+        group's replicas (during a move: some of the old and new ones), and
+        every member of its configuration that it replicates to (voters and
+        standbys) answering, naming it in its term and caught up. Not asked
+        to agree: a node the configuration left (a moved replica not yet
+        dropped), and a spare (a move's newcomer before its promotion, left
+        so by an interrupted move until the move is run again: libraft
+        sends a spare nothing)."""
+        moving = group in self.moving
         statuses = {}
-        for n in self.groups[group]:
+        for n in self.members(group):
             st = self.nodes[n].status(group=group)
             if st is None:
+                if moving:  # the move's nodes: hosting it not yet, or no more
+                    continue
                 return f"node {n} does not answer Status"
             statuses[n] = st
         leaders = [n for n, st in statuses.items() if st.role == "leader"]
         if len(leaders) != 1:
             return f"leaders: {leaders}"
         lead = statuses[leaders[0]]
-        for n, st in statuses.items():
-            if st.leader_id != leaders[0] or st.term != lead.term:
-                return f"node {n} sees leader {st.leader_id} term {st.term}"
+        voters = sorted(m.id for m in lead.members if m.role == "voter")
+        if not moving and voters != self.groups[group]:
+            return f"voters {voters}, not the replicas {self.groups[group]}"
         for m in lead.members:
+            if m.role == "spare":
+                continue
+            st = statuses.get(m.id)
+            if st is None:
+                return f"node {m.id} ({m.role}) does not answer Status"
+            if st.leader_id != leaders[0] or st.term != lead.term:
+                return f"node {m.id} sees leader {st.leader_id} term {st.term}"
             if m.id != lead.node_id and m.lag > max_lag:
                 return f"node {m.id} lags {m.lag} entries"
         return None
@@ -288,13 +342,20 @@ class Cluster:
     def converged_digests(self, timeout_s: float = 30.0, group: int = 0):
         """Waits until every replica of `group` reports a digest at the same
         applied index; returns {id: DigestResponse} (the last seen,
-        converged or not) and whether they converged."""
+        converged or not) and whether they converged. Sharded: every node
+        is asked, and the replicas are the nodes that answer (a node
+        answering NOT_FOUND hosts none; any other error is waited out), so
+        that where the group lives is seen, not assumed; the third value is
+        the nodes that answered NOT_FOUND."""
         deadline = time.monotonic() + timeout_s
-        last = {}
+        asked = sorted(self.nodes) if self.sharded else self.groups[group]
+        last, absent = {}, []
         while time.monotonic() < deadline:
-            last = {n: self.nodes[n].digest(group=group) for n in self.groups[group]}
-            if all(d is not None for d in last.values()) and \
+            answers = {n: self.nodes[n].digest_or_code(group=group) for n in asked}
+            absent = [n for n, (_, code) in answers.items() if code == "NOT_FOUND"]
+            last = {n: d for n, (d, _) in answers.items() if n not in absent}
+            if last and all(d is not None for d in last.values()) and \
                     len({d.applied_index for d in last.values()}) == 1:
-                return last, True
+                return last, True, absent
             time.sleep(0.1)
-        return last, False
+        return last, False, absent

@@ -28,6 +28,11 @@ The groups a fault hits are the chosen one and every one its node led;
 each must serve a write invoked after the fault (liveness), and the
 failover figure is the time until the last of them did.
 
+With moves (mover.py), run_fault's before_inject hook may start one once
+the cluster has settled; that fault then picks the moving group, and
+"followers" and "a random node" are its members (its replicas and the
+node it moves to) while it moves.
+
 Clients keep running throughout and reach every node, isolated or not.
 After each fault the driver waits for an acknowledged write invoked after
 the fault (liveness: a group that never recovers fails the run). A fault's
@@ -43,7 +48,7 @@ import math
 import random
 import signal
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from cluster import Cluster
 from history.client import History, is_write_ack
@@ -118,7 +123,7 @@ class Driver:
         Polls every 20 ms until `end`."""
         old = fault["leader"]
         group = fault.get("group", 0)
-        others = [self.cluster.nodes[i] for i in self.cluster.groups[group]
+        others = [self.cluster.nodes[i] for i in self.cluster.members(group)
                   if i != fault["node"]]
         while time.monotonic() < end:
             for node in others:
@@ -134,19 +139,49 @@ class Driver:
         if reason is not None:
             raise LivenessFailure(f"{what}: group not settled after {timeout_s} s: {reason}")
 
-    def run_fault(self, n: int, total: int, kind: str) -> dict:
-        self.settle(f"before fault {n}")
-        time.sleep(self.rng.uniform(0.5, 1.0))  # normal load between faults
+    def _settled_leaders(self, n: int) -> dict:
+        """Settles, then every group's leader. Leadership may change hands
+        between the settling and the asking without any fault: a move
+        hands it over, and in a sharded cluster the leader balancer hands a
+        group back to its preferred leader soon after that node returns
+        from a fault. A leader missing then is settled and asked again
+        (three times in all); still missing, it fails the run."""
         sharded = self.cluster.sharded
-        group = self.rng.choice(sorted(self.cluster.groups)) if sharded else 0
-        leaders = self.cluster.leaders() if sharded else {0: self.cluster.leader()}
-        leader = leaders[group]
-        if leader is None or None in leaders.values():
+        for _ in range(3):
+            self.settle(f"before fault {n}")
+            time.sleep(self.rng.uniform(0.5, 1.0))  # normal load between faults
+            leaders = self.cluster.leaders() if sharded else {0: self.cluster.leader()}
+            if None not in leaders.values() or not sharded:
+                break
+            self.log(f"before fault {n}: no leader of group(s) "
+                     f"{[g for g, lead in leaders.items() if lead is None]} "
+                     "just after settling: settling again")
+        if None in leaders.values():
             raise LivenessFailure(f"before fault {n}: leader lost while settled "
                                   f"({leaders})")
-        followers = [i for i in self.cluster.groups[group] if i != leader]
+        return leaders
+
+    def run_fault(self, n: int, total: int, kind: str,
+                  before_inject: Optional[Callable[[int], Optional[dict]]] = None) -> dict:
+        """Fault n of `kind`. before_inject(n), called once the cluster has
+        settled and every node is up and connected, may start a move; it
+        returns {"group": the moving group (the fault then picks it), ...:
+        what to note in the fault's record} or None."""
+        leaders = self._settled_leaders(n)
+        sharded = self.cluster.sharded
+        group = self.rng.choice(sorted(self.cluster.groups)) if sharded else 0
+        moving = before_inject(n) if before_inject is not None else None
+        if moving is not None:
+            group = moving["group"]
+        leader = leaders[group]
+        followers = [i for i in self.cluster.members(group) if i != leader]
         nodes = self.cluster.nodes
         fault = {"n": n, "kind": kind, "leader": leader}
+        if moving is not None:
+            fault["move_start"] = moving
+        if self.cluster.moving:
+            fault["moves_under_way"] = {str(g): list(m)
+                                        for g, m in self.cluster.moving.items()}
         if sharded:
             fault["group"] = group
             fault["leaders"] = {str(g): lead for g, lead in leaders.items()}
@@ -180,7 +215,7 @@ class Driver:
             fault["held_s"] = self._hold(1.0, 3.0)
             nodes[target].start()
         elif kind == "node_term":
-            target = self.rng.choice(self.cluster.groups[group])
+            target = self.rng.choice(self.cluster.members(group))
             fault["node"] = target
             fault["t_inject"] = self.history.now()
             fault["exit_code"] = nodes[target].terminate()
@@ -192,7 +227,7 @@ class Driver:
             elif kind == "follower_partition":
                 target = self.rng.choice(followers)
             else:
-                target = self.rng.choice(self.cluster.groups[group])
+                target = self.rng.choice(self.cluster.members(group))
             fault["node"] = target
             self.topology.partition(target, inbound=True,
                                     outbound=kind != "oneway_partition")
@@ -239,7 +274,8 @@ class Driver:
         fw = fault["first_write_s"]
         self.log(f"fault {n}/{total} {kind:<18} {who} "
                  f"held {fault['held_s']:.1f} s; first write after "
-                 f"{'-' if fw is None else f'{fw:.2f} s'}{power_note(fault)}")
+                 f"{'-' if fw is None else f'{fw:.2f} s'}{power_note(fault)}"
+                 + move_note(fault))
         return fault
 
     def _unserved(self, fault: dict) -> list[int]:
@@ -299,6 +335,17 @@ def first_write_in_groups(ops: list[dict], t: float, groups: list[int]) -> Optio
     if len(firsts) < len(groups):
         return None
     return max(firsts.values()) - t
+
+
+def move_note(fault: dict) -> str:
+    """The moves a fault overlapped, for its log line."""
+    under_way = fault.get("moves_under_way")
+    if not under_way:
+        return ""
+    start = fault.get("move_start")
+    return "; during the move of " + ", ".join(
+        f"group {g} ({m[0]}->{m[1]})" for g, m in sorted(under_way.items())) + (
+        f", aimed at stage {start['stage']} (seen: {start['reached']})" if start else "")
 
 
 def power_note(fault: dict) -> str:

@@ -12,13 +12,17 @@ its own, a group that does not recover); 77 when this machine cannot run it
 
     sudo /usr/bin/python3 tests/fault/fault_test.py --dedupd build/server/dedupd \
         [--faults 200] [--seed N] [--gen DIR] [--keep] [--summary FILE] \
-        [--nodes 4 --groups 5 [--replication_factor 3]]
+        [--nodes 4 --groups 5 [--replication_factor 3] [--moves N]]
 
 With --groups > 1 the keys are spread over every group, clients route each
 call to its group's leader or (--spread) to a random node that forwards it,
 faults pick a group and hit its leader or a follower (and
 multi_leader_stop freezes a node leading several groups), and the digests
-are compared per group across its replicas (cluster.py, driver.py).
+are compared per group across its replicas (cluster.py, driver.py). With
+more nodes than the replication factor, --moves replica moves (default 1)
+run among the faults (`dedupctl cluster move`, re-run until complete:
+mover.py), and every node is asked for every group at the end: each group
+must live exactly on its replicas, moves applied (checker.py `hosting`).
 
 With --power-loss each node's data dir is a powerfs mount (tests/powerfs,
 --powerfs or $POWERFS) and the power kinds of power.py run (by default only
@@ -69,6 +73,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--replication_factor", "--replication-factor", type=int, default=0,
                    help="with --groups > 1: replicas per group (the nodes' "
                    "--replication_factor; default: the server's, min(3, nodes))")
+    p.add_argument("--moves", type=int, default=None,
+                   help="with --groups > 1: replica moves (`dedupctl cluster move`) "
+                   "run during the faults, one at a time (default: 1 when --nodes "
+                   "exceeds the replication factor, else 0); see mover.py")
+    p.add_argument("--dedupctl", default=os.environ.get("DEDUPCTL"),
+                   help="the dedupctl binary, for --moves (default: $DEDUPCTL, else "
+                   "client/dedupctl beside the build's server/dedupd)")
+    p.add_argument("--move-attempt-timeout", type=float, default=120.0,
+                   help="seconds before a `dedupctl cluster move` still running is "
+                   "killed and run again (the move resumes)")
     p.add_argument("--spread", type=float, default=0.3,
                    help="with --groups > 1: share of calls sent to a random node "
                    "(forwarded one hop) rather than the key's group leader")
@@ -154,6 +168,7 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, gen)
 
     import driver  # noqa: E402
+    import mover  # noqa: E402
     from cluster import Cluster  # noqa: E402
     from dedup.v1 import dedup_pb2  # noqa: E402
     from history import checker  # noqa: E402
@@ -162,6 +177,12 @@ def main(argv: list[str]) -> int:
     from history.workload import NAMESPACE, KeyPool, Worker  # noqa: E402
 
     sharded = args.groups > 1
+    rf = args.replication_factor or min(3, args.nodes)
+    if args.moves is None:
+        args.moves = 1 if sharded and args.nodes > rf else 0
+    if args.moves and not args.dedupctl:
+        args.dedupctl = os.path.join(os.path.dirname(os.path.dirname(args.dedupd)),
+                                     "client", "dedupctl")
     default_kinds = (power.POWER_KINDS if args.power_loss else
                      driver.SHARDED_KINDS if sharded else driver.KINDS)
     kinds = args.kinds.split(",") if args.kinds else default_kinds
@@ -180,6 +201,10 @@ def main(argv: list[str]) -> int:
                f"known: {','.join(driver.ALL_KINDS)}")
     elif not args.power_loss and set(kinds) & set(power.POWER_KINDS):
         bad = "the power_* kinds need --power-loss"
+    elif args.moves < 0 or (args.moves and (not sharded or args.nodes <= rf)):
+        bad = "--moves needs --groups > 1 and more nodes than the replication factor"
+    elif args.moves and not os.access(args.dedupctl, os.X_OK):
+        bad = f"--moves: no dedupctl binary (--dedupctl or $DEDUPCTL): {args.dedupctl}"
     if bad:
         print(f"fault test: {bad}", file=sys.stderr)
         if not args.run_dir:
@@ -202,13 +227,14 @@ def main(argv: list[str]) -> int:
     topology = netns.Topology(args.nodes)
     cluster = None
     drv = None
+    moves = None
     stop = threading.Event()
     workers: list = []
     history = History()
     failure = None
     final: dict = {"digests": {}}
     summary: dict = {"seed": seed, "faults_requested": args.faults, "kinds": kinds,
-                     "nodes": args.nodes, "groups": args.groups,
+                     "nodes": args.nodes, "groups": args.groups, "moves": args.moves,
                      "power_loss": args.power_loss, "lying_sync": args.lying_sync,
                      "continue_on_lost_dirs": args.continue_on_lost_dirs}
     started = time.monotonic()
@@ -244,6 +270,8 @@ def main(argv: list[str]) -> int:
                                    f"not {args.groups}")
             log("groups (replicas): " + ", ".join(
                 f"{g} ({','.join(map(str, ids))})" for g, ids in sorted(cluster.groups.items())))
+            final["layout"] = {str(g): ids for g, ids in sorted(cluster.groups.items())}
+            final["nodes"] = sorted(cluster.nodes)
         router = cluster.group_of if sharded else None
         drv = driver.Driver(cluster, history, rng, args.hold_scale, log)
         if args.power_loss:
@@ -259,8 +287,15 @@ def main(argv: list[str]) -> int:
                    for i in range(args.workers)]
         for w in workers:
             w.start()
+        if args.moves:
+            moves = mover.Moves(args.moves, args.faults, cluster,
+                                os.path.abspath(args.dedupctl), history.now,
+                                random.Random(rng.randrange(1 << 62)), log,
+                                attempt_timeout_s=args.move_attempt_timeout)
+            log(f"{args.moves} move(s), due at fault(s) {','.join(map(str, moves.due))}")
         for n, kind in enumerate(driver.schedule(args.faults, rng, kinds), 1):
-            drv.run_fault(n, args.faults, kind)
+            drv.run_fault(n, args.faults, kind,
+                          before_inject=moves.before_fault if moves else None)
             dead = [w for w in workers if w.error is not None]
             if dead:
                 raise RuntimeError(f"worker {dead[0].name} died: {dead[0].error!r}")
@@ -308,16 +343,27 @@ def main(argv: list[str]) -> int:
                 raise driver.LivenessFailure(errors[0])
 
         def group_digests(phase: str, group: int) -> dict:
-            nodes, converged = cluster.converged_digests(timeout_s=30, group=group)
+            """The digests of `group`'s replicas; sharded: of every node
+            hosting it (the others answer NOT_FOUND: "not_hosted"), and the
+            nodes holding its directory on disk ("dirs")."""
+            nodes, converged, absent = cluster.converged_digests(timeout_s=30,
+                                                                 group=group)
+            out = {"converged": converged,
+                   "nodes": {str(n): None if d is None else
+                             {"applied_index": d.applied_index, "digest": d.digest,
+                              "live_records": d.live_records,
+                              "replicated_now_ms": d.replicated_now_ms}
+                             for n, d in nodes.items()}}
+            extra = ""
+            if sharded:
+                out["not_hosted"] = absent
+                out["dirs"] = [n for n in sorted(cluster.nodes)
+                               if cluster.group_dir_exists(n, group)]
+                extra = f"; not hosted on {','.join(map(str, absent)) or '-'}"
             log(f"digests {phase}{f' group {group}' if sharded else ''}: " + ", ".join(
                 f"n{n} {d.applied_index}:{d.digest}" if d else f"n{n} -"
-                for n, d in nodes.items()))
-            return {"converged": converged,
-                    "nodes": {str(n): None if d is None else
-                              {"applied_index": d.applied_index, "digest": d.digest,
-                               "live_records": d.live_records,
-                               "replicated_now_ms": d.replicated_now_ms}
-                              for n, d in nodes.items()}}
+                for n, d in nodes.items()) + extra)
+            return out
 
         def digests(phase: str) -> None:
             if not sharded:
@@ -333,6 +379,10 @@ def main(argv: list[str]) -> int:
                 node.signal(signal.SIGCONT)
             if not node.running:
                 node.start()
+        if moves is not None:
+            # Every move completes now (re-run until it does, within
+            # mover.py's limits), before the checks of where groups live.
+            moves.finish()
         drv.settle("after healing", timeout_s=60, max_lag=0)
         read_back("final")
         drv.settle("after the final reads", timeout_s=60, max_lag=0)
@@ -347,7 +397,8 @@ def main(argv: list[str]) -> int:
         read_back("restarted")
         drv.settle("after the reads after restart", timeout_s=60, max_lag=0)
         digests("restarted")
-    except (driver.LivenessFailure, NodeFailure, RuntimeError, GaveUp) as e:
+    except (driver.LivenessFailure, NodeFailure, RuntimeError, GaveUp,
+            mover.MoveFailure) as e:
         failure = f"{type(e).__name__}: {e}"
     except Stop as e:
         failure = f"stopped by {e}"
@@ -355,6 +406,9 @@ def main(argv: list[str]) -> int:
         failure = traceback.format_exc()
     finally:
         stop.set()
+        if moves is not None:
+            moves.stop()
+            final["moves"] = moves.records
         if cluster is not None:
             cluster.stop_all()
         topology.teardown()
@@ -380,6 +434,7 @@ def main(argv: list[str]) -> int:
         "violations": len(violations), "failure": failure,
         "failover": figures, "stats": st, "power": power_summary,
         "fault_log": faults,
+        "move_log": final.get("moves", []),
         "violation_list": violations.items[:200],
         "run_dir": run_dir})
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
@@ -408,6 +463,15 @@ def main(argv: list[str]) -> int:
         met = "met" if lead["p99_s"] < lead["target_p99_s"] else "NOT met (reported, not asserted)"
         log(f"failover after a leader's SIGKILL/SIGSTOP: p99 {lead['p99_s']:.2f} s over "
             f"{lead['count']} faults, target < {lead['target_p99_s']:.0f} s: {met}")
+    for m in final.get("moves", []):
+        faults_during = [f["n"] for f in faults if f.get("moves_under_way", {})
+                         .get(str(m["group"])) == [m["from"], m["to"]]]
+        took = (f"complete after {len(m['attempts'])} attempt(s), "
+                f"{m['t_done'] - m['t_start']:.1f} s" if m["completed"]
+                else f"NOT complete ({len(m['attempts'])} attempt(s))")
+        log(f"move {m['n']}: group {m['group']} from node {m['from']} to node "
+            f"{m['to']}: {took}; faults during it: "
+            f"{','.join(map(str, faults_during)) or 'none'}")
     if power_summary is not None:
         for line in power.coverage_lines(power_summary):
             log(line)

@@ -79,6 +79,18 @@ replicas       After healing, and again after restarting all nodes, every
 placement      Sharded runs: in each phase's read-back, the keys found in
                group g (by the clients' slot function) are as many as g's
                live records.
+hosting        Sharded runs: after healing and after the restart, group g
+               lives exactly on its expected replicas: the layout the run
+               started with, with every completed move applied in order (g
+               moved from F to T: F replaced by T). Every node was asked for
+               g's digest: the expected replicas answer it, every other node
+               answers NOT_FOUND, and the nodes holding g's directory on
+               disk are the expected replicas (a moved-away replica's copy
+               is deleted). With `replicas` (the digests of the nodes that
+               answer are equal) this puts the moved group's state on T and
+               nowhere on F.
+move           Every move the run started completed, and the replicas it
+               reported are the expected ones after it.
 
 Each check is a necessary condition that only uses answered facts and
 treats unknown operations as possibly applied, so a violation is a real
@@ -354,7 +366,58 @@ def check(ops: list[dict], final: Optional[dict] = None) -> Violations:
     if final is not None:
         check_replicas(final, out)
         check_placement(ops, final, out)
+        check_hosting(final, out)
     return out
+
+
+def expected_replicas(final: dict, out: Optional["Violations"] = None) -> dict:
+    """Group id (str) -> its expected replicas (sorted node ids): the
+    layout with every completed move applied in order; `move` violations
+    into `out` for a move that did not complete or reported other
+    replicas."""
+    expected = {g: sorted(ids) for g, ids in final.get("layout", {}).items()}
+    for m in final.get("moves", []):
+        g = str(m["group"])
+        what = f"move {m['n']} of group {g} from node {m['from']} to node {m['to']}"
+        if not m.get("completed"):
+            if out is not None:
+                out.add("move", None, f"{what} did not complete "
+                        f"({len(m.get('attempts', []))} attempts)")
+            continue
+        after = sorted((set(expected.get(g, [])) - {m["from"]}) | {m["to"]})
+        if out is not None and m.get("replicas") != after:
+            out.add("move", None, f"{what} reported replicas {m.get('replicas')}, "
+                    f"expected {after}")
+        expected[g] = after
+    return expected
+
+
+def check_hosting(final: dict, out: Violations) -> None:
+    """Sharded runs that recorded their layout: see `hosting` and `move`."""
+    if "layout" not in final:
+        return
+    expected = expected_replicas(final, out)
+    nodes = set(final.get("nodes", []))
+    for phase in ("healed", "restarted"):
+        d = final.get("digests", {}).get(phase)
+        if not d or "groups" not in d:
+            continue
+        for g, want in sorted(expected.items(), key=lambda kv: int(kv[0])):
+            gd = d["groups"].get(g)
+            if gd is None:
+                out.add("hosting", None, f"{phase}: no digests of group {g}")
+                continue
+            checks = [  # what, the nodes that did, the nodes that should
+                ("answer its digest", sorted(int(n) for n in gd.get("nodes", {})),
+                 want),
+                ("answer NOT_FOUND", sorted(gd.get("not_hosted", [])),
+                 sorted(nodes - set(want))),
+                ("hold its directory", sorted(gd.get("dirs", [])), want)]
+            for what, did, should in checks:
+                if did != should:
+                    out.add("hosting", None,
+                            f"{phase}: group {g}'s replicas should be nodes {want}: "
+                            f"nodes {did} {what}, expected {should}")
 
 
 # The read-back of each phase: the runner's reader threads' names.

@@ -255,6 +255,47 @@ class CatchesBreaches(unittest.TestCase):
         self.assertEqual([x["check"] for x in v.items], ["placement"])
         self.assertIn("restarted: group 1", v.items[0]["message"])
 
+    def test_hosting_after_a_move(self):
+        # 4 nodes, group 0 on 1,2,3 and group 1 on 2,3,4; group 1 moves
+        # from node 4 to node 1.
+        def group(ids, dirs=None):
+            return {"converged": True,
+                    "nodes": {str(n): {"applied_index": 7, "digest": "d",
+                                       "live_records": 2} for n in ids},
+                    "not_hosted": sorted({1, 2, 3, 4} - set(ids)),
+                    "dirs": sorted(ids if dirs is None else dirs)}
+        move = {"n": 1, "group": 1, "from": 4, "to": 1, "completed": True,
+                "replicas": [1, 2, 3], "attempts": [{}, {}]}
+
+        def final(g1, moves=(move,)):
+            phase = {"groups": {"0": group([1, 2, 3]), "1": g1}}
+            return {"layout": {"0": [1, 2, 3], "1": [2, 3, 4]}, "nodes": [1, 2, 3, 4],
+                    "moves": list(moves),
+                    "digests": {"healed": phase, "restarted": phase}}
+
+        def check(f):
+            out = checker.Violations()
+            checker.check_hosting(f, out)
+            return [x["check"] for x in out.items], out
+        self.assertEqual(check(final(group([1, 2, 3])))[0], [])
+        # Still where the layout put it: the move is not reflected.
+        checks, out = check(final(group([2, 3, 4])))
+        self.assertEqual(checks, ["hosting"] * 6)
+        self.assertIn("group 1's replicas should be nodes [1, 2, 3]",
+                      out.items[0]["message"])
+        # Served from the new node, but the old one kept its copy on disk.
+        checks, out = check(final(group([1, 2, 3], dirs=[1, 2, 3, 4])))
+        self.assertEqual(checks, ["hosting"] * 2)
+        self.assertIn("hold its directory", out.items[0]["message"])
+        # A move that never completed: the layout is expected, and flagged.
+        unfinished = dict(move, completed=False, replicas=None)
+        self.assertEqual(check(final(group([2, 3, 4]), [unfinished]))[0], ["move"])
+        # A move whose answer names other replicas.
+        odd = dict(move, replicas=[1, 2, 4])
+        self.assertEqual(check(final(group([1, 2, 3]), [odd]))[0], ["move"])
+        # Runs without a layout (one group) are not checked.
+        self.assertEqual(check({"digests": {}})[0], [])
+
 
 if __name__ == "__main__":
     unittest.main()
