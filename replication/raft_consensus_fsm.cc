@@ -137,6 +137,9 @@ void RaftConsensus::OnAdded(struct raft_change* req, int status) {
 
 void RaftConsensus::OnChanged(struct raft_change* req, int status) {
   auto* change = static_cast<ChangeRequest*>(req->data);
+  // Callers read the new configuration from Status() next: a mover that
+  // saw the promoted member still as a spare removed it again.
+  if (status == 0) change->self->RefreshStatus();
   std::move(change->done)(
       status == 0 ? absl::OkStatus()
                   : RaftError(status, "membership change", nullptr));
