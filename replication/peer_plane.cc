@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace dedup {
 namespace {
@@ -140,7 +141,10 @@ absl::Status PeerPlane::Listen() {
   event.data.fd = wake_fd_;
   epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd_, &event);
   listen_fd_ = fd;
-  listener_ = std::thread([this, epoll_fd] { ListenLoop(epoll_fd); });
+  listener_ = std::thread([this, epoll_fd] {
+    NameThisThread("dedup-peer-lsn");
+    ListenLoop(epoll_fd);
+  });
   return absl::OkStatus();
 }
 

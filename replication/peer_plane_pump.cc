@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <utility>
 
+#include "common/thread_name.h"
+
 namespace dedup {
 namespace {
 
@@ -43,7 +45,11 @@ RelayPump::RelayPump(Direction direction, Ended ended)
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (!ok()) return;
   Watch(epoll_fd_, wake_fd_, EPOLLIN, kWake);
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread(direction_ == Direction::kInbound ? "dedup-pump-in"
+                                                     : "dedup-pump-out");
+    Run();
+  });
 }
 
 RelayPump::~RelayPump() {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/thread_name.h"
 
 namespace dedup {
 
@@ -21,8 +22,10 @@ absl::StatusOr<std::shared_ptr<RaftLoop>> RaftLoop::Start(unsigned tick_ms) {
   uv_timer_init(&self->loop_, &self->timer_);
   self->timer_.data = self.get();
   uv_timer_start(&self->timer_, &RaftLoop::OnTimer, tick_ms, tick_ms);
-  self->thread_ =
-      std::thread([loop = &self->loop_] { uv_run(loop, UV_RUN_DEFAULT); });
+  self->thread_ = std::thread([loop = &self->loop_] {
+    NameThisThread("dedup-raft-loop");
+    uv_run(loop, UV_RUN_DEFAULT);
+  });
   return self;
 }
 

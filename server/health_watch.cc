@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace dedup {
 
@@ -17,7 +18,10 @@ HealthWatch::HealthWatch(std::function<absl::Status()> check,
       health_(std::move(health)),
       services_(std::move(services)),
       interval_(interval) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("dedup-health");
+    Run();
+  });
 }
 
 HealthWatch::~HealthWatch() {

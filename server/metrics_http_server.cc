@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 #include "server/metrics_http_loop.h"
 
 namespace dedup {
@@ -93,7 +94,10 @@ int BoundPort(int fd) {
 MetricsHttpServer::MetricsHttpServer(int port,
                                      std::unique_ptr<MetricsHttpLoop> loop)
     : port_(port), loop_(std::move(loop)) {
-  thread_ = std::thread([this] { loop_->Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("dedup-metrics");
+    loop_->Run();
+  });
 }
 
 MetricsHttpServer::~MetricsHttpServer() {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "replication/shard_layout_codec.h"
 #include "server/cluster_service_peers.h"
 #include "server/shard_map_publish.h"
@@ -51,7 +52,10 @@ absl::StatusOr<ShardLayout> LayoutOfShardMap(
 ShardMapWatch::ShardMapWatch(ShardMapWatchOptions options)
     : options_(std::move(options)) {
   Look(/*local_only=*/true);
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("dedup-map-watch");
+    Run();
+  });
 }
 
 ShardMapWatch::~ShardMapWatch() {

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "common/thread_name.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/utilities/checkpoint.h"
@@ -101,7 +102,10 @@ class RocksStore : public Store {
       SeedInflightLeases(std::move(scan));
     });
     if (options_.durability == Durability::kAsync) {
-      periodic_wal_sync_ = std::thread([this] { SyncWalPeriodically(); });
+      periodic_wal_sync_ = std::thread([this] {
+        NameThisThread("dedup-wal-sync");
+        SyncWalPeriodically();
+      });
     }
     return absl::OkStatus();
   }

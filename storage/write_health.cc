@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace dedup {
 namespace {
@@ -63,7 +64,10 @@ void WriteHealth::Start(rocksdb::DB* db, absl::Mutex* wal_io_mu) {
   db_ = db;
   wal_io_mu_ = wal_io_mu;
   CheckSpace();  // before the first write
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("dedup-disk");
+    Loop();
+  });
 }
 
 void WriteHealth::Stop() {
