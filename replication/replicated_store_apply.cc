@@ -164,11 +164,14 @@ void ReplicatedStoreImpl::LogLeaderChange(uint64_t last_leader,
 void ReplicatedStoreImpl::Tick(const ConsensusStatus& status) {
   tally_.ObserveLeader(status.leader_id);
   const bool leader = status.role == Role::kLeader;
-  const uint64_t last_leader = leader_id_.exchange(status.leader_id);
-  if (last_leader != status.leader_id) LogLeaderChange(last_leader, status);
+  // Only this thread writes leader_id_.
+  const uint64_t last_leader = leader_id_.load();
   // An election started (a transfer starts one): hold calls until its
-  // winner is known rather than refuse them naming nobody.
+  // winner is known rather than refuse them naming nobody. The hold starts
+  // before leader_id_ says "none": CheckServing, on other threads, refuses
+  // naming nobody whenever it sees no leader and no hold.
   if (last_leader != 0 && status.leader_id == 0) StartHold();
+  leader_id_.store(status.leader_id);
   const bool was_leader = is_leader_.exchange(leader);
   if (was_leader && !leader) {
     AnswerAllWaiters();
@@ -176,6 +179,8 @@ void ReplicatedStoreImpl::Tick(const ConsensusStatus& status) {
     if (!Holding()) FailQueued(members_.NotLeader(status.leader_id));
   }
   MaybeReleaseHold(status);
+  // Last: the state above is what other threads read meanwhile.
+  if (last_leader != status.leader_id) LogLeaderChange(last_leader, status);
   if (!orphaned_.empty()) ExpireOrphans(options_.clock->NowMillis());
   if (leader && !parked_.empty()) {
     for (PendingOp& p : parked_.TakeDue(options_.clock->NowMillis())) {
