@@ -21,13 +21,19 @@ namespace dedup {
 
 using ::dedup::testing::ClusterHarness;
 
-// The "dedup-leader" trailer of a follower's UNAVAILABLE, or "".
-inline std::string LeaderHint(const grpc::ClientContext& context) {
+// The answer's trailing metadata `name`, or "".
+inline std::string Trailer(const grpc::ClientContext& context,
+                           const std::string& name) {
   const auto& trailers = context.GetServerTrailingMetadata();
-  auto it = trailers.find("dedup-leader");
+  auto it = trailers.find(name);
   return it == trailers.end()
              ? ""
              : std::string(it->second.data(), it->second.size());
+}
+
+// The "dedup-leader" trailer of a follower's UNAVAILABLE, or "".
+inline std::string LeaderHint(const grpc::ClientContext& context) {
+  return Trailer(context, "dedup-leader");
 }
 
 // Sends `request` to `address`, following one redirect to the leader and

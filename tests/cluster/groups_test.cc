@@ -35,15 +35,6 @@ grpc::Status ClusterCall(const std::string& address, Method method,
   return ((*stub).*method)(&context, request, response);
 }
 
-std::string Trailer(const grpc::ClientContext& context,
-                    const std::string& name) {
-  const auto& trailers = context.GetServerTrailingMetadata();
-  auto it = trailers.find(name);
-  return it == trailers.end()
-             ? ""
-             : std::string(it->second.data(), it->second.size());
-}
-
 v1::ShardMapResponse ShardMapOf(const std::string& address) {
   v1::ShardMapResponse map;
   grpc::Status s = ClusterCall(address, &v1::Cluster::Stub::ShardMap,
