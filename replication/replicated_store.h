@@ -110,6 +110,13 @@ struct ReplicatedStoreOptions {
   // Entries proposed and not yet applied; more wait in the queue, where
   // they gather into bigger entries.
   int max_inflight_entries = 4;
+  // Operations in the entries proposed and not yet applied (a soft bound:
+  // an entry may pass it by up to its even share,
+  // max_inflight_ops / max_inflight_entries). Every replica applies what one
+  // quorum answer commits in one pass of its consensus thread, which sends no
+  // heartbeat meanwhile; under a flood on a node short of CPU, bounding it
+  // keeps those passes shorter than an election timeout.
+  size_t max_inflight_ops = 4096;
   // Queued operations beyond which new ones get RESOURCE_EXHAUSTED.
   size_t max_queued = 100'000;
   // Bound of the wait of operations held by a leadership transfer (see

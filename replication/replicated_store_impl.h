@@ -357,10 +357,13 @@ class ReplicatedStoreImpl : public ReplicatedStore, private StateMachine {
   std::deque<PendingOp> queue_ ABSL_GUARDED_BY(mu_);
   bool drain_posted_ ABSL_GUARDED_BY(mu_) = false;
   int inflight_entries_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t inflight_ops_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Consensus thread only (and Close, once that thread is gone).
   uint64_t sequence_ = 0;
   std::map<uint64_t, std::vector<PendingOp>> proposed_;
+  // Operations of each entry proposed and not yet done: sequence -> count.
+  std::map<uint64_t, size_t> inflight_sizes_;
   bool transfer_in_flight_ = false;
   // Entries in proposed_ that lost their leader: sequence -> until when
   // (clock ms) they wait for this node's apply.

@@ -1,5 +1,6 @@
 // The consensus thread's queue: operations submitted, batched into entries,
 // proposed, and failed or re-queued when leadership moves.
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -75,8 +76,17 @@ void ReplicatedStoreImpl::Drain() {
         break;
       }
       if (inflight_entries_ >= options_.max_inflight_entries) break;
+      if (inflight_ops_ >= options_.max_inflight_ops) break;
+      // Room under the bound, but never less than an even share of it: a
+      // sliver of room would otherwise make a sliver of an entry.
+      const size_t room = std::max(
+          options_.max_inflight_ops - inflight_ops_,
+          options_.max_inflight_ops /
+              static_cast<size_t>(std::max(1, options_.max_inflight_entries)));
+      const size_t limit =
+          std::max<size_t>(1, std::min(options_.max_entry_ops, room));
       size_t bytes = 0;
-      while (!queue_.empty() && ops.size() < options_.max_entry_ops &&
+      while (!queue_.empty() && ops.size() < limit &&
              (ops.empty() ||
               bytes + queue_.front().bytes() <= options_.max_entry_bytes)) {
         bytes += queue_.front().bytes();
@@ -112,16 +122,25 @@ void ReplicatedStoreImpl::Propose(std::vector<PendingOp> ops) {
   {
     absl::MutexLock lock(&mu_);
     ++inflight_entries_;
+    inflight_ops_ += ops.size();
   }
+  inflight_sizes_[sequence] = ops.size();
   tally_.EntryProposed(ops.size());
   proposed_.emplace(sequence, std::move(ops));
 }
 
 void ReplicatedStoreImpl::OnProposalDone(uint64_t sequence,
                                          const absl::Status& status) {
+  size_t ops = 0;
+  if (auto sized = inflight_sizes_.find(sequence);
+      sized != inflight_sizes_.end()) {
+    ops = sized->second;
+    inflight_sizes_.erase(sized);
+  }
   {
     absl::MutexLock lock(&mu_);
     --inflight_entries_;
+    inflight_ops_ -= std::min(ops, inflight_ops_);
   }
   auto it = proposed_.find(sequence);
   if (it != proposed_.end() && !status.ok() && KeepOrphaned(sequence)) {

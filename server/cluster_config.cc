@@ -66,6 +66,12 @@ ABSL_FLAG(uint32_t, raft_max_inflight_entries, 4,
           "yet applied (1-64); calls arriving meanwhile gather into the next "
           "entry, so fewer mean bigger entries and fewer log writes per "
           "call, more mean shorter waits");
+ABSL_FLAG(uint32_t, raft_max_inflight_ops, 4096,
+          "cluster mode: operations in the entries a group's leader has "
+          "proposed and not yet applied (256-1000000; may be passed by its "
+          "share per entry); a replica applies what one answer commits "
+          "without a pause, so on a node short of CPU a larger bound makes "
+          "pauses that followers take for a lost leader");
 ABSL_FLAG(uint32_t, groups, 1,
           "cluster mode: Raft groups the 16384 slots are split between (each "
           "a contiguous range with --replication_factor replicas placed over "
@@ -334,6 +340,12 @@ absl::StatusOr<ClusterStoreOptions> GroupOptions(const ClusterConfig& config,
         "--raft_max_inflight_entries: must be 1 to 64");
   }
   store.max_inflight_entries = static_cast<int>(inflight);
+  const uint32_t inflight_ops = absl::GetFlag(FLAGS_raft_max_inflight_ops);
+  if (inflight_ops < 256 || inflight_ops > 1'000'000) {
+    return absl::InvalidArgumentError(
+        "--raft_max_inflight_ops: must be 256 to 1000000");
+  }
+  store.max_inflight_ops = inflight_ops;
   store.raft.id = config.node_id;
   store.raft.raft_address = config.raft_address;
   store.raft.peer_plane = config.peer_plane;

@@ -27,6 +27,7 @@
 #include "server/groups_collector.h"
 #include "server/metrics_exposer.h"
 #include "server/recovery.h"
+#include "server/serving_priority.h"
 #include "server/tls.h"
 #include "server/transport_limits.h"
 #include "server/unparseable_requests.h"
@@ -428,6 +429,9 @@ absl::Status Daemon::StartServer() {
   }
   interceptors.push_back(
       UnparseableRequestInterceptor(metrics_.get(), std::move(served)));
+  if (auto lower = ServingPriorityInterceptor(config_.serving_thread_nice)) {
+    interceptors.push_back(std::move(lower));
+  }
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(
       std::max<int>(4 << 20, static_cast<int>(config_.limits.max_result_bytes) +

@@ -133,6 +133,11 @@ ABSL_FLAG(int64_t, handshake_timeout_ms, 10000,
           "closed");
 ABSL_FLAG(bool, enable_bench_service, false,
           "serve dedup.v1.Bench (Echo), the bare-gRPC baseline for benchmarks");
+ABSL_FLAG(int32_t, serving_thread_nice, 10,
+          "nice value (0-19) of the threads that handle client calls, so that "
+          "when this node's CPU runs short its Raft and disk threads run "
+          "first and its leaders keep leadership; 0 keeps them at the "
+          "process's priority");
 
 namespace dedup {
 namespace {
@@ -300,6 +305,10 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   LimitsFromFlags(config.limits);
   config.policy_file = absl::GetFlag(FLAGS_policy_file);
   config.enable_bench_service = absl::GetFlag(FLAGS_enable_bench_service);
+  config.serving_thread_nice = absl::GetFlag(FLAGS_serving_thread_nice);
+  if (config.serving_thread_nice < 0 || config.serving_thread_nice > 19) {
+    return absl::InvalidArgumentError("--serving_thread_nice: must be 0 to 19");
+  }
   if (absl::Status s = TransportFromFlags(config.transport); !s.ok()) {
     return s;
   }

@@ -37,6 +37,9 @@ struct ServerConfig {
   // Part of the grace during which new calls get UNAVAILABLE.
   int64_t lame_duck_ms = 250;
   bool enable_bench_service = false;
+  // --serving_thread_nice: the nice value of the threads gRPC runs calls
+  // on (serving_priority.h); 0 leaves them as started.
+  int serving_thread_nice = 10;
   TransportLimits transport;
   // --log_level: lines below it are not written (common/log.h).
   LogLevel log_level = LogLevel::kInfo;

@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/exit_codes.h"
 #include "gtest/gtest.h"
 #include "tests/integration/integration_util.h"
@@ -79,9 +80,9 @@ TEST(StartupTest, BadFlagsExitWith2) {
   ASSERT_TRUE(dir.ok()) << dir.status();
   const std::string data_dir = "--data_dir=" + *dir;
   const std::vector<std::vector<std::string>> cases = {
-      {"--durability=sometimes"},
-      {"--no_such_flag=1"},
-      {"--default_lease_ms=not-a-number"},
+      {"--durability=sometimes"},          {"--no_such_flag=1"},
+      {"--default_lease_ms=not-a-number"}, {"--serving_thread_nice=20"},
+      {"--serving_thread_nice=-1"},
   };
   for (const std::vector<std::string>& extra : cases) {
     std::vector<std::string> flags = {"--address=127.0.0.1:0", data_dir};
@@ -170,6 +171,57 @@ TEST(StartupTest, SigtermAnswersParkedWaitersAndExitsZero) {
           .count(),
       3000)
       << "the parked waiter was held through the drain";
+}
+
+// comm -> nice value of each thread of process `pid` (/proc/PID/task).
+std::vector<std::pair<std::string, int>> ThreadNices(pid_t pid) {
+  std::vector<std::pair<std::string, int>> out;
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm_in(task.path() / "comm");
+    std::ifstream stat_in(task.path() / "stat");
+    std::string comm, stat;
+    std::getline(comm_in, comm);
+    std::getline(stat_in, stat);
+    // Fields after "(comm) ": state is field 3, nice field 19.
+    const size_t close = stat.rfind(')');
+    if (comm.empty() || close == std::string::npos) continue;
+    std::vector<std::string> fields =
+        absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+    if (fields.size() < 17) continue;
+    out.emplace_back(comm, std::stoi(fields[16]));
+  }
+  return out;
+}
+
+// Threads that served calls run at --serving_thread_nice (default 10), so
+// that a node short of CPU runs its storage and consensus threads first;
+// the others keep the process's priority. 0 leaves every thread alone.
+TEST(StartupTest, ThreadsServingCallsRunAtServingThreadNice) {
+  for (const int nice : {10, 0}) {
+    DEDUP_START_SERVER(server, {absl::StrCat("--serving_thread_nice=", nice)});
+    if (server->pid() < 0) {
+      GTEST_SKIP() << "a cluster: no single pid";
+    }
+    TestClient c(server->address());
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_EQ(c.Begin(TestKey(absl::StrCat(nice, "-", i)), "o").status(),
+                BeginResponse::STARTED);
+    }
+    int lowered = 0;
+    for (const auto& [comm, value] : ThreadNices(server->pid())) {
+      if (value == nice && nice != 0) ++lowered;
+      if (comm == "dedup-disk" || comm == "rocksdb:high") {
+        EXPECT_EQ(value, 0) << comm << " was lowered too";
+      }
+      EXPECT_TRUE(value == 0 || value == nice) << comm << " at nice " << value;
+    }
+    if (nice != 0) {
+      EXPECT_GE(lowered, 1) << "no thread serving calls lowered";
+    }
+    c.Disconnect();
+    EXPECT_TRUE(server->Stop().ok());
+  }
 }
 
 }  // namespace

@@ -77,6 +77,53 @@ TEST_F(ReplicatedStoreTest, InflightCapHoldsProposalsAndGathersTheQueue) {
   for (const auto& get : later) EXPECT_TRUE(get.status().ok()) << get.status();
 }
 
+// A flood is proposed in entries holding at most max_inflight_ops between
+// them (each at least its even share), so that one commit never hands the
+// replicas more than that to apply in one pass.
+TEST_F(ReplicatedStoreTest, InflightOpsBoundHoldsProposalsUntilRoom) {
+  ReplicatedStoreOptions options = Options();
+  options.max_inflight_entries = 4;
+  options.max_inflight_ops = 8;
+  Open(std::move(options));
+  std::vector<Reply<std::optional<Record>>> gets;
+  for (int i = 0; i < 5; ++i) gets.push_back(Get(absl::StrCat("k", i)));
+  fake_->RunPosted();
+  // Five fit under the bound: one entry, room for 3 more.
+  ASSERT_EQ(PendingSizes(), (std::vector<size_t>{5}));
+  for (int i = 5; i < 20; ++i) gets.push_back(Get(absl::StrCat("k", i)));
+  fake_->RunPosted();
+  // Room 3: one entry of 3 (not less than the share of 2), then the bound
+  // is reached and the other 12 wait, though entries may still be added.
+  EXPECT_EQ(PendingSizes(), (std::vector<size_t>{5, 3}));
+  ASSERT_TRUE(fake_->Commit(1).ok());
+  fake_->RunPosted();
+  // 5 done: room 5, in one entry.
+  EXPECT_EQ(PendingSizes(), (std::vector<size_t>{3, 5}));
+  ASSERT_TRUE(fake_->Commit(1).ok());
+  fake_->RunPosted();
+  // 3 done: in flight 5, room 3, and the share (2) is less.
+  EXPECT_EQ(PendingSizes(), (std::vector<size_t>{5, 3}));
+  Settle();
+  for (const auto& get : gets) EXPECT_TRUE(get.status().ok()) << get.status();
+}
+
+// An entry larger than the room left (its even share) may pass the bound,
+// so that a nearly full pipeline does not crawl in one-operation entries.
+TEST_F(ReplicatedStoreTest, InflightOpsBoundGivesEachEntryItsShare) {
+  ReplicatedStoreOptions options = Options();
+  options.max_inflight_entries = 4;
+  options.max_inflight_ops = 8;
+  options.max_entry_ops = 7;
+  Open(std::move(options));
+  std::vector<Reply<std::optional<Record>>> gets;
+  for (int i = 0; i < 12; ++i) gets.push_back(Get(absl::StrCat("k", i)));
+  fake_->RunPosted();
+  // 7 (max_entry_ops), then room 1 but a share of 2: 9 in flight.
+  EXPECT_EQ(PendingSizes(), (std::vector<size_t>{7, 2}));
+  Settle();
+  for (const auto& get : gets) EXPECT_TRUE(get.status().ok()) << get.status();
+}
+
 TEST_F(ReplicatedStoreTest, RefusesBeyondMaxQueued) {
   ReplicatedStoreOptions options = Options();
   options.max_queued = 3;
