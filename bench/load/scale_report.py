@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The markdown report of bench/scale: one row per (cell, workload), the
-median round; the ratios 6x6 / 3x3 and 3x3 / 3x1 (median of the per-round
-ratios) against issue 30's targets. Prints the report and writes it to --out."""
+"""The markdown report of bench/scale: one row per (cell, workload, operations
+in flight), the median round; the ratios 6x6 / 3x3 and 3x3 / 3x1 (median of
+the per-round ratios) at each level in flight and, with several levels, of
+each cell's peak, against issue 30's targets. Prints the report and writes it
+to --out."""
 
 from __future__ import annotations
 
@@ -49,6 +51,44 @@ def revision(root: str) -> str:
         return "unknown"
 
 
+def level_of(row: dict) -> int:
+    return row.get("outstanding", 0)
+
+
+def ratio_line(rows: list[dict], top: str, bottom: str, name: str, pick) -> str:
+    """`name`'s ratios top / bottom per workload: the median over rounds of
+    pick(rows of one cell, workload and round)'s throughput ratio."""
+    line = f"| {name} |"
+    for label, _ in WORKLOADS:
+        ratios = []
+        for rnd in sorted({r["round"] for r in rows}):
+            t = pick([r for r in rows if (r["cell"], r["label"], r["round"]) == (top, label, rnd)])
+            b = pick([r for r in rows if (r["cell"], r["label"], r["round"]) == (bottom, label, rnd)])
+            if t and b and b["units_per_s"] > 0:
+                ratios.append(t["units_per_s"] / b["units_per_s"])
+        line += f" {statistics.median(ratios):.2f}× |" if ratios else " - |"
+    return line
+
+
+def ratio_table(rows: list[dict], cells: list[str]) -> list[str]:
+    levels = sorted({level_of(r) for r in rows})
+    out = ["", "| ratio | " + " | ".join(name for _, name in WORKLOADS) + " | target |",
+           "|---|" + "---:|" * len(WORKLOADS) + "---|"]
+    for top, bottom, target in TARGETS:
+        if top not in cells or bottom not in cells:
+            continue
+        for level in levels:
+            at = (lambda rs, level=level:
+                  next((r for r in rs if level_of(r) == level), None))
+            name = f"{top} ÷ {bottom}" + (f", {level} in flight" if len(levels) > 1 else "")
+            out.append(ratio_line(rows, top, bottom, name, at) + f" ≥ {target}× |")
+        if len(levels) > 1:
+            peak = lambda rs: max(rs, key=lambda r: r["units_per_s"]) if rs else None
+            out.append(ratio_line(rows, top, bottom, f"{top} ÷ {bottom}, each cell's peak", peak)
+                       + f" ≥ {target}× |")
+    return out
+
+
 def probe_table(rows: list[dict], cells: list[str]) -> list[str]:
     """With --probe: per (cell, workload), the median round's Raft log writes
     and context switches per node, and the units each write carried."""
@@ -79,6 +119,35 @@ def probe_table(rows: list[dict], cells: list[str]) -> list[str]:
     return out
 
 
+def cell_table(rows: list[dict], cells: list[str], node_cpu: float, load_cpu: float) -> list[str]:
+    """One row per (cell, workload, level in flight): its median round."""
+    out = ["", "| cell | load to | workload | in flight | units/s | unit | spread | p50 ms | p99 ms | "
+           "CPU µs/unit per node (mean; min–max) | node CPU % of quota (mean; max) | "
+           "load CPU % of quota | others | errors |",
+           "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    levels = sorted({level_of(r) for r in rows})
+    for cell, label, level in ((c, w, n) for c in cells for w, _ in WORKLOADS for n in levels):
+        rs = [r for r in rows if r["cell"] == cell and r["label"] == label and level_of(r) == level]
+        if not rs:
+            continue
+        r = median_row(rs)
+        us = cpu_us_per_unit(r)
+        share = [cpu / r["window_s"] / node_cpu * 100 for cpu in r["node_cpu_s"]]
+        tput = [x["units_per_s"] for x in rs]
+        spread = (max(tput) - min(tput)) / 2 / statistics.median(tput) * 100 if min(tput) > 0 else 0
+        load = r["load_cpu_s"] / r["window_s"] / load_cpu * 100
+        others = max(0.0, r.get("machine_busy_s", 0) - sum(r["node_cpu_s"]) - r["load_cpu_s"])
+        others /= r["window_s"]
+        state = " (FAILED)" if any(x["failed"] for x in rs) else ""
+        out.append(
+            f"| {cell}{state} | {LOAD_TO.get(r.get('route'), 'every node')} | {label} | "
+            f"{level} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
+            f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {statistics.mean(us):.1f} "
+            f"({min(us):.1f}–{max(us):.1f}) | {statistics.mean(share):.0f}% ({max(share):.0f}%) | "
+            f"{load:.0f}% | {others:.2f} | {sum(x['errors'] for x in rs)} |")
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     for flag in ("results", "out", "node_cpu", "load_cpu", "seconds", "rounds", "outstanding",
@@ -93,7 +162,7 @@ def main() -> None:
     out = [f"# dedup scale benchmark, {datetime.date.today().isoformat()}", ""]
     out.append(
         f"Command: `{a.command}` at {revision(root)}; {a.rounds} round(s) of {a.seconds} s measured "
-        f"per cell, {a.outstanding} operations in flight in all. Machine: {machine()}.")
+        f"per cell, operations in flight in all: {a.outstanding}. Machine: {machine()}.")
     out.append("")
     out.append(
         f"Each dedupd node runs in its own cgroup v1 `cpu` group capped at {node_cpu:g} CPU "
@@ -115,45 +184,9 @@ def main() -> None:
         "keep from taking the cores the nodes were to get (a node far under its quota then).")
     if a.quick == "1":
         out += ["", "**Quick run** (a smoke check): figures too short to read."]
-    out += ["", "| cell | load to | workload | units/s | unit | spread | p50 ms | p99 ms | CPU µs/unit per node "
-            "(mean; min–max) | node CPU % of quota (mean; max) | load CPU % of quota | others | errors |",
-            "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for cell in cells:
-        for label, _ in WORKLOADS:
-            rs = [r for r in rows if r["cell"] == cell and r["label"] == label]
-            if not rs:
-                continue
-            r = median_row(rs)
-            us = cpu_us_per_unit(r)
-            share = [cpu / r["window_s"] / node_cpu * 100 for cpu in r["node_cpu_s"]]
-            tput = [x["units_per_s"] for x in rs]
-            spread = (max(tput) - min(tput)) / 2 / statistics.median(tput) * 100 if min(tput) > 0 else 0
-            load = r["load_cpu_s"] / r["window_s"] / float(a.load_cpu) * 100
-            others = max(0.0, r.get("machine_busy_s", 0) - sum(r["node_cpu_s"]) - r["load_cpu_s"])
-            others /= r["window_s"]
-            state = " (FAILED)" if any(x["failed"] for x in rs) else ""
-            out.append(
-                f"| {cell}{state} | {LOAD_TO.get(r.get('route'), 'every node')} | {label} | {r['units_per_s']:,.0f} | {r['unit']} | ±{spread:.0f}% | "
-                f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {statistics.mean(us):.1f} "
-                f"({min(us):.1f}–{max(us):.1f}) | {statistics.mean(share):.0f}% ({max(share):.0f}%) | "
-                f"{load:.0f}% | {others:.2f} | {sum(x['errors'] for x in rs)} |")
-
+    out += cell_table(rows, cells, node_cpu, float(a.load_cpu))
     out += probe_table(rows, cells)
-    out += ["", "| ratio | " + " | ".join(name for _, name in WORKLOADS) + " | target |",
-            "|---|" + "---:|" * len(WORKLOADS) + "---|"]
-    for top, bottom, target in TARGETS:
-        if top not in cells or bottom not in cells:
-            continue
-        line = f"| {top} ÷ {bottom} |"
-        for label, _ in WORKLOADS:
-            ratios = []
-            for rnd in sorted({r["round"] for r in rows}):
-                t = [r for r in rows if (r["cell"], r["label"], r["round"]) == (top, label, rnd)]
-                b = [r for r in rows if (r["cell"], r["label"], r["round"]) == (bottom, label, rnd)]
-                if t and b and b[0]["units_per_s"] > 0:
-                    ratios.append(t[0]["units_per_s"] / b[0]["units_per_s"])
-            line += f" {statistics.median(ratios):.2f}× |" if ratios else " - |"
-        out.append(line + f" ≥ {target}× |")
+    out += ratio_table(rows, cells)
     text = "\n".join(out) + "\n"
     with open(a.out, "w") as f:
         f.write(text)

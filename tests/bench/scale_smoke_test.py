@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CGROUP_CPU = "/sys/fs/cgroup/cpu"
-COLUMNS = ["cell", "load to", "workload", "units/s", "unit", "spread", "p50 ms", "p99 ms",
+COLUMNS = ["cell", "load to", "workload", "in flight", "units/s", "unit", "spread", "p50 ms", "p99 ms",
            "CPU µs/unit per node (mean; min–max)", "node CPU % of quota (mean; max)",
            "load CPU % of quota", "others", "errors"]
 
@@ -68,6 +68,8 @@ def main() -> int:
         where = f"{cell} {workload}"
         if r["load to"] != "leader":
             problems.append(f"{where}: load to {r['load to']}, want the leader (one group)")
+        if r["in flight"] != "64":
+            problems.append(f"{where}: in flight {r['in flight']}, want the default 64")
         if r["unit"] != want_units.get(workload):
             problems.append(f"{where}: unit {r['unit']}")
         for column in ("units/s", "p50 ms", "p99 ms", "load CPU % of quota"):
