@@ -275,6 +275,10 @@ absl::Status Daemon::OpenGroups() {
   watch.directory = directory_.get();
   watch.open = cluster_.open_peer;
   watch.wake = map_wake_;
+  watch.publish = [publisher = map_publisher_.get()](
+                      uint32_t group_id, const std::vector<uint64_t>& voters) {
+    return publisher->Publish(group_id, voters, absl::Seconds(5));
+  };
   map_watch_ = std::make_unique<ShardMapWatch>(std::move(watch));
   if (cluster_.group_count == 1) {
     store_ = std::move(owned_groups_.front());

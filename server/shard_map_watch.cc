@@ -51,6 +51,9 @@ absl::StatusOr<ShardLayout> LayoutOfShardMap(
 
 ShardMapWatch::ShardMapWatch(ShardMapWatchOptions options)
     : options_(std::move(options)) {
+  if (options_.publish) {
+    repair_ = std::make_unique<ShardMapRepair>(options_.publish);
+  }
   Look(/*local_only=*/true);
   thread_ = std::thread([this] {
     NameThisThread("dedup-map-watch");
@@ -64,7 +67,26 @@ ShardMapWatch::~ShardMapWatch() {
 }
 
 void ShardMapWatch::Run() {
-  while (options_.wake->Wait(options_.interval)) Look(/*local_only=*/false);
+  while (options_.wake->Wait(options_.interval)) {
+    Look(/*local_only=*/false);
+    Repair();
+  }
+}
+
+void ShardMapWatch::Repair() {
+  if (repair_ == nullptr) return;
+  std::optional<ShardLayout> adopted = options_.directory->Adopted();
+  if (!adopted.has_value()) return;
+  LedVoters led;
+  for (const auto& [group_id, store] : options_.directory->hosted()) {
+    const ConsensusStatus status = store->GetClusterStatus().consensus;
+    if (status.role != Role::kLeader) continue;
+    std::vector<uint64_t>& voters = led[group_id];
+    for (const Member& member : status.members) {
+      if (member.role == MemberRole::kVoter) voters.push_back(member.id);
+    }
+  }
+  repair_->Look(*adopted, led);
 }
 
 void ShardMapWatch::Look(bool local_only) {

@@ -3,7 +3,9 @@
 // map whenever an applied entry replaced it and on every tick; a node not
 // hosting it asks a group-0 replica (Cluster.ShardMap at its client
 // address) on every tick. The leader of group 0 also stores the founding
-// layout when no map is stored yet (once; a stored map wins).
+// layout when no map is stored yet (once; a stored map wins), and the
+// leader of any group repairs the map where it disagrees with the group's
+// voters (shard_map_repair.h).
 #ifndef DEDUP_SERVER_SHARD_MAP_WATCH_H_
 #define DEDUP_SERVER_SHARD_MAP_WATCH_H_
 
@@ -19,6 +21,7 @@
 #include "dedup/v1/cluster.pb.h"
 #include "replication/shard_layout.h"
 #include "server/group_directory.h"
+#include "server/shard_map_repair.h"
 
 namespace dedup {
 
@@ -53,6 +56,9 @@ struct ShardMapWatchOptions {
   absl::Duration interval = absl::Seconds(1);
   // Bound of one Cluster.ShardMap call.
   absl::Duration call_timeout = absl::Seconds(2);
+  // Writes a group's voters into the stored map (ShardMapPublisher); empty:
+  // no repairs.
+  ShardMapRepair::Publish publish;
 };
 
 // Runs on a thread of its own from construction to destruction. The first
@@ -72,6 +78,8 @@ class ShardMapWatch {
   void Look(bool local_only);
   void FromLocal(ReplicatedStore& meta);
   void FromPeer();
+  // The repair's look at the groups this node leads.
+  void Repair();
 
   const ShardMapWatchOptions options_;
   // A founding proposal in flight (shared with its callback, which may
@@ -80,6 +88,8 @@ class ShardMapWatch {
       std::make_shared<std::atomic<bool>>(false);
   // The group-0 replica asked next (rotates on failures); watch thread only.
   size_t next_peer_ = 0;
+  // Watch thread only; null without options_.publish.
+  std::unique_ptr<ShardMapRepair> repair_;
   std::thread thread_;
 };
 

@@ -527,5 +527,48 @@ TEST_F(MoveTest, ARemovedMemberLeavesTheMapOnEveryNode) {
   EXPECT_EQ(ReplicasOf(after, 0), ReplicasOf(before, 0));
 }
 
+// A map that names the wrong replicas for a group (as a membership
+// change whose own map write failed for good would leave it) is repaired by
+// the group's leader within a few looks: every node serves the group's
+// voters again.
+TEST_F(MoveTest, AMapThatDisagreesWithTheVotersIsRepaired) {
+  const uint32_t h = 1;
+  const std::vector<int> replicas = ReplicasOf(map_, h);
+  ASSERT_EQ(replicas.size(), 3u);
+  int outsider = 0;
+  for (int id = 1; id <= 4; ++id) {
+    if (std::find(replicas.begin(), replicas.end(), id) == replicas.end()) {
+      outsider = id;
+    }
+  }
+  ASSERT_NE(outsider, 0);
+  const v1::ShardMapResponse before =
+      SameMapEverywhere(1, std::chrono::seconds(5));
+  // Written straight into the map: the outsider instead of a replica.
+  v1::SetGroupReplicasRequest wrong;
+  wrong.set_group_id(h);
+  wrong.add_replicas(replicas[0]);
+  wrong.add_replicas(replicas[1]);
+  wrong.add_replicas(outsider);
+  v1::SetGroupReplicasResponse written;
+  grpc::Status s;
+  for (int id = 1; id <= 4; ++id) {  // group 0's leader takes it
+    s = ClusterCall(cluster_.client_address(id),
+                    &v1::Cluster::Stub::SetGroupReplicas, wrong, &written);
+    if (s.ok()) break;
+  }
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_GT(written.epoch(), before.epoch());
+
+  const v1::ShardMapResponse after =
+      SameMapEverywhere(written.epoch() + 1, std::chrono::seconds(10));
+  std::vector<int> listed = ReplicasOf(after, h);
+  std::vector<int> want = replicas;
+  std::sort(listed.begin(), listed.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(listed, want);
+  EXPECT_EQ(ReplicasOf(after, 0), ReplicasOf(before, 0));
+}
+
 }  // namespace
 }  // namespace dedup
