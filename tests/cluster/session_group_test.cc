@@ -110,5 +110,59 @@ TEST(SessionGroupTest, AFollowerNamesTheLeaderOfTheOperationsGroup) {
   EXPECT_GT(decided_here, 0);
 }
 
+// A leader cut off from its followers: an operation with a timeout_ms is
+// answered DEADLINE_EXCEEDED when it passes, one without is answered ABORTED
+// OUTCOME_UNKNOWN once the leader steps down (it was proposed, maybe
+// applied), or UNAVAILABLE when the step-down came first.
+TEST(SessionGroupTest, ALeaderWithoutQuorumAnswersTimeoutAndOutcomeUnknown) {
+  ClusterHarness cluster(3);
+  ASSERT_TRUE(cluster.StartAll().ok());
+  absl::StatusOr<int> leader = cluster.WaitForLeader();
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  // Decided there first, so the stream's first frame is not an election's.
+  ASSERT_TRUE(
+      BeginAll(cluster.client_address(*leader), {"warm"})[0].has_begin());
+  for (int id = 1; id <= 3; ++id) {
+    if (id != *leader) cluster.Kill(id);
+  }
+  auto stub =
+      v1::Dedup::NewStub(testing::TestChannel(cluster.client_address(*leader)));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(30));
+  auto stream = stub->Session(&context);
+  v1::SessionResponse frame;
+  ASSERT_TRUE(stream->Read(&frame));
+  v1::SessionRequest request;
+  *request.add_ops() = BeginOp(1, "timed");
+  request.mutable_ops(0)->set_timeout_ms(300);
+  *request.add_ops() = BeginOp(2, "untimed");
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(stream->Write(request));
+  std::map<uint64_t, v1::SessionAnswer> answers;
+  std::map<uint64_t, std::chrono::steady_clock::duration> took;
+  while (answers.size() < 2 && stream->Read(&frame)) {
+    for (const v1::SessionAnswer& a : frame.answers()) {
+      answers[a.id()] = a;
+      took[a.id()] = std::chrono::steady_clock::now() - start;
+    }
+  }
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[1].error().code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << answers[1].DebugString();
+  EXPECT_LT(took[1], std::chrono::milliseconds(1500));
+  const v1::ItemError& untimed = answers[2].error();
+  if (untimed.code() == grpc::StatusCode::ABORTED) {
+    EXPECT_EQ(untimed.reason(), "OUTCOME_UNKNOWN") << untimed.DebugString();
+  } else {
+    EXPECT_EQ(untimed.code(), grpc::StatusCode::UNAVAILABLE)
+        << answers[2].DebugString();
+  }
+  stream->WritesDone();
+  while (stream->Read(&frame)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 }  // namespace
 }  // namespace dedup
