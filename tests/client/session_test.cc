@@ -220,6 +220,7 @@ TEST(SessionCoalescingTest, FallsBackToBatchesOnUnparsedRequest) {
 // Turned off, the client never opens a stream.
 TEST(SessionCoalescingTest, StreamOffSendsBatches) {
   Fixture f(100);
+  f.service.SetAutoAnswer(true);  // a stream would be answered too
   CoalescingOptions options = Options();
   options.stream = false;
   CoalescingClient client(f.channel, options);
