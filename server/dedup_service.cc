@@ -6,6 +6,7 @@
 
 #include "server/proto_convert.h"
 #include "server/rpc_call.h"
+#include "server/session_reactor.h"
 
 namespace dedup {
 namespace {
@@ -94,8 +95,37 @@ template void DedupService::Observe(Method, const v1::CompleteRequest&,
                                     const FencedDecision&) const;
 template void DedupService::Observe(Method, const v1::CheckpointRequest&,
                                     const FencedDecision&) const;
+template void DedupService::Observe(Method, const v1::ReleaseRequest&,
+                                    const FencedDecision&) const;
+template void DedupService::Observe(Method, const v1::RenewRequest&,
+                                    const FencedDecision&) const;
 
-void DedupService::EnterLameDuck() { lame_duck_.Enter(); }
+void DedupService::EnterLameDuck() {
+  lame_duck_.Enter();
+  // Streams end once what they have in flight is answered. Under the lock:
+  // a stream leaves the set (in its OnDone) before it is deleted.
+  absl::MutexLock lock(&sessions_mu_);
+  for (SessionReactor* session : sessions_) session->Stop();
+}
+
+void DedupService::AddSession(SessionReactor* session) const {
+  {
+    absl::MutexLock lock(&sessions_mu_);
+    sessions_.insert(session);
+  }
+  // Entered meanwhile: EnterLameDuck may have missed it.
+  if (!lame_duck_.Check().ok()) session->Stop();
+}
+
+void DedupService::RemoveSession(SessionReactor* session) const {
+  absl::MutexLock lock(&sessions_mu_);
+  sessions_.erase(session);
+}
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>*
+DedupService::Session(grpc::CallbackServerContext* context) {
+  return new SessionReactor(this, context);
+}
 
 absl::Status DedupService::Serving(Access access) const {
   absl::Status serving = access == Access::kRead ? store_->CheckServingReads()

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "server/auth.h"
 #include "server/event_log.h"
@@ -22,6 +24,8 @@
 #include "storage/store.h"
 
 namespace dedup {
+
+class SessionReactor;
 
 // Thread-safe. Owns none of its pointers: `store`, `metrics`, `auth`,
 // `events` (null: no event log) and `policies` (null: `limits` for every
@@ -85,7 +89,21 @@ class DedupService final : public v1::Dedup::CallbackService {
       const v1::CheckpointBatchRequest* request,
       v1::CheckpointBatchResponse* response) override;
 
+  // A session stream (session_reactor.h).
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
+      grpc::CallbackServerContext* context) override;
+
  private:
+  friend class SessionReactor;
+  // Judges one session operation as CheckBatchItem does a batch item (an
+  // unset op: INVALID_ARGUMENT "op: not set"). Sets *policy.
+  absl::Status CheckSessionOp(const Caller& caller, const v1::SessionOp& op,
+                              EffectivePolicy* policy) const;
+  // The open streams, stopped by EnterLameDuck. A stream registers once
+  // started and unregisters in its OnDone.
+  void AddSession(SessionReactor* session) const;
+  void RemoveSession(SessionReactor* session) const;
+
   enum class Access { kWrite, kRead };
   // Whether the store can take operations now: not, e.g., a follower in
   // cluster mode (UNAVAILABLE naming the leader). Reads (`kRead`) are still
@@ -186,6 +204,9 @@ class DedupService final : public v1::Dedup::CallbackService {
   EventLog* const events_;
   const PolicyFile* const policies_;
   Forwarder* forwarder_ = nullptr;
+  mutable absl::Mutex sessions_mu_;
+  mutable absl::flat_hash_set<SessionReactor*> sessions_
+      ABSL_GUARDED_BY(sessions_mu_);
 };
 
 }  // namespace dedup

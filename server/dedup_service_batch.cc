@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/dedup_service.h"
+#include "server/item_error.h"
 #include "server/proto_convert.h"
 
 namespace dedup {
@@ -83,10 +84,11 @@ class BatchCompletion {
 
 void SetItemError(v1::ItemError* error, int index, const absl::Status& status,
                   bool prefix_field) {
-  error->set_code(static_cast<int>(status.code()));
-  error->set_message(prefix_field
-                         ? absl::StrCat("items[", index, "].", status.message())
-                         : std::string(status.message()));
+  FillItemError(status,
+                prefix_field
+                    ? absl::StrCat("items[", index, "].", status.message())
+                    : std::string(status.message()),
+                error);
 }
 
 // A batch's items as judged before routing: each one's refusal (OK: it goes

@@ -231,6 +231,7 @@ Metrics::Metrics(const std::vector<std::string>& labelled_namespaces)
                "--max_batch_response_bytes")
            .Register(*registry_)
            .Add({});
+  session_ = std::make_unique<SessionMetrics>(registry_.get());
 }
 
 Metrics::OutcomeCounters Metrics::AddOutcomes(

@@ -22,6 +22,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "server/limits.h"
+#include "server/session_metrics.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -110,6 +111,9 @@ class Metrics : public StoreObserver {
     return calls_in_flight_.load();
   }
 
+  // The Dedup.Session metrics, registered in registry().
+  [[nodiscard]] SessionMetrics* session() { return session_.get(); }
+
   // Current value of dedup_begin_total{outcome}, for the admin Stats call.
   [[nodiscard]] double BeginCount(BeginOutcome outcome) const;
 
@@ -136,6 +140,7 @@ class Metrics : public StoreObserver {
   prometheus::Histogram* writes_per_sync_;
   prometheus::Counter* event_log_dropped_;
   prometheus::Counter* batch_results_capped_;
+  std::unique_ptr<SessionMetrics> session_;
 };
 
 }  // namespace dedup

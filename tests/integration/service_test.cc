@@ -93,7 +93,7 @@ TEST_F(ServiceTest, ReflectionDescribesTheDedupService) {
     for (const auto& m : file.service(0).method()) methods.push_back(m.name());
     EXPECT_EQ(absl::StrJoin(methods, ","),
               "Begin,Complete,Release,Renew,Get,Forget,BeginBatch,"
-              "CompleteBatch,Checkpoint,CheckpointBatch");
+              "CompleteBatch,Checkpoint,CheckpointBatch,Session");
   }
   EXPECT_TRUE(found) << "no dedup/v1/dedup.proto in the answer";
 }
