@@ -25,6 +25,10 @@ namespace {
 // large Complete results cannot make one request that no server accepts.
 constexpr size_t kMaxBatchBytes = size_t{3} << 20;
 
+// How often a stream call refused for the result budget goes again at once
+// (see SortOutResends): enough for a thousand callers of one large result.
+constexpr int kFreeStreamResends = 64;
+
 // The server names a refused batch item's field "items[i].<field>"; the
 // caller of a coalesced call sent one request, so it gets the message a
 // unary call would have: "<field>: ...".
@@ -312,6 +316,11 @@ typename CoalescingLane<Traits>::ItemAnswers CoalescingLane<Traits>::AnswersOf(
 // sealed batch is smaller than the batch it came from. One that held none
 // (a single result larger than the whole budget, e.g. stored under a larger
 // --max_result_bytes) spends rounds like any UNAVAILABLE.
+//
+// A stream call (one item) is refused so when the other answers of its
+// server's frame spent the budget: it goes again at once, in a later frame,
+// without a round, up to kFreeStreamResends times (each frame answers the
+// results that fit, so that is progress), then spends rounds as above.
 template <typename Traits>
 typename CoalescingLane<Traits>::Resends CoalescingLane<Traits>::SortOutResends(
     Batch& batch, const ItemAnswers& answers) {
@@ -327,6 +336,17 @@ typename CoalescingLane<Traits>::Resends CoalescingLane<Traits>::SortOutResends(
   for (int i = 0; i < items; ++i) {
     if ((*answers)[i].ok()) continue;
     const absl::Status& error = (*answers)[i].status();
+    if (batch.stream && IsResultBudgetRefusal(error) &&
+        batch.free_resends < kFreeStreamResends) {
+      out.at_once = std::make_unique<Batch>();
+      out.at_once->round = batch.round;
+      out.at_once->stream = out.at_once->uncounted = true;
+      out.at_once->group = batch.group;
+      out.at_once->free_resends = batch.free_resends + 1;
+      MoveItem(batch, i, *out.at_once);
+      out.resent[i] = true;
+      continue;
+    }
     if (fitted > 0 && IsResultBudgetRefusal(error)) {
       if (out.refit.empty() ||
           out.refit.back()->request.items_size() >= fitted) {
@@ -401,6 +421,7 @@ void CoalescingLane<Traits>::Continue(const Batch& batch, Resends resends) {
         FullJitterBackoff(rpc_.backoff, retry->round - 1, ThreadLocalUniform01),
         /*new_attempt=*/true);
   }
+  if (resends.at_once != nullptr) Send(resends.at_once.release());
   for (std::unique_ptr<Batch>& next : ready) Send(next.release());
 }
 

@@ -239,6 +239,9 @@ class CoalescingLane {
     bool stream = false;
     // Outside the lane's count of batches in flight (unary or stream).
     bool uncounted = false;
+    // Stream calls: result-budget refusals re-sent without spending a round
+    // (see SortOutResends).
+    int free_resends = 0;
     // Per item: an earlier round's outcome was unknown, so its final error
     // must say so.
     std::vector<bool> was_unknown;
@@ -288,6 +291,8 @@ class CoalescingLane {
   struct Resends {
     std::unique_ptr<Batch> again;  // the next round, in this batch's place
     std::vector<std::unique_ptr<Batch>> refit;  // result-budget refusals
+    // A stream call's result-budget refusal: sent again at once.
+    std::unique_ptr<Batch> at_once;
     std::vector<bool> resent;  // per item of the batch: moved to one above
   };
   // True when the batch went again another way: item by item (too large)

@@ -103,6 +103,11 @@ class FakeSessionService final : public v1::Dedup::Service {
     absl::MutexLock lock(&mu_);
     error_ = std::move(error);
   }
+  // The next `n` Begins are refused for the result budget (RESULT_BUDGET).
+  void RefuseForBudget(int n) {
+    absl::MutexLock lock(&mu_);
+    budget_refusals_ = n;
+  }
   // Answers every held operation, last received first, in one frame.
   void AnswerHeld() {
     absl::MutexLock lock(&mu_);
@@ -147,7 +152,13 @@ class FakeSessionService final : public v1::Dedup::Service {
     for (auto it = held_.rbegin(); it != held_.rend(); ++it) {
       v1::SessionAnswer* answer = frame.add_answers();
       answer->set_id(it->id());
-      if (error_.has_value()) {
+      if (budget_refusals_ > 0) {
+        --budget_refusals_;
+        v1::ItemError* e = answer->mutable_error();
+        e->set_code(static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+        e->set_message("results: over the budget");
+        e->set_reason("RESULT_BUDGET");
+      } else if (error_.has_value()) {
         *answer->mutable_error() = *error_;
       } else {
         *answer->mutable_begin() = StartedFor(it->begin());
@@ -170,6 +181,7 @@ class FakeSessionService final : public v1::Dedup::Service {
   std::vector<v1::SessionOp> held_ ABSL_GUARDED_BY(mu_);
   int streams_ ABSL_GUARDED_BY(mu_) = 0;
   int batch_items_ ABSL_GUARDED_BY(mu_) = 0;
+  int budget_refusals_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dedup

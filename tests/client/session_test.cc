@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/client/batch_service.h"
 #include "tests/client/fake_session_service.h"
+#include "tests/client/pin_callback_queue.h"
 
 namespace dedup {
 namespace {
@@ -193,6 +194,21 @@ TEST(SessionCoalescingTest, FollowsItemErrorLeader) {
   EXPECT_THAT(follower.service.frames(), ElementsAre(1));
   EXPECT_THAT(leader.service.frames(), ElementsAre(1));
   EXPECT_EQ(leader.service.batch_items(), 0);
+}
+
+// A call refused for the answer frame's result budget goes again at once
+// without spending an attempt.
+TEST(SessionCoalescingTest, ResultBudgetRefusalsSpendNoAttempt) {
+  Fixture f(100);
+  f.service.SetAutoAnswer(true);
+  f.service.RefuseForBudget(3);
+  CoalescingOptions options = Options();
+  options.rpc.max_attempts = 1;
+  CoalescingClient client(f.channel, options);
+  absl::StatusOr<v1::BeginResponse> answer = client.Begin(Item(6));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->fence(), 6u);
+  EXPECT_THAT(f.service.frames(), ElementsAre(1, 1, 1, 1));
 }
 
 // A server without Session (UNIMPLEMENTED, or an older dedupd's "cannot be
