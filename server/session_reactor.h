@@ -73,7 +73,9 @@ class SessionReactor final
  private:
   struct Deadline {
     std::chrono::steady_clock::time_point at;
-    std::shared_ptr<Frame> frame;
+    // Weak: a frame whose operations were all answered by the store is not
+    // kept (nor its tenant slot) until its deadlines pass.
+    std::weak_ptr<Frame> frame;
     int index;
     bool operator>(const Deadline& other) const { return at > other.at; }
   };
@@ -100,6 +102,17 @@ class SessionReactor final
   void SubmitToStore(const std::shared_ptr<Frame>& frame,
                      const std::vector<bool>& to_store,
                      const std::vector<EffectivePolicy>& policies);
+  // Hands operation `i` to the store alone (a waiting Begin, Release,
+  // Renew, Checkpoint, Get; nothing for the others).
+  void SubmitOne(const std::shared_ptr<Frame>& frame, int i,
+                 const EffectivePolicy& policy);
+  // The store callbacks answering operation `i` of `frame`.
+  StoreCallback<BeginResult> BeginDone(const std::shared_ptr<Frame>& frame,
+                                       int i);
+  StoreCallback<FencedDecision> FencedDone(const std::shared_ptr<Frame>& frame,
+                                           int i);
+  StoreCallback<std::optional<Record>> GetDone(
+      const std::shared_ptr<Frame>& frame, int i);
   // Answers operation `index` of `frame` with `error` at once.
   void Refuse(const std::shared_ptr<Frame>& frame, int index,
               const absl::Status& error);
@@ -123,6 +136,10 @@ class SessionReactor final
   void WatchDeadlines(const std::shared_ptr<Frame>& frame)
       ABSL_LOCKS_EXCLUDED(mu_);
   void ArmLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the earliest deadlines whose operations were answered, and
+  // answers DEADLINE_EXCEEDED those due by `now`.
+  void ExpireLocked(std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnAlarm() ABSL_LOCKS_EXCLUDED(mu_);
 
   const DedupService* const service_;

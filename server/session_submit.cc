@@ -128,118 +128,132 @@ v1::SessionAnswer FencedAnswer(const absl::StatusOr<FencedDecision>& d,
 
 }  // namespace
 
+StoreCallback<BeginResult> SessionReactor::BeginDone(
+    const std::shared_ptr<Frame>& frame, int i) {
+  return [this, frame, i](absl::StatusOr<BeginResult> r) {
+    v1::SessionAnswer answer;
+    if (r.ok()) {
+      service_->Observe(frame->request.ops(i).begin(), *r);
+      FillBeginResponse(*r, answer.mutable_begin());
+    } else {
+      FillItemError(r.status(), answer.mutable_error());
+      if (r.status().GetPayload(kResultBudgetPayload)) {
+        answer.mutable_error()->set_reason("RESULT_BUDGET");
+      }
+    }
+    Answer(frame, i, std::move(answer));
+  };
+}
+
+StoreCallback<FencedDecision> SessionReactor::FencedDone(
+    const std::shared_ptr<Frame>& frame, int i) {
+  return [this, frame, i](absl::StatusOr<FencedDecision> d) {
+    const v1::SessionOp& op = frame->request.ops(i);
+    const DedupService* const s = service_;
+    v1::SessionAnswer answer;
+    switch (op.op_case()) {
+      case v1::SessionOp::kComplete:
+        if (d.ok()) s->Observe(Method::kComplete, op.complete(), *d);
+        answer = FencedAnswer(d, FillCompleteResponse,
+                              [](auto* a) { return a->mutable_complete(); });
+        break;
+      case v1::SessionOp::kRelease:
+        if (d.ok()) s->Observe(Method::kRelease, op.release(), *d);
+        answer = FencedAnswer(d, FillReleaseResponse,
+                              [](auto* a) { return a->mutable_release(); });
+        break;
+      case v1::SessionOp::kRenew:
+        if (d.ok()) s->Observe(Method::kRenew, op.renew(), *d);
+        answer = FencedAnswer(d, FillRenewResponse,
+                              [](auto* a) { return a->mutable_renew(); });
+        break;
+      default:
+        if (d.ok()) s->Observe(Method::kCheckpoint, op.checkpoint(), *d);
+        answer = FencedAnswer(d, FillCheckpointResponse,
+                              [](auto* a) { return a->mutable_checkpoint(); });
+    }
+    Answer(frame, i, std::move(answer));
+  };
+}
+
+StoreCallback<std::optional<Record>> SessionReactor::GetDone(
+    const std::shared_ptr<Frame>& frame, int i) {
+  return [this, frame, i](absl::StatusOr<std::optional<Record>> r) {
+    v1::SessionAnswer answer;
+    if (!r.ok()) {
+      FillItemError(r.status(), answer.mutable_error());
+    } else {
+      answer.mutable_get()->set_found(r->has_value());
+      if (r->has_value()) {
+        FillRecord(**r, answer.mutable_get()->mutable_record());
+      }
+    }
+    Answer(frame, i, std::move(answer));
+  };
+}
+
 void SessionReactor::SubmitToStore(
     const std::shared_ptr<Frame>& frame, const std::vector<bool>& to_store,
     const std::vector<EffectivePolicy>& policies) {
   const DedupService* const s = service_;
-  Store* const store = s->store_;
   std::vector<Store::BeginCall> begins;
   std::vector<Store::CompleteCall> completes;
-  auto begin_done = [this, s, frame](int i) {
-    return [this, s, frame, i](absl::StatusOr<BeginResult> r) {
-      v1::SessionAnswer answer;
-      if (r.ok()) {
-        s->Observe(frame->request.ops(i).begin(), *r);
-        FillBeginResponse(*r, answer.mutable_begin());
-      } else {
-        FillItemError(r.status(), answer.mutable_error());
-        if (r.status().GetPayload(kResultBudgetPayload)) {
-          answer.mutable_error()->set_reason("RESULT_BUDGET");
-        }
-      }
-      Answer(frame, i, std::move(answer));
-    };
-  };
-  auto fenced_done = [this, s, frame](int i, Method method) {
-    return [this, s, frame, i, method](absl::StatusOr<FencedDecision> d) {
-      const v1::SessionOp& op = frame->request.ops(i);
-      v1::SessionAnswer answer;
-      switch (op.op_case()) {
-        case v1::SessionOp::kComplete:
-          if (d.ok()) s->Observe(method, op.complete(), *d);
-          answer = FencedAnswer(d, FillCompleteResponse,
-                                [](auto* a) { return a->mutable_complete(); });
-          break;
-        case v1::SessionOp::kRelease:
-          if (d.ok()) s->Observe(method, op.release(), *d);
-          answer = FencedAnswer(d, FillReleaseResponse,
-                                [](auto* a) { return a->mutable_release(); });
-          break;
-        case v1::SessionOp::kRenew:
-          if (d.ok()) s->Observe(method, op.renew(), *d);
-          answer = FencedAnswer(d, FillRenewResponse,
-                                [](auto* a) { return a->mutable_renew(); });
-          break;
-        default:
-          if (d.ok()) s->Observe(method, op.checkpoint(), *d);
-          answer = FencedAnswer(d, FillCheckpointResponse, [](auto* a) {
-            return a->mutable_checkpoint();
-          });
-      }
-      Answer(frame, i, std::move(answer));
-    };
-  };
   for (int i = 0; i < frame->request.ops_size(); ++i) {
-    if (!to_store[i]) continue;
     const v1::SessionOp& op = frame->request.ops(i);
+    if (!to_store[i]) continue;
     if (op.has_begin() && op.begin().wait_ms() == 0) {
       begins.push_back(
           Store::BeginCall{op.begin().namespace_(), op.begin().key(),
                            s->BeginParamsOf(op.begin(), policies[i]),
-                           begin_done(i), &*frame->budget});
+                           BeginDone(frame, i), &*frame->budget});
     } else if (op.has_complete()) {
       completes.push_back(
           Store::CompleteCall{op.complete().namespace_(), op.complete().key(),
                               s->CompleteParamsOf(op.complete(), policies[i]),
-                              fenced_done(i, Method::kComplete)});
+                              FencedDone(frame, i)});
     }
   }
-  if (!begins.empty()) store->BeginMany(std::move(begins));
-  if (!completes.empty()) store->CompleteMany(std::move(completes));
+  // Back to back: the shards take them into the same group commit (a
+  // group's leader, into the same log entries) as far as they fit.
+  if (!begins.empty()) s->store_->BeginMany(std::move(begins));
+  if (!completes.empty()) s->store_->CompleteMany(std::move(completes));
   for (int i = 0; i < frame->request.ops_size(); ++i) {
-    if (!to_store[i]) continue;
-    const v1::SessionOp& op = frame->request.ops(i);
-    switch (op.op_case()) {
-      case v1::SessionOp::kBegin:
-        if (op.begin().wait_ms() == 0) break;  // in BeginMany
-        store->Begin(op.begin().namespace_(), op.begin().key(),
-                     s->BeginParamsOf(op.begin(), policies[i]), WaitMsOf(op),
-                     begin_done(i));
-        break;
-      case v1::SessionOp::kRelease:
-        store->Release(op.release().namespace_(), op.release().key(),
-                       op.release().fence(), fenced_done(i, Method::kRelease));
-        break;
-      case v1::SessionOp::kRenew:
-        store->Renew(op.renew().namespace_(), op.renew().key(),
-                     op.renew().fence(),
-                     ResolveLease(op.renew().lease_ms(), policies[i].limits),
-                     fenced_done(i, Method::kRenew));
-        break;
-      case v1::SessionOp::kCheckpoint:
-        store->Checkpoint(op.checkpoint().namespace_(), op.checkpoint().key(),
-                          DedupService::CheckpointParamsOf(op.checkpoint()),
-                          fenced_done(i, Method::kCheckpoint));
-        break;
-      case v1::SessionOp::kGet:
-        store->Get(op.get().namespace_(), op.get().key(),
-                   [this, frame, i](absl::StatusOr<std::optional<Record>> r) {
-                     v1::SessionAnswer answer;
-                     if (!r.ok()) {
-                       FillItemError(r.status(), answer.mutable_error());
-                     } else {
-                       answer.mutable_get()->set_found(r->has_value());
-                       if (r->has_value()) {
-                         FillRecord(**r,
-                                    answer.mutable_get()->mutable_record());
-                       }
-                     }
-                     Answer(frame, i, std::move(answer));
-                   });
-        break;
-      default:
-        break;  // Complete: in CompleteMany
-    }
+    if (to_store[i]) SubmitOne(frame, i, policies[i]);
+  }
+}
+
+void SessionReactor::SubmitOne(const std::shared_ptr<Frame>& frame, int i,
+                               const EffectivePolicy& policy) {
+  const DedupService* const s = service_;
+  Store* const store = s->store_;
+  const v1::SessionOp& op = frame->request.ops(i);
+  switch (op.op_case()) {
+    case v1::SessionOp::kBegin:
+      if (op.begin().wait_ms() == 0) break;  // in BeginMany
+      store->Begin(op.begin().namespace_(), op.begin().key(),
+                   s->BeginParamsOf(op.begin(), policy), WaitMsOf(op),
+                   BeginDone(frame, i));
+      break;
+    case v1::SessionOp::kRelease:
+      store->Release(op.release().namespace_(), op.release().key(),
+                     op.release().fence(), FencedDone(frame, i));
+      break;
+    case v1::SessionOp::kRenew:
+      store->Renew(op.renew().namespace_(), op.renew().key(),
+                   op.renew().fence(),
+                   ResolveLease(op.renew().lease_ms(), policy.limits),
+                   FencedDone(frame, i));
+      break;
+    case v1::SessionOp::kCheckpoint:
+      store->Checkpoint(op.checkpoint().namespace_(), op.checkpoint().key(),
+                        DedupService::CheckpointParamsOf(op.checkpoint()),
+                        FencedDone(frame, i));
+      break;
+    case v1::SessionOp::kGet:
+      store->Get(op.get().namespace_(), op.get().key(), GetDone(frame, i));
+      break;
+    default:
+      break;  // Complete: in CompleteMany
   }
 }
 

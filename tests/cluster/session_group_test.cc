@@ -74,7 +74,7 @@ v1::SessionAnswer BeginFollowing(std::string address, const std::string& key,
 }
 
 TEST(SessionGroupTest, AFollowerNamesTheLeaderOfTheOperationsGroup) {
-  ClusterHarness cluster(3, {"--groups=3"});
+  ClusterHarness cluster(3, {"--groups=3", "--forward_to_leader=false"});
   ASSERT_TRUE(cluster.StartAll().ok());
   std::set<std::string> addresses;
   for (int id = 1; id <= 3; ++id) addresses.insert(cluster.client_address(id));
@@ -108,6 +108,33 @@ TEST(SessionGroupTest, AFollowerNamesTheLeaderOfTheOperationsGroup) {
   // Each group has one leader among 3 nodes: most operations go elsewhere.
   EXPECT_GT(redirected, 0);
   EXPECT_GT(decided_here, 0);
+
+  // A batch item refused the same way names the leader too (forwarding is
+  // off on these nodes).
+  int batch_hints = 0;
+  for (int via = 1; via <= 3; ++via) {
+    v1::BeginBatchRequest batch;
+    for (int i = 0; i < 8; ++i) {
+      *batch.add_items() =
+          BeginOp(0, absl::StrCat("batch", via, "-", i)).begin();
+    }
+    v1::BeginBatchResponse answered;
+    auto stub =
+        v1::Dedup::NewStub(testing::TestChannel(cluster.client_address(via)));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    ASSERT_TRUE(stub->BeginBatch(&context, batch, &answered).ok());
+    for (const auto& item : answered.items()) {
+      if (!item.has_error()) continue;
+      EXPECT_EQ(item.error().code(), grpc::StatusCode::UNAVAILABLE);
+      EXPECT_NE(item.error().leader(), cluster.client_address(via));
+      EXPECT_EQ(addresses.count(item.error().leader()), 1u)
+          << item.error().DebugString();
+      ++batch_hints;
+    }
+  }
+  EXPECT_GT(batch_hints, 0);
 }
 
 // A leader cut off from its followers: an operation with a timeout_ms is

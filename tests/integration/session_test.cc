@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/auth_fixture.h"
 #include "tests/integration/integration_util.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/server_process.h"
 
 namespace dedup::testing {
@@ -110,11 +111,25 @@ SessionOp CompleteOp(uint64_t id, const std::string& ns, const std::string& key,
 class SessionTest : public SharedServerTest<SessionTest> {
  public:
   static std::vector<std::string> Flags() {
-    return {"--durability=sync", "--max_batch_items=8"};
+    return {"--durability=sync", "--max_batch_items=8",
+            "--metrics_address=127.0.0.1:0"};
   }
 
  protected:
   const std::string& ns() { return client().ns(); }
+  // The value of `series` on the server's /metrics page; -1 if absent.
+  double Metric(const std::string& series) {
+    return ScrapeSample(server().metrics_port(), series).value_or(-1);
+  }
+  // Polls Metric(series) for up to 5 s until it is `want`.
+  bool MetricBecomes(const std::string& series, double want) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (Metric(series) != want) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      SleepMs(20);
+    }
+    return true;
+  }
   // A key held by another owner (a unary Begin), for waiting Begins.
   std::string HeldKey(const std::string& suffix) {
     const std::string key = TestKey(suffix);
@@ -311,6 +326,11 @@ TEST_F(SessionTest, AClientThatCancelsMidFlightLeavesTheServerHealthy) {
     s.context()->TryCancel();
     EXPECT_EQ(s.End().error_code(), grpc::StatusCode::CANCELLED);
   }
+  // The parked Begin is answered now, to a stream that is gone.
+  EXPECT_EQ(client()
+                .Complete(held, client().Get(held).record().fence(), "r")
+                .status(),
+            v1::CompleteResponse::OK);
   // Each operation took effect or did not: a retry with the same owner is
   // STARTED either way (the same claim again), never IN_USE.
   for (int i = 0; i < 4; ++i) {
@@ -322,6 +342,11 @@ TEST_F(SessionTest, AClientThatCancelsMidFlightLeavesTheServerHealthy) {
   ASSERT_TRUE(again.Send({BeginOp(1, ns(), TestKey("after"), "o")}));
   EXPECT_EQ(again.Read(1)[1].begin().status(), v1::BeginResponse::STARTED);
   EXPECT_TRUE(again.Close().ok());
+  // Every stream ended on the server too (the shared server runs one test
+  // at a time).
+  EXPECT_TRUE(MetricBecomes("dedup_session_streams_open", 0));
+  EXPECT_GT(Metric(R"(dedup_session_ops_total{code="OK",kind="begin"})"), 0);
+  EXPECT_GT(Metric(R"(dedup_session_frames_total{direction="in"})"), 0);
 }
 
 TEST(SessionStopTest, SigtermAnswersWhatIsInFlightThenEndsUnavailable) {

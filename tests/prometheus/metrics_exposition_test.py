@@ -53,6 +53,9 @@ CONTRACT = {
     "dedup_metrics_http_requests_total": ("counter", {"code"}),
     "dedup_metrics_http_connections_closed_total": ("counter", {"reason"}),
     "dedup_metrics_http_connections": ("gauge", set()),
+    "dedup_session_streams_open": ("gauge", set()),
+    "dedup_session_ops_total": ("counter", {"kind", "code"}),
+    "dedup_session_frames_total": ("counter", {"direction"}),
 }
 # Created lazily (label values not known up front): may be absent at first.
 LAZY = {"dedup_invalid_requests_total", "dedup_grpc_errors_total"}
