@@ -2,12 +2,16 @@
 // operation on its leader's stream, its answer read as a batch RPC's.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/coalescing_lane.h"
+#include "dedup/v1/error_details.pb.h"
 
 namespace dedup {
 namespace {
@@ -17,6 +21,55 @@ constexpr char kOutcomeUnknown[] = "OUTCOME_UNKNOWN";
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));
+}
+
+// A tenant over its limits: a unary call gets RESOURCE_EXHAUSTED with a
+// RetryInfo, an operation of a stream an ItemError whose message ends
+// "; retry in N ms" (it has no field for the delay). The status a unary
+// call would have got, so the retry rule waits as it would; nullopt when
+// the message names no delay.
+std::optional<grpc::Status> OverLimitStatus(const v1::ItemError& error) {
+  absl::string_view message = error.message();
+  const size_t at = message.rfind("retry in ");
+  int64_t ms = 0;
+  if (at == absl::string_view::npos ||
+      !absl::SimpleAtoi(absl::StripSuffix(message.substr(at + 9), " ms"),
+                        &ms)) {
+    return std::nullopt;
+  }
+  v1::RetryInfo retry;
+  retry.mutable_retry_delay()->set_seconds(ms / 1000);
+  retry.mutable_retry_delay()->set_nanos(static_cast<int32_t>(ms % 1000) *
+                                         1000000);
+  v1::RpcStatus details;
+  details.set_code(error.code());
+  details.set_message(error.message());
+  google::protobuf::Any* any = details.add_details();
+  any->set_type_url("type.googleapis.com/google.rpc.RetryInfo");
+  any->set_value(retry.SerializeAsString());
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, error.message(),
+                      details.SerializeAsString());
+}
+
+// The reply a unary call would have ended with, for the refusals the retry
+// rule acts on as it does for a call's (a follower naming the leader, an
+// unknown outcome, a tenant over its limits); nullopt for the others, which
+// are the item's answer.
+std::optional<AttemptReply> AsCallReply(const v1::ItemError& error) {
+  const auto code = static_cast<grpc::StatusCode>(error.code());
+  if (code == grpc::StatusCode::UNAVAILABLE && !error.leader().empty()) {
+    return AttemptReply{grpc::Status(code, error.message()), error.leader(),
+                        false};
+  }
+  if (code == grpc::StatusCode::ABORTED && error.reason() == kOutcomeUnknown) {
+    return AttemptReply{grpc::Status(code, error.message()), "", true};
+  }
+  if (code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    if (std::optional<grpc::Status> status = OverLimitStatus(error)) {
+      return AttemptReply{*std::move(status), "", false};
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -54,13 +107,8 @@ void CoalescingLane<Traits>::OnStreamAnswer(
   auto* item = batch->response.add_items();
   AttemptReply reply;
   if (answer->has_error()) {
-    const v1::ItemError& error = answer->error();
-    const auto code = static_cast<grpc::StatusCode>(error.code());
-    if (code == grpc::StatusCode::UNAVAILABLE && !error.leader().empty()) {
-      reply = AttemptReply{grpc::Status(code, error.message()), error.leader()};
-    } else if (code == grpc::StatusCode::ABORTED &&
-               error.reason() == kOutcomeUnknown) {
-      reply = AttemptReply{grpc::Status(code, error.message()), "", true};
+    if (std::optional<AttemptReply> call = AsCallReply(answer->error())) {
+      reply = *std::move(call);
     } else {
       *item->mutable_error() = std::move(*answer->mutable_error());
     }
