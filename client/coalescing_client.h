@@ -61,8 +61,11 @@
 // backoff; the next call opens a new stream). A server that answers the
 // stream UNIMPLEMENTED, or INVALID_ARGUMENT "request: cannot be parsed" (a
 // dedupd from before Session), has no Session: the client sends batch RPCs
-// from then on, for its life. A result-budget refusal over a stream (a
-// call of its own) spends a round like any UNAVAILABLE item.
+// from then on, for its life. A result-budget refusal over a stream goes
+// again at once (a bounded number of times) without spending a round; a
+// tenant over its limits is retried after the delay its refusal names; a
+// stream ended by a message limit (RESOURCE_EXHAUSTED, e.g. a frame of
+// large results) sends its calls again one by one as batch RPCs.
 //
 // CheckpointBatch is newer than Checkpoint. A server without it answers
 // UNIMPLEMENTED, or, as every dedupd that has Checkpoint but not

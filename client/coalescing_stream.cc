@@ -100,6 +100,15 @@ void CoalescingLane<Traits>::OnStreamAnswer(
       SendAsBatch(batch);
       return;
     }
+    if (absl::IsResourceExhausted(answer.status())) {
+      // A message limit ended the stream (say, an answer frame holding
+      // several large results): the call goes again alone as a batch RPC,
+      // as the items of a batch too large do (an owner makes a re-sent
+      // Begin re-enter).
+      batch->stream = false;
+      Send(batch, /*new_attempt=*/false);
+      return;
+    }
     Settle(batch, AttemptReply{ToGrpcStatus(answer.status()), "", false});
     return;
   }

@@ -173,5 +173,57 @@ TEST_F(SessionIntegrationTest, ConcurrentCallersGetTheirOwnAnswers) {
   }
 }
 
+class SessionBudgetTest : public testing::SharedDedupdTest<SessionBudgetTest> {
+ public:
+  // Two 100 KB results fit one answer frame.
+  static std::vector<std::string> Flags() {
+    return {"--max_result_bytes=150000", "--max_batch_response_bytes=200000",
+            "--event_log=off"};
+  }
+};
+
+// 200 concurrent Begins of one key holding a 100 KB result, over the
+// stream: each gets DUPLICATE with that result, whether its answer came on
+// the stream, went again after a RESULT_BUDGET refusal, or (an answer frame
+// past the client's 4 MiB message limit ends the stream) went again alone
+// as a batch RPC.
+TEST_F(SessionBudgetTest, ManyCallersOfOneLargeResultAllGetIt) {
+  const std::string result(100'000, 'r');
+  CoalescingOptions options;
+  options.rpc.deadline = absl::Seconds(10);
+  options.rpc.max_attempts = 2;
+  auto client = std::make_unique<CoalescingClient>(
+      grpc::CreateChannel(server().address(),
+                          grpc::InsecureChannelCredentials()),
+      options);
+  absl::StatusOr<v1::BeginResponse> begun =
+      client->Begin({"budget", "key", "hash", "writer"});
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  ASSERT_TRUE(
+      client->Complete({"budget", "key", begun->fence(), v1::SUCCESS, result})
+          .ok());
+  constexpr int kCallers = 200;
+  absl::Mutex mu;
+  int duplicates = 0;
+  std::vector<std::string> failures;
+  for (int i = 0; i < kCallers; ++i) {
+    client->BeginAsync({"budget", "key", "hash", absl::StrCat("reader-", i)},
+                       [&](absl::StatusOr<v1::BeginResponse> r) {
+                         absl::MutexLock lock(&mu);
+                         if (r.ok() &&
+                             r->status() == v1::BeginResponse::DUPLICATE &&
+                             r->result() == result) {
+                           ++duplicates;
+                         } else {
+                           failures.push_back(r.ok() ? r->ShortDebugString()
+                                                     : r.status().ToString());
+                         }
+                       });
+  }
+  client.reset();  // waits for every answer
+  EXPECT_EQ(duplicates, kCallers);
+  EXPECT_THAT(failures, ::testing::IsEmpty());
+}
+
 }  // namespace
 }  // namespace dedup
