@@ -5,6 +5,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "client/coalescing_lane.h"
+#include "client/session_pool.h"
 
 namespace dedup {
 
@@ -38,12 +39,13 @@ CoalescingClient::CoalescingClient(std::shared_ptr<LeaderRouter> seed,
     : deadline_(options.rpc.deadline),
       shards_(std::make_unique<ShardRouter>(seed, deadline_)),
       outstanding_(std::make_unique<OutstandingCalls>()),
+      sessions_(std::make_unique<SessionPool>(options.stream)),
       begins_(std::make_unique<CoalescingLane<BeginLaneTraits>>(
-          *shards_, Resolved(options, *seed), *outstanding_)),
+          *shards_, *sessions_, Resolved(options, *seed), *outstanding_)),
       completes_(std::make_unique<CoalescingLane<CompleteLaneTraits>>(
-          *shards_, Resolved(options, *seed), *outstanding_)),
+          *shards_, *sessions_, Resolved(options, *seed), *outstanding_)),
       checkpoints_(std::make_unique<CoalescingLane<CheckpointLaneTraits>>(
-          *shards_, Resolved(options, *seed), *outstanding_)) {}
+          *shards_, *sessions_, Resolved(options, *seed), *outstanding_)) {}
 
 CoalescingClient::~CoalescingClient() { outstanding_->WaitZero(); }
 

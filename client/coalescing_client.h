@@ -48,6 +48,25 @@
 // with its owner, so give every Begin one (an anonymous Begin re-sent after
 // the server applied it answers IN_USE).
 //
+// Session streams (CoalescingOptions::stream, on by default): while the
+// servers have Dedup.Session, each call is instead one operation on a
+// bidirectional stream to its group's leader (client/session.h: one stream
+// per node, frames sent back to back, so calls made while a frame is out
+// share the next one, within the server's max_in_flight), and answered the
+// moment its own answer arrives. Its answer and retries are the batch
+// item's above: an item error naming the leader (ItemError.leader) is
+// followed at once like "dedup-leader", OUTCOME_UNKNOWN counts as an
+// unknown outcome, and a stream that breaks fails its calls' attempts as a
+// transport failure would (re-sent with the same owner or fence, after
+// backoff; the next call opens a new stream). A server that answers the
+// stream UNIMPLEMENTED, or INVALID_ARGUMENT "request: cannot be parsed" (a
+// dedupd from before Session), has no Session: the client sends batch RPCs
+// from then on, for its life. A result-budget refusal over a stream goes
+// again at once (a bounded number of times) without spending a round; a
+// tenant over its limits is retried after the delay its refusal names; a
+// stream ended by a message limit (RESOURCE_EXHAUSTED, e.g. a frame of
+// large results) sends its calls again one by one as batch RPCs.
+//
 // CheckpointBatch is newer than Checkpoint. A server without it answers
 // UNIMPLEMENTED, or, as every dedupd that has Checkpoint but not
 // CheckpointBatch does, INVALID_ARGUMENT "request: cannot be parsed as the
@@ -88,10 +107,15 @@ struct CoalescingOptions {
   // gives the largest batches; more lets a batch leave while the server still
   // works on the previous one.
   int max_batches_in_flight = 2;
+  // Send the calls as operations on a Session stream per server (one
+  // stream to each node; see the class comment) while the servers have it;
+  // false: batch RPCs always.
+  bool stream = true;
 };
 
 // The machinery: client/coalescing_lane.h.
 class OutstandingCalls;
+class SessionPool;
 template <typename Traits>
 class CoalescingLane;
 struct BeginLaneTraits;
@@ -141,6 +165,8 @@ class CoalescingClient {
   const absl::Duration deadline_;
   const std::unique_ptr<ShardRouter> shards_;
   const std::unique_ptr<OutstandingCalls> outstanding_;
+  // After the lanes are gone (their calls all answered), closes the streams.
+  const std::unique_ptr<SessionPool> sessions_;
   const std::unique_ptr<CoalescingLane<BeginLaneTraits>> begins_;
   const std::unique_ptr<CoalescingLane<CompleteLaneTraits>> completes_;
   const std::unique_ptr<CoalescingLane<CheckpointLaneTraits>> checkpoints_;

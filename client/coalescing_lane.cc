@@ -25,6 +25,10 @@ namespace {
 // large Complete results cannot make one request that no server accepts.
 constexpr size_t kMaxBatchBytes = size_t{3} << 20;
 
+// How often a stream call refused for the result budget goes again at once
+// (see SortOutResends): enough for a thousand callers of one large result.
+constexpr int kFreeStreamResends = 64;
+
 // The server names a refused batch item's field "items[i].<field>"; the
 // caller of a coalesced call sent one request, so it gets the message a
 // unary call would have: "<field>: ...".
@@ -62,9 +66,11 @@ void OutstandingCalls::WaitZero() {
 
 template <typename Traits>
 CoalescingLane<Traits>::CoalescingLane(ShardRouter& shards,
+                                       SessionPool& sessions,
                                        const CoalescingOptions& options,
                                        OutstandingCalls& outstanding)
     : shards_(shards),
+      sessions_(sessions),
       rpc_(options.rpc),
       max_items_(std::clamp(options.max_batch_items, 1, 1000)),
       max_in_flight_(std::max(options.max_batches_in_flight, 1)),
@@ -77,29 +83,62 @@ void CoalescingLane<Traits>::Submit(const Item& item,
   ToProto(item, &proto);
   const size_t bytes = proto.ByteSizeLong();
   const bool parseable = StringsAreValidUtf8(proto);
+  const bool stream = parseable && sessions_.enabled();
   shards_.Start();
   const uint32_t group = shards_.RouteOf(proto.namespace_(), proto.key()).group;
   outstanding_.Add(1);
   std::unique_ptr<Batch> ready;
   {
     absl::MutexLock lock(&mu_);
-    if (unary_ || !parseable) {
+    if (stream || unary_ || !parseable) {
       ready = std::make_unique<Batch>();
-      ready->unary = true;
+      ready->stream = stream;
+      ready->unary = !stream;
+      ready->uncounted = true;
       ready->group = group;
       AddItem(*ready, std::move(proto), bytes, std::move(done));
     } else {
-      Queue& queue = queues_[group];
-      auto& queued = queue.queued;
-      if (queued.empty() || queued.back()->sealed ||
-          queued.back()->request.items_size() >= max_items_ ||
-          (queued.back()->bytes > 0 &&
-           queued.back()->bytes + bytes > kMaxBatchBytes)) {
-        queued.push_back(std::make_unique<Batch>());
-        queued.back()->group = group;
-      }
-      AddItem(*queued.back(), std::move(proto), bytes, std::move(done));
-      if (queue.in_flight < max_in_flight_) ready = TakeLocked(queue);
+      ready = EnqueueLocked(group, std::move(proto), bytes, std::move(done));
+    }
+  }
+  if (ready != nullptr) Send(ready.release());
+}
+
+template <typename Traits>
+auto CoalescingLane<Traits>::EnqueueLocked(uint32_t group,
+                                           typename Traits::ItemProto proto,
+                                           size_t bytes,
+                                           CoalescingClient::Done<Answer> done)
+    -> std::unique_ptr<Batch> {
+  Queue& queue = queues_[group];
+  auto& queued = queue.queued;
+  if (queued.empty() || queued.back()->sealed ||
+      queued.back()->request.items_size() >= max_items_ ||
+      (queued.back()->bytes > 0 &&
+       queued.back()->bytes + bytes > kMaxBatchBytes)) {
+    queued.push_back(std::make_unique<Batch>());
+    queued.back()->group = group;
+  }
+  AddItem(*queued.back(), std::move(proto), bytes, std::move(done));
+  if (queue.in_flight < max_in_flight_) return TakeLocked(queue);
+  return nullptr;
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::SendAsBatch(Batch* batch) {
+  std::unique_ptr<Batch> owned(batch);
+  std::unique_ptr<Batch> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (batch->round > 0 || batch->was_unknown[0] || unary_) {
+      // Already in its retries: keeps them, alone and outside the count.
+      batch->stream = false;
+      batch->unary = unary_;
+      ready = std::move(owned);
+    } else {
+      ready = EnqueueLocked(batch->group,
+                            std::move(*batch->request.mutable_items(0)),
+                            batch->bytes, std::move(batch->dones[0]));
     }
   }
   if (ready != nullptr) Send(ready.release());
@@ -131,11 +170,16 @@ void CoalescingLane<Traits>::Send(Batch* batch, bool new_attempt) {
     batch->deadline = absl::Now() + rpc_.deadline;
     batch->hops = 0;
   }
+  batch->route = shards_.RouteOfGroup(batch->group);
+  batch->endpoint = batch->route.router->Current();
+  if (batch->stream && !sessions_.enabled()) batch->stream = false;
+  if (batch->stream && batch->endpoint != nullptr) {
+    SendOnStream(batch);
+    return;
+  }
   batch->context = std::make_unique<grpc::ClientContext>();
   batch->context->set_deadline(absl::ToChronoTime(batch->deadline));
   batch->response.Clear();
-  batch->route = shards_.RouteOfGroup(batch->group);
-  batch->endpoint = batch->route.router->Current();
   if (batch->endpoint == nullptr) {
     OnDone(batch, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "no server address configured"));
@@ -173,10 +217,16 @@ void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
   if (batch->endpoint != nullptr) {
     shards_.Observe(batch->route, *batch->endpoint, *batch->context, status);
   }
+  Settle(batch, ReadAttemptReply(status, *batch->context));
+}
+
+template <typename Traits>
+void CoalescingLane<Traits>::Settle(Batch* batch, const AttemptReply& reply) {
+  const grpc::Status& status = reply.status;
   // A whole batch's unknown outcome is not retried as a batch: it is
   // settled item by item below, re-sending only the items safe to re-send.
   const RetryDecision decision = DecideRetry(
-      ReadAttemptReply(status, *batch->context),
+      reply,
       AttemptState{batch->endpoint == nullptr ? "" : batch->endpoint->address,
                    batch->attempt + 1, batch->hops},
       rpc_, /*retry_unknown=*/false, ThreadLocalUniform01);
@@ -208,6 +258,7 @@ void CoalescingLane<Traits>::OnDone(Batch* batch, const grpc::Status& status) {
 template <typename Traits>
 bool CoalescingLane<Traits>::SentAnotherWay(Batch& batch,
                                             const grpc::Status& status) {
+  if (batch.stream) return false;  // one item, and the stream is there
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
       !ServerRetryDelay(status).has_value() && batch.request.items_size() > 1) {
     // Too large for a message limit on one side (say, several DUPLICATEs
@@ -265,6 +316,11 @@ typename CoalescingLane<Traits>::ItemAnswers CoalescingLane<Traits>::AnswersOf(
 // sealed batch is smaller than the batch it came from. One that held none
 // (a single result larger than the whole budget, e.g. stored under a larger
 // --max_result_bytes) spends rounds like any UNAVAILABLE.
+//
+// A stream call (one item) is refused so when the other answers of its
+// server's frame spent the budget: it goes again at once, in a later frame,
+// without a round, up to kFreeStreamResends times (each frame answers the
+// results that fit, so that is progress), then spends rounds as above.
 template <typename Traits>
 typename CoalescingLane<Traits>::Resends CoalescingLane<Traits>::SortOutResends(
     Batch& batch, const ItemAnswers& answers) {
@@ -280,6 +336,17 @@ typename CoalescingLane<Traits>::Resends CoalescingLane<Traits>::SortOutResends(
   for (int i = 0; i < items; ++i) {
     if ((*answers)[i].ok()) continue;
     const absl::Status& error = (*answers)[i].status();
+    if (batch.stream && IsResultBudgetRefusal(error) &&
+        batch.free_resends < kFreeStreamResends) {
+      out.at_once = std::make_unique<Batch>();
+      out.at_once->round = batch.round;
+      out.at_once->stream = out.at_once->uncounted = true;
+      out.at_once->group = batch.group;
+      out.at_once->free_resends = batch.free_resends + 1;
+      MoveItem(batch, i, *out.at_once);
+      out.resent[i] = true;
+      continue;
+    }
     if (fitted > 0 && IsResultBudgetRefusal(error)) {
       if (out.refit.empty() ||
           out.refit.back()->request.items_size() >= fitted) {
@@ -301,6 +368,8 @@ typename CoalescingLane<Traits>::Resends CoalescingLane<Traits>::SortOutResends(
       out.again = std::make_unique<Batch>();
       out.again->round = batch.round + 1;
       out.again->unary = batch.unary;
+      out.again->stream = batch.stream;
+      out.again->uncounted = batch.uncounted;
       out.again->group = batch.group;
     }
     MoveItem(batch, i, *out.again);
@@ -340,7 +409,7 @@ void CoalescingLane<Traits>::Continue(const Batch& batch, Resends resends) {
     for (auto it = resends.refit.rbegin(); it != resends.refit.rend(); ++it) {
       queue.queued.push_front(std::move(*it));
     }
-    if (resends.again == nullptr && !batch.unary) --queue.in_flight;
+    if (resends.again == nullptr && !batch.uncounted) --queue.in_flight;
     while (queue.in_flight < max_in_flight_ && !queue.queued.empty()) {
       ready.push_back(TakeLocked(queue));
     }
@@ -352,6 +421,7 @@ void CoalescingLane<Traits>::Continue(const Batch& batch, Resends resends) {
         FullJitterBackoff(rpc_.backoff, retry->round - 1, ThreadLocalUniform01),
         /*new_attempt=*/true);
   }
+  if (resends.at_once != nullptr) Send(resends.at_once.release());
   for (std::unique_ptr<Batch>& next : ready) Send(next.release());
 }
 
@@ -370,6 +440,7 @@ void CoalescingLane<Traits>::Split(
     auto single = std::make_unique<Batch>();
     single->round = batch.round;
     single->unary = unary;
+    single->uncounted = unary;
     single->group = batch.group;
     MoveItem(batch, i, *single);
     singles.push_back(std::move(single));
@@ -401,7 +472,7 @@ void CoalescingLane<Traits>::SendUnary(Batch& batch) {
       }
       queue.queued.clear();
     }
-    --queues_[batch.group].in_flight;
+    if (!batch.uncounted) --queues_[batch.group].in_flight;
   }
   for (auto& single : singles) Send(single.release());
 }

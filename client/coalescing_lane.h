@@ -23,6 +23,8 @@
 #include "client/coalescing_client.h"
 #include "client/dedup_client.h"
 #include "client/leader_router.h"
+#include "client/retry_decision.h"
+#include "client/session_pool.h"
 #include "client/shard_router.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "grpcpp/alarm.h"
@@ -56,6 +58,13 @@ struct BeginLaneTraits {
   using Response = v1::BeginBatchResponse;
   static constexpr const char* kMethod = "BeginBatch";
   static constexpr const char* kUnary = "Begin";
+  // The item as a Session operation, and the answer of that kind.
+  static ItemProto* MutableOp(v1::SessionOp& op) { return op.mutable_begin(); }
+  static bool TakeAnswer(v1::SessionAnswer& answer, Answer* out) {
+    if (!answer.has_begin()) return false;
+    out->Swap(answer.mutable_begin());
+    return true;
+  }
   // Only an owner makes a re-sent Begin re-enter its own claim.
   static bool SafeToResend(const ItemProto& item) {
     return !item.owner().empty();
@@ -87,6 +96,15 @@ struct CompleteLaneTraits {
   using Response = v1::CompleteBatchResponse;
   static constexpr const char* kMethod = "CompleteBatch";
   static constexpr const char* kUnary = "Complete";
+  // The item as a Session operation, and the answer of that kind.
+  static ItemProto* MutableOp(v1::SessionOp& op) {
+    return op.mutable_complete();
+  }
+  static bool TakeAnswer(v1::SessionAnswer& answer, Answer* out) {
+    if (!answer.has_complete()) return false;
+    out->Swap(answer.mutable_complete());
+    return true;
+  }
   // Complete is idempotent for the same fence, outcome and result.
   static bool SafeToResend(const ItemProto&) { return true; }
   static bool HoldsResult(const Answer&) { return false; }
@@ -113,6 +131,15 @@ struct CheckpointLaneTraits {
   using Response = v1::CheckpointBatchResponse;
   static constexpr const char* kMethod = "CheckpointBatch";
   static constexpr const char* kUnary = "Checkpoint";
+  // The item as a Session operation, and the answer of that kind.
+  static ItemProto* MutableOp(v1::SessionOp& op) {
+    return op.mutable_checkpoint();
+  }
+  static bool TakeAnswer(v1::SessionAnswer& answer, Answer* out) {
+    if (!answer.has_checkpoint()) return false;
+    out->Swap(answer.mutable_checkpoint());
+    return true;
+  }
   // The same fence, step and data again change nothing but the time.
   static bool SafeToResend(const ItemProto&) { return true; }
   static bool HoldsResult(const Answer&) { return false; }
@@ -147,6 +174,17 @@ struct CheckpointLaneTraits {
 // the batch method (Traits::kBatchMayBeMissing only) turns unary for good:
 // every call then leaves so.
 //
+// While the servers have Session (SessionPool::enabled), a call is instead
+// a batch of its own sent at once as one operation on the Session stream
+// of its group's leader (outside the count of batches in flight: the
+// stream's self-clocking gathers the calls into frames), and settled by the
+// same rules: the operation's answer is the batch's, an ItemError naming
+// the leader (or OUTCOME_UNKNOWN) counts as the batch RPC's UNAVAILABLE
+// with "dedup-leader" (or ABORTED with "dedup-outcome: unknown"), and a
+// stream that ended first as the RPC's transport failure. A stream answered
+// UNIMPLEMENTED or "cannot be parsed" turns the pool off: the call, and all
+// later ones, go as batch RPCs.
+//
 // Thread-safe. Answers go to each call's `done` on gRPC's threads (or on
 // the caller's, when the router has no address), one batch's in item order.
 template <typename Traits>
@@ -155,9 +193,10 @@ class CoalescingLane {
   using Item = typename Traits::Item;
   using Answer = typename Traits::Answer;
 
-  // `shards` and `outstanding` outlive the lane. options.rpc as resolved
-  // for the seed router's addresses (ResolveClientOptions).
-  CoalescingLane(ShardRouter& shards, const CoalescingOptions& options,
+  // `shards`, `sessions` and `outstanding` outlive the lane. options.rpc as
+  // resolved for the seed router's addresses (ResolveClientOptions).
+  CoalescingLane(ShardRouter& shards, SessionPool& sessions,
+                 const CoalescingOptions& options,
                  OutstandingCalls& outstanding);
 
   // Sends `item` now or queues it; `done` gets its answer, once. The call
@@ -195,6 +234,14 @@ class CoalescingLane {
     // be.
     bool unary = false;
     Answer unary_answer;
+    // Sent as a Session operation (one item only); false again once the
+    // pool is off.
+    bool stream = false;
+    // Outside the lane's count of batches in flight (unary or stream).
+    bool uncounted = false;
+    // Stream calls: result-budget refusals re-sent without spending a round
+    // (see SortOutResends).
+    int free_resends = 0;
     // Per item: an earlier round's outcome was unknown, so its final error
     // must say so.
     std::vector<bool> was_unknown;
@@ -211,6 +258,16 @@ class CoalescingLane {
 
   static void AddItem(Batch& batch, typename Traits::ItemProto proto,
                       size_t bytes, CoalescingClient::Done<Answer> done);
+  // Adds the call to its group's queue; returns the batch that may leave
+  // now, if any.
+  std::unique_ptr<Batch> EnqueueLocked(uint32_t group,
+                                       typename Traits::ItemProto proto,
+                                       size_t bytes,
+                                       CoalescingClient::Done<Answer> done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stream `batch` went on found no Session: its call joins the batch
+  // RPCs as if just made (or, already in its retries, goes on alone).
+  void SendAsBatch(Batch* batch);
   std::unique_ptr<Batch> TakeLocked(Queue& queue)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Owns `batch` until its answers are delivered. A new attempt gets a
@@ -222,11 +279,20 @@ class CoalescingLane {
   // Settles the items of `batch`, whose attempt ended with `status`: answers
   // them, or sends them again.
   void OnDone(Batch* batch, const grpc::Status& status);
+  // OnDone without the trailers' lessons for the shard map: what it does
+  // once it has read the attempt's reply.
+  void Settle(Batch* batch, const AttemptReply& reply);
+  // Sends the one item of `batch` on its endpoint's Session.
+  void SendOnStream(Batch* batch);
+  // The answer of that operation, or the status of its stream.
+  void OnStreamAnswer(Batch* batch, absl::StatusOr<v1::SessionAnswer> answer);
   // OnDone's steps once the attempt is over.
   using ItemAnswers = absl::StatusOr<std::vector<absl::StatusOr<Answer>>>;
   struct Resends {
     std::unique_ptr<Batch> again;  // the next round, in this batch's place
     std::vector<std::unique_ptr<Batch>> refit;  // result-budget refusals
+    // A stream call's result-budget refusal: sent again at once.
+    std::unique_ptr<Batch> at_once;
     std::vector<bool> resent;  // per item of the batch: moved to one above
   };
   // True when the batch went again another way: item by item (too large)
@@ -256,6 +322,7 @@ class CoalescingLane {
   void SendUnary(Batch& batch);
 
   ShardRouter& shards_;
+  SessionPool& sessions_;
   const ClientOptions rpc_;
   const int max_items_;
   const int max_in_flight_;

@@ -91,11 +91,13 @@ Answer FromCoalesced(const absl::StatusOr<Response>& r, Convert convert) {
 }  // namespace
 
 GrpcBackend::GrpcBackend(std::string address, std::string ns, int channels,
-                         int coalesce_in_flight, RouteMode route)
+                         int coalesce_in_flight, RouteMode route, bool stream)
     : address_(std::move(address)),
       ns_(std::move(ns)),
       channels_(channels),
-      coalesce_in_flight_(coalesce_in_flight),
+      coalesce_in_flight_(
+          stream && coalesce_in_flight == 0 ? 2 : coalesce_in_flight),
+      stream_(stream),
       route_(route) {}
 
 GrpcBackend::~GrpcBackend() = default;
@@ -122,6 +124,7 @@ std::string GrpcBackend::Start() {
     options.rpc.deadline = absl::FromChrono(kDeadline);
     options.rpc.max_attempts = 1;  // a benchmark reports errors, not retries
     options.max_batches_in_flight = coalesce_in_flight_;
+    options.stream = stream_;
     // Its group leaders' channels are this connection's too.
     if (routes_ != nullptr) {
       options.rpc.channel_factory = ConnectionChannelFactory(i);

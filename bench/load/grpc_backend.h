@@ -30,9 +30,12 @@ namespace dedup::bench {
 class GrpcBackend : public Backend {
  public:
   // `coalesce_in_flight` > 0: batches of each kind in flight per channel
-  // of a CoalescingClient; 0: every call is its own RPC.
+  // of a CoalescingClient; 0: every call is its own RPC. `stream`: the
+  // CoalescingClient sends on its Session streams (batches only if the
+  // server lacks Session; 2 in flight when `coalesce_in_flight` is 0).
   GrpcBackend(std::string address, std::string ns, int channels,
-              int coalesce_in_flight = 0, RouteMode route = RouteMode::kFixed);
+              int coalesce_in_flight = 0, RouteMode route = RouteMode::kFixed,
+              bool stream = false);
   ~GrpcBackend() override;
 
   std::string name() const override { return "dedup"; }
@@ -81,6 +84,7 @@ class GrpcBackend : public Backend {
   const std::string ns_;
   const int channels_;
   const int coalesce_in_flight_;
+  const bool stream_;
   const RouteMode route_;
   int routed_groups_ = 0;
   std::unique_ptr<SlotRoutes> routes_;  // null: fixed channels

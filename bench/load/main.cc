@@ -63,6 +63,12 @@ ABSL_FLAG(int, coalesce, 0,
           "dedup: send unary Begins (without wait) and Completes through the "
           "C++ CoalescingClient, with this many batches of each kind in "
           "flight per channel (0: one RPC per call)");
+ABSL_FLAG(bool, stream, false,
+          "dedup: send unary Begins (without wait) and Completes through the "
+          "C++ CoalescingClient's Session stream (one bidirectional stream "
+          "per channel, self-clocked frames; batch RPCs with --coalesce's "
+          "batches in flight, 2 when unset, if the server has no Session); "
+          "without it, --coalesce uses batch RPCs only");
 ABSL_FLAG(std::string, route, "auto",
           "dedup: where calls go. fixed: all over the --connections "
           "channels to --address (in a sharded cluster that node forwards "
@@ -85,7 +91,7 @@ std::unique_ptr<Backend> MakeBackend(const std::string& system) {
     if (!ParseRouteMode(absl::GetFlag(FLAGS_route), &route)) return nullptr;
     return std::make_unique<GrpcBackend>(absl::GetFlag(FLAGS_address), ns,
                                          conns, absl::GetFlag(FLAGS_coalesce),
-                                         route);
+                                         route, absl::GetFlag(FLAGS_stream));
   }
   if (system == "redis") {
     return std::make_unique<RedisBackend>(

@@ -68,6 +68,8 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
 
 CoalescingOptions Options(int max_attempts) {
   CoalescingOptions options;
+  // The batch RPCs' path (Session streams: session_*test.cc).
+  options.stream = false;
   options.rpc.deadline = absl::Seconds(10);
   options.rpc.max_attempts = max_attempts;
   options.rpc.backoff = {absl::Milliseconds(1), absl::Milliseconds(5)};

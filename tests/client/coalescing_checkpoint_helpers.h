@@ -28,6 +28,8 @@ inline std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
 
 inline CoalescingOptions Options(int in_flight = 1, int max_items = 256) {
   CoalescingOptions options;
+  // The batch RPCs' path (Session streams: session_*test.cc).
+  options.stream = false;
   options.rpc = FastRetries();
   options.rpc.deadline = absl::Seconds(10);
   options.max_batches_in_flight = in_flight;

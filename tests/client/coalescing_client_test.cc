@@ -37,6 +37,8 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) {
 
 CoalescingOptions Options(int in_flight, int max_items = 256) {
   CoalescingOptions options;
+  // The batch RPCs' path (Session streams: session_*test.cc).
+  options.stream = false;
   options.rpc.deadline = absl::Seconds(10);
   options.rpc.max_attempts = 4;
   options.rpc.backoff = {absl::Milliseconds(1), absl::Milliseconds(5)};
