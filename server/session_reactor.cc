@@ -1,6 +1,7 @@
 #include "server/session_reactor.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/dedup_service.h"
@@ -211,7 +212,28 @@ void SessionReactor::MaybeWriteLocked(Actions* actions) {
     return;
   }
   out_.Clear();
-  out_.Swap(&queued_);
+  // Answers of several request frames may be ready together, each frame's
+  // DUPLICATE results within --max_batch_response_bytes: one answer frame
+  // takes at most that many bytes (one answer at least), so it fits the
+  // 4 MiB a gRPC client receives by default; the rest go in the next.
+  const size_t cap = service_->limits_.max_batch_response_bytes;
+  size_t bytes = 0;
+  int take = 0;
+  while (take < queued_.answers_size()) {
+    const size_t size = queued_.answers(take).ByteSizeLong();
+    if (take > 0 && bytes + size > cap) break;
+    bytes += size;
+    ++take;
+  }
+  if (take == queued_.answers_size()) {
+    out_.Swap(&queued_);
+  } else {
+    std::vector<v1::SessionAnswer*> moved(take);
+    queued_.mutable_answers()->ExtractSubrange(0, take, moved.data());
+    for (v1::SessionAnswer* answer : moved) {
+      out_.mutable_answers()->AddAllocated(answer);
+    }
+  }
   writing_ = true;
   metrics_->RecordFrameOut();
   actions->write = true;

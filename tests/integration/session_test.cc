@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/auth_fixture.h"
 #include "tests/integration/integration_util.h"
@@ -192,6 +193,45 @@ TEST_F(SessionTest, EveryKindOfOperationIsAnswered) {
   EXPECT_TRUE(s.Close().ok());
   // Written for good: a unary call sees the same.
   EXPECT_EQ(client().Begin(a, "third").status(), v1::BeginResponse::DUPLICATE);
+}
+
+// Answers of several frames ready together never make one frame larger
+// than --max_batch_response_bytes (one answer at least), so a client with
+// gRPC's default 4 MiB receive limit reads them all: 16 DUPLICATEs of a
+// 900 KB result, three per frame sent (the rest ask again).
+TEST_F(SessionTest, AnswerFramesStayWithinTheResponseBudget) {
+  const std::string key = TestKey("big");
+  const std::string result(900 * 1000, 'r');
+  const v1::BeginResponse owned = client().Begin(key, "o");
+  ASSERT_EQ(owned.status(), v1::BeginResponse::STARTED);
+  ASSERT_EQ(client().Complete(key, owned.fence(), result).status(),
+            v1::CompleteResponse::OK);
+  Stream s(client().stub());
+  ASSERT_EQ(s.Start(), kMaxInFlight);
+  uint64_t id = 0;
+  for (int frame = 0; frame < 4; ++frame) {
+    std::vector<SessionOp> ops;
+    for (int i = 0; i < 4; ++i) {
+      ++id;
+      ops.push_back(BeginOp(id, ns(), key, absl::StrCat("reader-", id)));
+    }
+    ASSERT_TRUE(s.Send(std::move(ops)));
+  }
+  int frames = 0;
+  const auto answers = s.Read(16, &frames);
+  ASSERT_EQ(answers.size(), 16u)
+      << "the stream ended: " << s.End().error_message();
+  int duplicates = 0;
+  for (const auto& [answer_id, answer] : answers) {
+    if (answer.has_begin()) {
+      EXPECT_EQ(answer.begin().status(), v1::BeginResponse::DUPLICATE);
+      ++duplicates;
+    } else {
+      EXPECT_EQ(answer.error().reason(), "RESULT_BUDGET") << answer_id;
+    }
+  }
+  EXPECT_GE(duplicates, 4);
+  EXPECT_TRUE(s.Close().ok());
 }
 
 TEST_F(SessionTest, BadOperationsAreAnsweredAndTheStreamGoesOn) {
