@@ -14,10 +14,13 @@ namespace {
 // while a stream's final reaction is still returning aborts the process
 // ("prior > 0"), which a client destroyed right after its last answer
 // does. So the first channel that carries a stream is kept for the
-// process's life (an idle channel: its connection closes when idle).
+// process's life (an idle channel: its connection closes when idle), in a
+// static that is never destroyed: still reachable at exit, so not a leak.
 void PinCallbackQueue(const std::shared_ptr<grpc::Channel>& channel) {
   static std::once_flag once;
-  std::call_once(once, [&] { new std::shared_ptr<grpc::Channel>(channel); });
+  static std::shared_ptr<grpc::Channel>* pinned = nullptr;
+  std::call_once(once,
+                 [&] { pinned = new std::shared_ptr<grpc::Channel>(channel); });
 }
 
 }  // namespace
