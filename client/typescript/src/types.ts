@@ -207,6 +207,12 @@ export type BatchItemResult<T> =
        */
       readonly reason?: string;
       /**
+       * The client address ("host:port") of the leader of the item's group,
+       * when the item was refused UNAVAILABLE by a node that does not lead
+       * it and knows the leader (ItemError.leader; newer servers only).
+       */
+      readonly leader?: string;
+      /**
        * Present (true, with code ABORTED) when the item may or may not have
        * taken effect: its outcome was unknown (a leader change) and safe
        * retries did not settle it. Otherwise nothing was done for the item.

@@ -180,6 +180,7 @@ export interface ItemErrorWire {
   code: number;
   message: string;
   reason: string;
+  leader: string;
 }
 export interface BeginBatchRequestWire {
   items: BeginRequestWire[];
@@ -211,6 +212,36 @@ export interface CheckpointBatchItemWire {
 }
 export interface CheckpointBatchResponseWire {
   items: CheckpointBatchItemWire[];
+}
+// Dedup.Session (a bidirectional stream): the shapes are mapped so that the
+// contract stays checked; this client sends its calls as unary and batch
+// calls and does not open streams yet.
+export interface SessionOpWire {
+  id: Int64;
+  timeout_ms: number;
+  begin?: BeginRequestWire;
+  complete?: CompleteRequestWire;
+  release?: ReleaseRequestWire;
+  renew?: RenewRequestWire;
+  checkpoint?: CheckpointRequestWire;
+  get?: KeyRequestWire;
+}
+export interface SessionRequestWire {
+  ops: SessionOpWire[];
+}
+export interface SessionAnswerWire {
+  id: Int64;
+  begin?: BeginResponseWire;
+  complete?: CompleteResponseWire;
+  release?: ReleaseResponseWire;
+  renew?: RenewResponseWire;
+  checkpoint?: CheckpointResponseWire;
+  get?: GetResponseWire;
+  error?: ItemErrorWire;
+}
+export interface SessionResponseWire {
+  answers: SessionAnswerWire[];
+  max_in_flight: number;
 }
 
 type FieldSet<T> = { readonly [K in keyof T]-?: true };
@@ -249,7 +280,7 @@ export const WIRE_FIELDS = {
   'dedup.v1.GetResponse': fields<GetResponseWire>({ found: true, record: true }),
   'dedup.v1.ForgetRequest': fields<KeyRequestWire>({ namespace: true, key: true }),
   'dedup.v1.ForgetResponse': fields<ForgetResponseWire>({ existed: true }),
-  'dedup.v1.ItemError': fields<ItemErrorWire>({ code: true, message: true, reason: true }),
+  'dedup.v1.ItemError': fields<ItemErrorWire>({ code: true, message: true, reason: true, leader: true }),
   'dedup.v1.BeginBatchRequest': fields<BeginBatchRequestWire>({ items: true }),
   'dedup.v1.BeginBatchResponse': fields<BeginBatchResponseWire>({ items: true }),
   'dedup.v1.BeginBatchResponse.Item': fields<BeginBatchItemWire>({ response: true, error: true }),
@@ -259,6 +290,14 @@ export const WIRE_FIELDS = {
   'dedup.v1.CheckpointBatchRequest': fields<CheckpointBatchRequestWire>({ items: true }),
   'dedup.v1.CheckpointBatchResponse': fields<CheckpointBatchResponseWire>({ items: true }),
   'dedup.v1.CheckpointBatchResponse.Item': fields<CheckpointBatchItemWire>({ response: true, error: true }),
+  'dedup.v1.SessionOp': fields<SessionOpWire>({
+    id: true, timeout_ms: true, begin: true, complete: true, release: true, renew: true, checkpoint: true, get: true,
+  }),
+  'dedup.v1.SessionRequest': fields<SessionRequestWire>({ ops: true }),
+  'dedup.v1.SessionAnswer': fields<SessionAnswerWire>({
+    id: true, begin: true, complete: true, release: true, renew: true, checkpoint: true, get: true, error: true,
+  }),
+  'dedup.v1.SessionResponse': fields<SessionResponseWire>({ answers: true, max_in_flight: true }),
 } as const;
 
 function fields<T>(set: FieldSet<T>): readonly string[] {
@@ -446,9 +485,9 @@ function batchFromWire<W, T>(
   return items.map((item, i): BatchItemResult<T> => {
     if (item.response !== undefined && item.response !== null) return { ok: true, answer: answerFromWire(item.response) };
     if (item.error !== undefined && item.error !== null) {
-      const { code, message, reason } = item.error;
-      // An older server sends no reason (proto-loader: "").
-      return reason ? { ok: false, code, message, reason } : { ok: false, code, message };
+      const { code, message, reason, leader } = item.error;
+      // An older server sends no reason nor leader (proto-loader: "").
+      return { ok: false, code, message, ...(reason ? { reason } : {}), ...(leader ? { leader } : {}) };
     }
     throw new DedupProtocolError(`${messageName}.items[${i}] has neither a response nor an error`);
   });
