@@ -48,7 +48,7 @@
 // with its owner, so give every Begin one (an anonymous Begin re-sent after
 // the server applied it answers IN_USE).
 //
-// Session streams (CoalescingOptions::stream, on by default): while the
+// Session streams (CoalescingOptions::stream, off by default): while the
 // servers have Dedup.Session, each call is instead one operation on a
 // bidirectional stream to its group's leader (client/session.h: one stream
 // per node, frames sent back to back, so calls made while a frame is out
@@ -109,8 +109,12 @@ struct CoalescingOptions {
   int max_batches_in_flight = 2;
   // Send the calls as operations on a Session stream per server (one
   // stream to each node; see the class comment) while the servers have it;
-  // false: batch RPCs always.
-  bool stream = true;
+  // false: batch RPCs always. Off by default until a sharded cluster with
+  // more nodes than replicas answers streams as well as batches: there, a
+  // node that does not host a call's group refuses a stream operation
+  // (streams are not forwarded) where it forwards a batch, and some of
+  // those refusals reached callers.
+  bool stream = false;
 };
 
 // The machinery: client/coalescing_lane.h.

@@ -163,6 +163,7 @@ CoalescingOptions Options() {
   options.rpc.deadline = absl::Seconds(10);
   options.rpc.max_attempts = 3;
   options.rpc.backoff = {absl::Milliseconds(1), absl::Milliseconds(5)};
+  options.stream = true;
   return options;
 }
 
