@@ -285,12 +285,17 @@ void Metrics::RecordInvalid(Method method, absl::string_view field) {
       .Increment();
 }
 
+const char* GrpcCodeName(int code) {
+  return code >= 0 && code < static_cast<int>(kCodeNames.size())
+             ? kCodeNames[code]
+             : nullptr;
+}
+
 void Metrics::RecordError(Method method, grpc::StatusCode code) {
   const int index = static_cast<int>(code);
+  const char* known = GrpcCodeName(index);
   const std::string name =
-      index >= 0 && index < static_cast<int>(kCodeNames.size())
-          ? kCodeNames[index]
-          : absl::StrCat("CODE_", index);
+      known != nullptr ? known : absl::StrCat("CODE_", index);
   errors_->Add({{"method", MethodName(method)}, {"code", name}}).Increment();
 }
 

@@ -27,6 +27,10 @@
 
 namespace dedup {
 
+// The name of gRPC status code `code` ("UNAVAILABLE"), as metric labels
+// spell it; null outside 0..16. Thread-safe.
+[[nodiscard]] const char* GrpcCodeName(int code);
+
 enum class Method {
   kBegin,
   kComplete,

@@ -1,27 +1,12 @@
 #include "server/session_metrics.h"
 
+#include "server/metrics.h"
+
 namespace dedup {
 namespace {
 
 constexpr std::array<const char*, kSessionOpKindCount> kKindNames = {
     "begin", "complete", "release", "renew", "checkpoint", "get", "unset"};
-constexpr std::array<const char*, 17> kCodes = {"OK",
-                                                "CANCELLED",
-                                                "UNKNOWN",
-                                                "INVALID_ARGUMENT",
-                                                "DEADLINE_EXCEEDED",
-                                                "NOT_FOUND",
-                                                "ALREADY_EXISTS",
-                                                "PERMISSION_DENIED",
-                                                "RESOURCE_EXHAUSTED",
-                                                "FAILED_PRECONDITION",
-                                                "ABORTED",
-                                                "OUT_OF_RANGE",
-                                                "UNIMPLEMENTED",
-                                                "INTERNAL",
-                                                "UNAVAILABLE",
-                                                "DATA_LOSS",
-                                                "UNAUTHENTICATED"};
 
 }  // namespace
 
@@ -39,7 +24,8 @@ SessionMetrics::SessionMetrics(prometheus::Registry* registry) {
                   .Register(*registry);
   for (int k = 0; k < kSessionOpKindCount; ++k) {
     for (int c = 0; c < 17; ++c) {
-      ops_[k][c] = &ops.Add({{"kind", kKindNames[k]}, {"code", kCodes[c]}});
+      ops_[k][c] =
+          &ops.Add({{"kind", kKindNames[k]}, {"code", GrpcCodeName(c)}});
     }
   }
   auto& frames = prometheus::BuildCounter()
