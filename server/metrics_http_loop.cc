@@ -229,7 +229,11 @@ void MetricsHttpLoop::OnEvent(int fd, uint32_t events) {
   Conn& c = *it->second;
   if (c.state == State::kWriting) {
     if (events & (EPOLLERR | EPOLLHUP)) return Close(fd, nullptr);
-    return Flush(c);
+    Flush(c);
+    // A request pipelined behind the one just answered was read with it:
+    // no new bytes will come to wake the loop for it.
+    if (c.state == State::kReading) Process(c);
+    return;
   }
   if (!Read(c)) return;
   if (c.state == State::kLingering) {
