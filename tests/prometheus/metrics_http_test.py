@@ -31,11 +31,16 @@ def connect(port):
     return s
 
 
+# Bytes read past an answer, per socket.
+_unread = {}
+
+
 def read_response(s, deadline, head=False):
     """(status, {header: value}, body) of one answer on `s` (to a HEAD
     request: no body); None on EOF or reset before a whole answer, or at the
-    deadline."""
-    data = b""
+    deadline. Bytes past the answer (a pipelined next answer that arrived in
+    the same read) are kept for the next call on `s`."""
+    data = _unread.pop(s, b"")
     while True:
         head_end = data.find(b"\r\n\r\n")
         if head_end >= 0:
@@ -47,6 +52,8 @@ def read_response(s, deadline, head=False):
             length = 0 if head else int(headers.get("content-length", "0"))
             if len(data) >= head_end + 4 + length:
                 body = data[head_end + 4:head_end + 4 + length]
+                if len(data) > head_end + 4 + length:
+                    _unread[s] = data[head_end + 4 + length:]
                 return int(lines[0].split()[1]), headers, body
         left = deadline - time.monotonic()
         if left <= 0:
