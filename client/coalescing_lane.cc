@@ -169,9 +169,19 @@ void CoalescingLane<Traits>::Send(Batch* batch, bool new_attempt) {
   if (new_attempt) {
     batch->deadline = absl::Now() + rpc_.deadline;
     batch->hops = 0;
+    batch->redirect.reset();
+  }
+  if (batch->group == ShardRouter::kNoGroup &&
+      batch->request.items_size() == 1) {
+    // Queued before the shard map came: its one key's group may be known
+    // now, and the seed route would send it wherever the last redirect of
+    // any group left the seed router.
+    const auto& item = batch->request.items(0);
+    batch->group = shards_.RouteOf(item.namespace_(), item.key()).group;
   }
   batch->route = shards_.RouteOfGroup(batch->group);
-  batch->endpoint = batch->route.router->Current();
+  batch->endpoint = batch->redirect != nullptr ? batch->redirect
+                                               : batch->route.router->Current();
   if (batch->stream && !sessions_.enabled()) batch->stream = false;
   if (batch->stream && batch->endpoint != nullptr) {
     SendOnStream(batch);
@@ -233,6 +243,7 @@ void CoalescingLane<Traits>::Settle(Batch* batch, const AttemptReply& reply) {
   if (decision.action == RetryAction::kFollowLeader) {
     ++batch->hops;
     batch->route.router->FollowLeader(*batch->endpoint, decision.leader);
+    batch->redirect = batch->route.router->EndpointFor(decision.leader);
     SendLater(batch, absl::ZeroDuration(), /*new_attempt=*/false);
     return;
   }

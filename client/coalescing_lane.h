@@ -218,6 +218,10 @@ class CoalescingLane {
     // The node the current attempt went to, and that attempt's deadline,
     // which redirects to the leader keep.
     std::shared_ptr<const Endpoint> endpoint;
+    // The leader a redirect named, where the rest of the attempt goes: the
+    // route's router may have been moved meanwhile by calls of other groups
+    // (on the seed route) or by a stale hint.
+    std::shared_ptr<const Endpoint> redirect;
     absl::Time deadline;
     int attempt = 0;  // RPC attempts of this round.
     int hops = 0;     // Leader redirects in this attempt.

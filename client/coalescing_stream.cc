@@ -118,6 +118,9 @@ void CoalescingLane<Traits>::OnStreamAnswer(
   if (answer->has_error()) {
     if (std::optional<AttemptReply> call = AsCallReply(answer->error())) {
       reply = *std::move(call);
+      if (!reply.leader.empty()) {
+        shards_.ObserveRedirect(batch->route, *batch->endpoint, reply.leader);
+      }
     } else {
       *item->mutable_error() = std::move(*answer->mutable_error());
     }

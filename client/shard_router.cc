@@ -169,6 +169,22 @@ void ShardRouter::Observe(const Route& route, const Endpoint& endpoint,
   }
 }
 
+void ShardRouter::ObserveRedirect(const Route& route, const Endpoint& endpoint,
+                                  const std::string& leader) {
+  const std::shared_ptr<const Map> map = CurrentMap();
+  // Without a map the first fetch is under way, or the cluster has none.
+  if (map == nullptr || leader.empty()) return;
+  const std::vector<std::string>& replicas = route.router->addresses();
+  const bool known =
+      map->addresses.contains(leader) &&
+      (route.group == kNoGroup ||
+       std::find(replicas.begin(), replicas.end(), leader) != replicas.end());
+  if (known) return;
+  Refresh(
+      endpoint.address.empty() ? nullptr : seed_->pool()->Get(endpoint.address),
+      /*first_fetch=*/false);
+}
+
 void ShardRouter::Refresh(std::shared_ptr<const Endpoint> first,
                           bool first_fetch) {
   auto fetch = std::make_unique<Fetch>();

@@ -105,6 +105,14 @@ class ShardRouter {
   void Observe(const Route& route, const Endpoint& endpoint,
                const grpc::ClientContext& context, const grpc::Status& status);
 
+  // A Session operation sent on `route` to `endpoint` was refused with a
+  // redirect to `leader` (its ItemError.leader; a stream has no trailers):
+  // fetches the map again, as Observe does, when the map held does not
+  // name `leader` as a replica of the route's group (the group moved, or
+  // the map is older than the node's).
+  void ObserveRedirect(const Route& route, const Endpoint& endpoint,
+                       const std::string& leader);
+
   // The epoch of the map held; 0 when none is.
   [[nodiscard]] uint64_t epoch() const;
 

@@ -15,6 +15,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/slot.h"
 #include "dedup/v1/cluster.grpc.pb.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -51,8 +54,19 @@ struct FakeShardState {
     log.clear();
   }
 
+  // How long ShardMap waits before answering.
+  void SetMapDelay(absl::Duration delay) {
+    absl::MutexLock lock(&mu);
+    map_delay = delay;
+  }
+  absl::Duration MapDelay() const {
+    absl::MutexLock lock(&mu);
+    return map_delay;
+  }
+
   mutable absl::Mutex mu;
   v1::ShardMapResponse map ABSL_GUARDED_BY(mu);
+  absl::Duration map_delay ABSL_GUARDED_BY(mu) = absl::ZeroDuration();
   uint64_t trailer_epoch ABSL_GUARDED_BY(mu) = 0;
   std::vector<Call> log ABSL_GUARDED_BY(mu);
   int fetches ABSL_GUARDED_BY(mu) = 0;
@@ -77,6 +91,14 @@ class FakeShardDedup final : public v1::Dedup::Service {
   grpc::Status CheckpointBatch(grpc::ServerContext* context,
                                const v1::CheckpointBatchRequest* request,
                                v1::CheckpointBatchResponse* response) override;
+  // Begins only: the leader of the key's group (by the state's map)
+  // answers DUPLICATE with result "<its address> <key>"; any other node
+  // refuses it UNAVAILABLE, naming the leader in ItemError.leader unless
+  // SetSessionHints(false).
+  grpc::Status Session(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::SessionResponse, v1::SessionRequest>* stream)
+      override;
 
  private:
   FakeShardNode* const node_;
@@ -124,15 +146,27 @@ class FakeShardNode {
     statuses_[group] = std::move(status);
   }
 
+  // Whether a Session refusal names the leader.
+  void SetSessionHints(bool on) {
+    absl::MutexLock lock(&mu_);
+    session_hints_ = on;
+  }
+  bool session_hints() {
+    absl::MutexLock lock(&mu_);
+    return session_hints_;
+  }
+
+  // Records the call; returns the epoch its trailer names (0: none).
+  uint64_t Log(const std::string& method, const std::string& key) {
+    absl::MutexLock lock(&state_->mu);
+    state_->log.push_back({address(), method, key});
+    return state_->trailer_epoch;
+  }
+
   // Records the call and sets the trailers.
   void Record(grpc::ServerContext* context, const std::string& method,
               const std::string& key) {
-    uint64_t epoch;
-    {
-      absl::MutexLock lock(&state_->mu);
-      state_->log.push_back({address(), method, key});
-      epoch = state_->trailer_epoch;
-    }
+    const uint64_t epoch = Log(method, key);
     if (epoch > 0) {
       context->AddTrailingMetadata("dedup-shard-epoch", std::to_string(epoch));
     }
@@ -160,6 +194,7 @@ class FakeShardNode {
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
   std::string leader_hint_ ABSL_GUARDED_BY(mu_);
+  bool session_hints_ ABSL_GUARDED_BY(mu_) = true;
   std::map<uint32_t, v1::ClusterStatusResponse> statuses_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -234,6 +269,7 @@ inline grpc::Status FakeShardCluster::ShardMap(grpc::ServerContext*,
                                                const v1::ShardMapRequest*,
                                                v1::ShardMapResponse* response) {
   FakeShardState& state = node_->state();
+  absl::SleepFor(state.MapDelay());
   absl::MutexLock lock(&state.mu);
   ++state.fetches;
   *response = state.map;
@@ -251,6 +287,53 @@ inline grpc::Status FakeShardCluster::Status(
 
 // A map of `groups` equal ranges; group g's replicas are `replicas[g]`
 // (node ids 1, 2, ... by position in `nodes`), led by the first.
+// The leader address the map names for (ns, key)'s group ("" for none).
+inline std::string LeaderOfKey(const v1::ShardMapResponse& map,
+                               const std::string& ns, const std::string& key) {
+  const uint32_t slot = SlotOf(ns, key);
+  for (const v1::ShardGroup& group : map.groups()) {
+    if (group.first_slot() <= slot && slot < group.end_slot()) {
+      return group.leader_address();
+    }
+  }
+  return "";
+}
+
+inline grpc::Status FakeShardDedup::Session(
+    grpc::ServerContext* /*context*/,
+    grpc::ServerReaderWriter<v1::SessionResponse, v1::SessionRequest>* stream) {
+  v1::SessionResponse first;
+  first.set_max_in_flight(1000);
+  if (!stream->Write(first)) return grpc::Status::OK;
+  v1::SessionRequest request;
+  while (stream->Read(&request)) {
+    v1::ShardMapResponse map;
+    {
+      absl::MutexLock lock(&node_->state().mu);
+      map = node_->state().map;
+    }
+    v1::SessionResponse frame;
+    for (const v1::SessionOp& op : request.ops()) {
+      v1::SessionAnswer* answer = frame.add_answers();
+      answer->set_id(op.id());
+      const std::string& key = op.begin().key();
+      node_->Log("Session", key);
+      const std::string leader = LeaderOfKey(map, op.begin().namespace_(), key);
+      if (leader == node_->address()) {
+        answer->mutable_begin()->set_status(v1::BeginResponse::DUPLICATE);
+        answer->mutable_begin()->set_result(node_->address() + " " + key);
+        continue;
+      }
+      v1::ItemError* error = answer->mutable_error();
+      error->set_code(static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+      error->set_message("fake: not the leader");
+      if (node_->session_hints()) error->set_leader(leader);
+    }
+    if (!stream->Write(frame)) break;
+  }
+  return grpc::Status::OK;
+}
+
 inline v1::ShardMapResponse MakeShardMap(
     uint64_t epoch, const std::vector<std::string>& nodes,
     const std::vector<std::vector<int>>& replicas) {

@@ -2,7 +2,10 @@
 // against a made-up sharded cluster (fake_shard_cluster.h): each call goes
 // to its key's group's leader, batches split per group, the map is fetched
 // again when an answer's epoch is newer (at most once a second), leader
-// hints move a group, and without a map everything works as before.
+// hints move a group, and without a map everything works as before. On
+// Session streams: a redirect goes where it names, calls queued before the
+// map use it on their next attempt, and a redirect outside the group
+// refetches the map.
 #include <memory>
 #include <string>
 #include <vector>
@@ -288,6 +291,116 @@ TEST_F(ShardRoutingTest, CoalescedCallsGoToTheirGroupsLeader) {
   EXPECT_EQ(NodesFor(KeyIn(1, 2, 50)), std::vector<std::string>{B()});
   EXPECT_EQ(NodesFor(KeyIn(0, 2, 51)), std::vector<std::string>{A()});
   EXPECT_EQ(CallsAt(2), 0);
+}
+
+// Calls on the Session stream sent before the map came go to the seed,
+// which refuses each naming its group's leader: five groups led by five
+// other nodes. Every redirect must reach the leader it names, although the
+// calls of all groups move the one seed router back and forth: with a
+// single attempt, none may fail.
+TEST(ShardRoutingStreamTest, RedirectsBeforeTheMapReachTheNamedLeader) {
+  constexpr int kGroups = 5;
+  auto state = std::make_shared<FakeShardState>();
+  std::vector<std::unique_ptr<FakeShardNode>> nodes;
+  std::vector<std::string> addresses;
+  for (int i = 0; i <= kGroups; ++i) {
+    nodes.push_back(std::make_unique<FakeShardNode>(state, true));
+    addresses.push_back(nodes.back()->address());
+  }
+  std::vector<std::vector<int>> replicas;
+  for (int g = 0; g < kGroups; ++g) replicas.push_back({g, kGroups});
+  state->SetMap(MakeShardMap(1, addresses, replicas));
+  state->SetMapDelay(absl::Milliseconds(300));
+  CoalescingOptions options;
+  options.stream = true;
+  options.rpc.max_attempts = 1;
+  CoalescingClient client(std::vector<std::string>{addresses[kGroups]},
+                          options);
+  constexpr int kCalls = 100;
+  std::vector<BeginBatchItem> items;
+  for (int n = 0; n < kCalls; ++n) {
+    items.push_back({kNs, KeyIn(n % kGroups, kGroups, n), "", "o"});
+  }
+  std::vector<absl::StatusOr<v1::BeginResponse>> answers(
+      kCalls, absl::UnknownError("none"));
+  absl::BlockingCounter left(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    client.BeginAsync(items[i], [&, i](absl::StatusOr<v1::BeginResponse> a) {
+      answers[i] = std::move(a);
+      left.DecrementCount();
+    });
+  }
+  left.Wait();
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(answers[i].ok()) << i << ": " << answers[i].status();
+    EXPECT_EQ(answers[i]->result(),
+              addresses[i % kGroups] + " " + items[i].key);
+  }
+}
+
+// Without hints, a call queued before the map came is retried; once the
+// map is there the retry goes to its group's leader, not to the seed again.
+TEST_F(ShardRoutingTest, StreamCallsQueuedBeforeTheMapUseItOnRetry) {
+  state_->SetMapDelay(absl::Milliseconds(200));
+  for (auto& node : nodes_) node->SetSessionHints(false);
+  CoalescingOptions options;
+  options.stream = true;
+  options.rpc.max_attempts = 30;
+  options.rpc.backoff.base = absl::Milliseconds(20);
+  options.rpc.backoff.cap = absl::Milliseconds(100);
+  CoalescingClient client(std::vector<std::string>{C()}, options);
+  constexpr int kCalls = 10;
+  std::vector<BeginBatchItem> items;
+  for (int n = 0; n < kCalls; ++n) {
+    items.push_back({kNs, KeyIn(n % 2, 2, n), "", "o"});
+  }
+  std::vector<absl::StatusOr<v1::BeginResponse>> answers(
+      kCalls, absl::UnknownError("none"));
+  absl::BlockingCounter left(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    client.BeginAsync(items[i], [&, i](absl::StatusOr<v1::BeginResponse> a) {
+      answers[i] = std::move(a);
+      left.DecrementCount();
+    });
+  }
+  left.Wait();
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(answers[i].ok()) << i << ": " << answers[i].status();
+    EXPECT_EQ(answers[i]->result(),
+              (i % 2 == 0 ? A() : B()) + " " + items[i].key);
+  }
+}
+
+// A stream refusal naming a leader the held map does not list for the
+// group (the group moved) fetches the map again; later calls then go
+// straight to the new leader.
+TEST_F(ShardRoutingTest, StreamRedirectOutsideTheGroupRefetchesTheMap) {
+  CoalescingOptions options;
+  options.stream = true;
+  options.rpc.max_attempts = 1;
+  CoalescingClient client(std::vector<std::string>{C()}, options);
+  const std::string first = KeyIn(0, 2, 0);
+  auto answer = client.Begin({kNs, first, "", "o"});  // waits for the map
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->result(), A() + " " + first);
+  ASSERT_EQ(state_->map_fetches(), 1);
+  // Group 0 moves to {B, C}, led by B; refetches are at most once a second.
+  state_->SetMap(MakeShardMap(2, addresses_, {{1, 2}, {1, 2}}));
+  absl::SleepFor(absl::Milliseconds(1100));
+  const std::string moved = KeyIn(0, 2, 1);
+  answer = client.Begin({kNs, moved, "", "o"});
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->result(), B() + " " + moved);
+  EXPECT_EQ(NodesFor(moved), (std::vector<std::string>{A(), B()}));
+  for (int i = 0; i < 100 && state_->map_fetches() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(state_->map_fetches(), 2);
+  absl::SleepFor(absl::Milliseconds(50));  // the new map installed
+  const std::string later = KeyIn(0, 2, 2);
+  answer = client.Begin({kNs, later, "", "o"});
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(NodesFor(later), std::vector<std::string>{B()});
 }
 
 }  // namespace
