@@ -18,6 +18,14 @@
 // with UNIMPLEMENTED, or (dedupd builds from before it) INVALID_ARGUMENT
 // "request: cannot be parsed ..." (IsUnparsedRequestReply).
 //
+// A stuck server (stopped, or its host gone without a reset) answers
+// nothing and the stream would wait for ever: a watchdog looks at every
+// session four times a second, and when an operation (sent or queued) is
+// still unanswered kStallGrace past its deadline (SessionOp.timeout_ms from
+// Submit; the server answers every operation by then), it cancels the
+// stream. Its operations then fail UNAVAILABLE "session: ... stream reset",
+// as a broken stream's do.
+//
 // Thread-safe. `done` callbacks run on gRPC's threads (or the submitter's
 // when it fails at once), outside the session's lock: they may Submit again
 // but must not block nor destroy the session. The destructor cancels the
@@ -39,6 +47,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "dedup/v1/dedup.grpc.pb.h"
 
 namespace dedup {
@@ -49,13 +58,17 @@ class Session {
  public:
   // The server refuses frames of more operations (--max_batch_items).
   static constexpr int kMaxFrameOps = 1000;
+  // How long past an operation's deadline the stream may leave it
+  // unanswered before the watchdog resets the stream: room for a server
+  // short of CPU, whose deadline answers come late.
+  static constexpr absl::Duration kStallGrace = absl::Seconds(2);
 
   // The operation's answer, or the status of the stream that ended before
   // it was answered.
   using Done = std::function<void(absl::StatusOr<v1::SessionAnswer>)>;
 
   // `stub` outlives the session.
-  explicit Session(v1::Dedup::Stub& stub) : stub_(stub) {}
+  explicit Session(v1::Dedup::Stub& stub);
   ~Session();
 
   Session(const Session&) = delete;
@@ -68,11 +81,20 @@ class Session {
   // Streams opened so far (for tests and metrics).
   [[nodiscard]] int streams_opened() const;
 
+  // The watchdog's look at `now`: cancels the current stream when an
+  // operation is unanswered kStallGrace past its deadline.
+  void CheckStalled(absl::Time now);
+
  private:
   friend class SessionCall;
   struct Queued {
     v1::SessionOp op;
     Done done;
+    absl::Time deadline;  // Submit's time + op.timeout_ms (infinite: none)
+  };
+  struct Sent {
+    Done done;
+    absl::Time deadline;
   };
 
   using Ready = std::vector<std::pair<Done, v1::SessionAnswer>>;
@@ -97,8 +119,10 @@ class Session {
   uint32_t max_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_ended_ ABSL_GUARDED_BY(mu_) = false;
+  // The current stream was cancelled by the watchdog.
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Queued> queued_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, Done> in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Sent> in_flight_ ABSL_GUARDED_BY(mu_);
 
   // Calls whose OnDone has not finished; the destructor waits for 0. A
   // std::mutex: the waiter may destroy it right after the last unlock.

@@ -1,7 +1,8 @@
 // Session (client/session.h) framing against an in-process fake Session
 // service: calls queued while nothing may be written leave as one frame, the
 // server's max_in_flight holds, answers in any order reach their callers, a
-// broken stream fails its operations and the next one opens a new stream.
+// broken stream fails its operations and the next one opens a new stream, as
+// does a stream left without an answer past an operation's deadline.
 // And CoalescingClient over the fake: leader following from an ItemError,
 // and the fall-back to batch RPCs on a server without Session.
 #include "client/session.h"
@@ -156,6 +157,40 @@ TEST(SessionTest, BrokenStreamFailsInFlightAndNextOpReopens) {
   EXPECT_THAT(answers.fences(), ElementsAre(std::make_pair(7, 7)));
   EXPECT_EQ(session.streams_opened(), 2);
   EXPECT_EQ(f.service.streams(), 2);
+}
+
+// A server that answers nothing: once an operation is unanswered
+// kStallGrace past its deadline the stream is reset, failing it and the
+// operation without a deadline beside it UNAVAILABLE; the next operation
+// opens a new stream.
+TEST(SessionTest, AnOperationUnansweredPastItsDeadlineResetsTheStream) {
+  Fixture f(/*max_in_flight=*/100);
+  Answers answers;
+  Session session(*f.stub);
+  v1::SessionOp op = BeginOp(1);
+  op.set_timeout_ms(100);
+  const absl::Time start = absl::Now();
+  session.Submit(op, answers.For(1));
+  session.Submit(BeginOp(2), answers.For(2));
+  ASSERT_TRUE(f.service.AwaitOps(2));
+  answers.Await(2);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(100) + Session::kStallGrace);
+  EXPECT_LT(took,
+            absl::Milliseconds(100) + Session::kStallGrace + absl::Seconds(2));
+  ASSERT_EQ(answers.errors().size(), 2u);
+  for (const absl::Status& error : answers.errors()) {
+    EXPECT_TRUE(absl::IsUnavailable(error)) << error;
+    EXPECT_THAT(std::string(error.message()),
+                ::testing::HasSubstr("the stream was reset"));
+  }
+  // The fake answers the new stream, and the reset one's operations on it
+  // too: ids the session no longer holds, ignored.
+  f.service.SetAutoAnswer(true);
+  session.Submit(BeginOp(7), answers.For(7));
+  answers.Await(3);
+  EXPECT_THAT(answers.fences(), ElementsAre(std::make_pair(7, 7)));
+  EXPECT_EQ(session.streams_opened(), 2);
 }
 
 CoalescingOptions Options() {
