@@ -232,13 +232,17 @@ std::string ResendTarget(const grpc::Status& status,
 
 // The same for a batch item answered `error` by `address`: UNAVAILABLE
 // naming another leader, not for a reason of its own (a result budget).
+// The leader is ItemError.leader; a node from before that field names it
+// only in its message, so that is read when the field is empty.
 std::string ItemResendTarget(const v1::ItemError& error,
                              const std::string& address) {
   if (error.code() != static_cast<int>(grpc::StatusCode::UNAVAILABLE) ||
       !error.reason().empty()) {
     return "";
   }
-  std::string hint = LeaderAddressInMessage(error.message());
+  std::string hint = error.leader().empty()
+                         ? LeaderAddressInMessage(error.message())
+                         : error.leader();
   return hint == address ? "" : hint;
 }
 

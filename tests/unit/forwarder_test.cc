@@ -40,8 +40,9 @@ namespace {
 //
 // `moved_to` (any node): keys containing `moved_word` are refused as by a
 // member whose group's leadership moved to `moved_to` (node 3), in the
-// words of MemberDirectory::NotLeader. `not_serving` (a node): CheckServing
-// refuses naming `leader`, so whole calls go there.
+// words of MemberDirectory::NotLeader; keys containing "quiet" then
+// `moved_word` name it in the payload only. `not_serving` (a node):
+// CheckServing refuses naming `leader`, so whole calls go there.
 class SplitStore final : public Store {
  public:
   SplitStore(Store* local, std::string leader, std::string moved_to = "",
@@ -62,6 +63,13 @@ class SplitStore final : public Store {
   }
 
   absl::Status Refusal(absl::string_view key) const {
+    if (!moved_to_.empty() &&
+        absl::StrContains(key, absl::StrCat("quiet", moved_word_))) {
+      // The leader only in the payload (ItemError.leader), not the words.
+      absl::Status s = absl::UnavailableError("not the leader");
+      s.SetPayload(kLeaderAddressPayload, absl::Cord(moved_to_));
+      return s;
+    }
     if (!moved_to_.empty() && absl::StrContains(key, moved_word_)) {
       return moved_.NotLeader(3);
     }
@@ -497,6 +505,27 @@ TEST_F(ResendTest, BatchItemsRefusedNamingTheNewLeaderGoThereOnce) {
   EXPECT_TRUE(Holds(node_, "local-0"));
   EXPECT_TRUE(Holds(moved_, "remote-moved-1"));
   EXPECT_TRUE(Holds(leader_, "remote-2"));
+}
+
+// The new leader named in ItemError.leader only (the message names none)
+// is followed as well.
+TEST_F(ResendTest, BatchItemsNamingTheLeaderInTheFieldOnlyGoThere) {
+  v1::BeginBatchRequest begins;
+  *begins.add_items() = BeginOf("remote-quietmoved-1");
+  *begins.add_items() = BeginOf("local-quietmoved-2");
+  grpc::ClientContext context;
+  Deadline(&context);
+  v1::BeginBatchResponse begun;
+  grpc::Status s = Stub(node_)->BeginBatch(&context, begins, &begun);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(begun.items_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(begun.items(i).has_response())
+        << i << ": " << begun.items(i).error().message();
+  }
+  EXPECT_TRUE(Holds(moved_, "remote-quietmoved-1"));
+  EXPECT_FALSE(Holds(leader_, "remote-quietmoved-1"));
+  EXPECT_TRUE(Holds(node_, "local-quietmoved-2"));
 }
 
 // A whole batch forwarded as one call (a node that leads none of it): its
