@@ -36,14 +36,10 @@ MetricFamily Counter(std::string name, std::string help, double value) {
   return One(std::move(name), std::move(help), MetricType::Counter, value);
 }
 
-}  // namespace
-
-std::vector<MetricFamily> ClusterCollector::Collect() const {
-  const ClusterStatus status = store_->GetClusterStatus();
+// The gauges of one group's state, and its leader changes.
+void OneGroupFamilies(const ClusterStatus& status,
+                      std::vector<MetricFamily>& out) {
   const ConsensusStatus& c = status.consensus;
-  const ReplicationCounters& n = status.counters;
-  std::vector<MetricFamily> out;
-
   MetricFamily role =
       NewFamily("dedup_raft_role", "1 for this node's current Raft role",
                 MetricType::Gauge);
@@ -85,15 +81,6 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
     }
   }
   out.push_back(std::move(lag));
-
-  out.push_back(Counter(
-      "dedup_raft_log_appends_total",
-      "Append requests to this node's Raft log, each written and synced (the "
-      "backend may merge some into one sync: an upper bound on log fsyncs)",
-      c.log_appends));
-  out.push_back(Counter("dedup_raft_log_appended_entries_total",
-                        "Entries in those append requests",
-                        c.log_appended_entries));
   out.push_back(
       Gauge("dedup_raft_snapshot_threshold_entries",
             "Entries between snapshots, as fitted to --raft_log_budget_mb",
@@ -102,6 +89,40 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
       Gauge("dedup_raft_snapshot_trailing_entries",
             "Entries kept behind a snapshot, as fitted to --raft_log_budget_mb",
             c.snapshot_trailing));
+}
+
+// The counters, summed over `statuses`.
+void CounterFamilies(const std::vector<ClusterStatus>& statuses,
+                     std::vector<MetricFamily>& out) {
+  ConsensusStatus c;
+  ReplicationCounters n;
+  for (const ClusterStatus& status : statuses) {
+    c.log_appends += status.consensus.log_appends;
+    c.log_appended_entries += status.consensus.log_appended_entries;
+    const ReplicationCounters& g = status.counters;
+    for (size_t i = 0;
+         i < n.leaderless_buckets.size() && i < g.leaderless_buckets.size();
+         ++i) {
+      n.leaderless_buckets[i] += g.leaderless_buckets[i];
+    }
+    n.leaderless_sum_s += g.leaderless_sum_s;
+    n.entries_proposed += g.entries_proposed;
+    n.operations_proposed += g.operations_proposed;
+    n.unknown_outcomes += g.unknown_outcomes;
+    n.transfer_held_operations += g.transfer_held_operations;
+    n.orphaned_operations_answered += g.orphaned_operations_answered;
+    n.snapshots_taken += g.snapshots_taken;
+    n.snapshots_installed += g.snapshots_installed;
+    n.snapshots_sent += g.snapshots_sent;
+  }
+  out.push_back(Counter(
+      "dedup_raft_log_appends_total",
+      "Append requests to this node's Raft log, each written and synced (the "
+      "backend may merge some into one sync: an upper bound on log fsyncs)",
+      c.log_appends));
+  out.push_back(Counter("dedup_raft_log_appended_entries_total",
+                        "Entries in those append requests",
+                        c.log_appended_entries));
   out.push_back(Counter("dedup_raft_entries_proposed_total",
                         "Log entries this node proposed as leader",
                         n.entries_proposed));
@@ -154,7 +175,28 @@ std::vector<MetricFamily> ClusterCollector::Collect() const {
   histogram.histogram.sample_sum = n.leaderless_sum_s;
   leaderless.metric.push_back(std::move(histogram));
   out.push_back(std::move(leaderless));
+}
+
+}  // namespace
+
+std::vector<MetricFamily> ClusterFamilies(
+    const std::vector<ClusterStatus>& statuses, bool one_group) {
+  std::vector<MetricFamily> out;
+  if (one_group && statuses.size() == 1) OneGroupFamilies(statuses[0], out);
+  CounterFamilies(statuses, out);
   return out;
+}
+
+std::vector<MetricFamily> ClusterCollector::Collect() const {
+  std::vector<ClusterStatus> statuses;
+  if (store_ != nullptr) {
+    statuses.push_back(store_->GetClusterStatus());
+    return ClusterFamilies(statuses, /*one_group=*/true);
+  }
+  for (const auto& [group, store] : hosted_()) {
+    statuses.push_back(store->GetClusterStatus());
+  }
+  return ClusterFamilies(statuses, /*one_group=*/false);
 }
 
 }  // namespace dedup

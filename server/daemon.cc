@@ -20,6 +20,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/backup_restore.h"
+#include "server/cluster_collector.h"
 #include "server/daemon_hosting.h"
 #include "server/data_format_check.h"
 #include "server/exit_status.h"
@@ -322,16 +323,22 @@ absl::Status Daemon::StartMetrics() {
     if (!read.ok()) return Fail(exit_code::kBadFlags, read.status());
     token = *std::move(read);
   }
+  std::vector<std::shared_ptr<prometheus::Collectable>> extra;
+  const bool many_groups = cluster_.enabled && cluster_.group_count > 1;
+  if (cluster_.enabled) {
+    auto hosted = [directory = directory_.get()] {
+      return directory->hosted();
+    };
+    extra.push_back(std::make_shared<GroupsCollector>(
+        hosted, cluster_.group_count, cluster_.layout.ReplicationFactor()));
+    // dedup_raft_* summed over the hosted groups (cluster_collector.h).
+    if (many_groups)
+      extra.push_back(std::make_shared<ClusterCollector>(hosted));
+  }
   absl::StatusOr<std::unique_ptr<MetricsExposer>> started = StartMetricsExposer(
-      config_.metrics_address, *metrics_, store_.get(), replicated_,
-      cluster_.peer_plane, build_.version, build_.git_sha, token,
-      cluster_.enabled
-          ? std::vector<
-                std::shared_ptr<prometheus::Collectable>>{std::make_shared<
-                GroupsCollector>(
-                [directory = directory_.get()] { return directory->hosted(); },
-                cluster_.group_count, cluster_.layout.ReplicationFactor())}
-          : std::vector<std::shared_ptr<prometheus::Collectable>>{});
+      config_.metrics_address, *metrics_, store_.get(),
+      many_groups ? nullptr : replicated_, cluster_.peer_plane, build_.version,
+      build_.git_sha, token, std::move(extra));
   if (!started.ok()) return Fail(exit_code::kListen, started.status());
   exposer_ = *std::move(started);
   metrics_address_ =

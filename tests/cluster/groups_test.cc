@@ -18,6 +18,7 @@
 #include "replication/shard_layout.h"
 #include "storage/storage_key.h"
 #include "tests/cluster/cluster_fixture.h"
+#include "tests/testing/http_get.h"
 
 namespace dedup {
 namespace {
@@ -493,7 +494,8 @@ class ThreeNodesThreeGroupsSnapshots : public GroupsTest {
  protected:
   ThreeNodesThreeGroupsSnapshots()
       : GroupsTest(3, 3,
-                   {"--snapshot_threshold=16", "--snapshot_trailing=16"}) {}
+                   {"--snapshot_threshold=16", "--snapshot_trailing=16",
+                    "--metrics_address=127.0.0.1:0"}) {}
 };
 
 TEST_F(ThreeNodesThreeGroupsSnapshots, EachGroupInstallsItsOwnState) {
@@ -519,6 +521,22 @@ TEST_F(ThreeNodesThreeGroupsSnapshots, EachGroupInstallsItsOwnState) {
   EXPECT_NE(cluster_.process(3)->captured_stderr().find("installed a snapshot"),
             std::string::npos);
   ExpectDuplicatesVia(3, keys);
+  // dedup_raft_* counters are sums over each node's groups: nodes 1 and 2
+  // proposed every operation while 3 was down, across the three groups;
+  // the state of one group (its term) is not exported.
+  double proposed = 0;
+  for (int id : {1, 2}) {
+    const int port = cluster_.process(id)->metrics_port();
+    absl::StatusOr<double> ops =
+        testing::ScrapeSample(port, "dedup_raft_operations_proposed_total");
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    proposed += *ops;
+    EXPECT_TRUE(absl::IsNotFound(
+        testing::ScrapeSample(port, "dedup_raft_term").status()));
+  }
+  // Begin and Complete for each of the 600 keys: 1,200 operations over the
+  // three groups (one group's alone is about a third of that).
+  EXPECT_GE(proposed, 1200);
 }
 
 }  // namespace
