@@ -63,13 +63,15 @@ class FakeSessionService final : public v1::Dedup::Service {
       if (break_next_) {
         break_next_ = false;
         held_.clear();
-        stream_ = nullptr;
+        if (stream_ == stream) stream_ = nullptr;
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "fake: broken");
       }
       if (auto_answer_) AnswerHeldLocked();
     }
     absl::MutexLock lock(&mu_);
-    stream_ = nullptr;
+    // A stream the client cancelled may end after its successor began:
+    // only its own place is cleared.
+    if (stream_ == stream) stream_ = nullptr;
     return grpc::Status::OK;
   }
 
