@@ -39,6 +39,23 @@ std::string KeyIn(int group, int groups, int n = 0,
   }
 }
 
+// Sends every item at once (BeginAsync) and waits for all the answers, in
+// the items' order.
+std::vector<absl::StatusOr<v1::BeginResponse>> BeginAll(
+    CoalescingClient& client, const std::vector<BeginBatchItem>& items) {
+  std::vector<absl::StatusOr<v1::BeginResponse>> answers(
+      items.size(), absl::UnknownError("none"));
+  absl::BlockingCounter left(static_cast<int>(items.size()));
+  for (size_t i = 0; i < items.size(); ++i) {
+    client.BeginAsync(items[i], [&, i](absl::StatusOr<v1::BeginResponse> a) {
+      answers[i] = std::move(a);
+      left.DecrementCount();
+    });
+  }
+  left.Wait();
+  return answers;
+}
+
 // Nodes A, B, C; group 0 = {A, C} led by A, group 1 = {B, C} led by B.
 // Clients are given C only, so a call C gets was not routed.
 class ShardRoutingTest : public ::testing::Test {
@@ -269,16 +286,8 @@ TEST_F(ShardRoutingTest, CoalescedCallsGoToTheirGroupsLeader) {
   for (int n = 1; n <= kCalls; ++n) {
     items.push_back({kNs, KeyIn(n % 2, 2, n), "", "o"});
   }
-  std::vector<absl::StatusOr<v1::BeginResponse>> answers(
-      kCalls, absl::UnknownError("none"));
-  absl::BlockingCounter left(kCalls);
-  for (int i = 0; i < kCalls; ++i) {
-    client.BeginAsync(items[i], [&, i](absl::StatusOr<v1::BeginResponse> a) {
-      answers[i] = std::move(a);
-      left.DecrementCount();
-    });
-  }
-  left.Wait();
+  const std::vector<absl::StatusOr<v1::BeginResponse>> answers =
+      BeginAll(client, items);
   for (int i = 0; i < kCalls; ++i) {
     ASSERT_TRUE(answers[i].ok()) << answers[i].status();
     const std::string& leader = (i + 1) % 2 == 0 ? A() : B();
@@ -321,16 +330,8 @@ TEST(ShardRoutingStreamTest, RedirectsBeforeTheMapReachTheNamedLeader) {
   for (int n = 0; n < kCalls; ++n) {
     items.push_back({kNs, KeyIn(n % kGroups, kGroups, n), "", "o"});
   }
-  std::vector<absl::StatusOr<v1::BeginResponse>> answers(
-      kCalls, absl::UnknownError("none"));
-  absl::BlockingCounter left(kCalls);
-  for (int i = 0; i < kCalls; ++i) {
-    client.BeginAsync(items[i], [&, i](absl::StatusOr<v1::BeginResponse> a) {
-      answers[i] = std::move(a);
-      left.DecrementCount();
-    });
-  }
-  left.Wait();
+  const std::vector<absl::StatusOr<v1::BeginResponse>> answers =
+      BeginAll(client, items);
   for (int i = 0; i < kCalls; ++i) {
     ASSERT_TRUE(answers[i].ok()) << i << ": " << answers[i].status();
     EXPECT_EQ(answers[i]->result(),
@@ -354,16 +355,8 @@ TEST_F(ShardRoutingTest, StreamCallsQueuedBeforeTheMapUseItOnRetry) {
   for (int n = 0; n < kCalls; ++n) {
     items.push_back({kNs, KeyIn(n % 2, 2, n), "", "o"});
   }
-  std::vector<absl::StatusOr<v1::BeginResponse>> answers(
-      kCalls, absl::UnknownError("none"));
-  absl::BlockingCounter left(kCalls);
-  for (int i = 0; i < kCalls; ++i) {
-    client.BeginAsync(items[i], [&, i](absl::StatusOr<v1::BeginResponse> a) {
-      answers[i] = std::move(a);
-      left.DecrementCount();
-    });
-  }
-  left.Wait();
+  const std::vector<absl::StatusOr<v1::BeginResponse>> answers =
+      BeginAll(client, items);
   for (int i = 0; i < kCalls; ++i) {
     ASSERT_TRUE(answers[i].ok()) << i << ": " << answers[i].status();
     EXPECT_EQ(answers[i]->result(),

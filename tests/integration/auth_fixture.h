@@ -125,6 +125,13 @@ class AuthTest : public ::testing::Test {
   static grpc::Status Begin(const std::string& address, const Credentials& c,
                             const std::string& ns, const std::string& key,
                             v1::BeginResponse* response = nullptr) {
+    return Begin(*v1::Dedup::NewStub(Channel(address, c)), c, ns, key,
+                 response);
+  }
+  // The same on a stub the caller keeps (one connection for many calls).
+  static grpc::Status Begin(v1::Dedup::Stub& stub, const Credentials& c,
+                            const std::string& ns, const std::string& key,
+                            v1::BeginResponse* response = nullptr) {
     v1::BeginResponse ignored;
     v1::BeginRequest request;
     request.set_namespace_(ns);
@@ -133,8 +140,7 @@ class AuthTest : public ::testing::Test {
     request.set_owner("owner-1");
     grpc::ClientContext ctx;
     Prepare(&ctx, c);
-    return v1::Dedup::NewStub(Channel(address, c))
-        ->Begin(&ctx, request, response != nullptr ? response : &ignored);
+    return stub.Begin(&ctx, request, response != nullptr ? response : &ignored);
   }
 
   static grpc::Status Complete(const std::string& address, const Credentials& c,

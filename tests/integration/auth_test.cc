@@ -243,23 +243,11 @@ TEST_F(AuthTest, TenantLimitsRefuseWithRetryInfo) {
   const Credentials burst_token = Token("burst-token");
   auto burst = v1::Dedup::NewStub(Channel(a, burst_token));
   auto billing = v1::Dedup::NewStub(Channel(a, kBilling));
-  const auto begin = [](v1::Dedup::Stub& stub, const Credentials& c,
-                        const std::string& ns, const std::string& key) {
-    v1::BeginRequest request;
-    request.set_namespace_(ns);
-    request.set_key(key);
-    request.set_args_hash("args");
-    request.set_owner("owner-1");
-    grpc::ClientContext ctx;
-    Prepare(&ctx, c);
-    v1::BeginResponse response;
-    return stub.Begin(&ctx, request, &response);
-  };
   int ok = 0, refused = 0;
   grpc::Status last_refusal;
   for (int i = 0; i < 60; ++i) {
     const grpc::Status s =
-        begin(*burst, burst_token, "burst:x", absl::StrCat("k", i));
+        Begin(*burst, burst_token, "burst:x", absl::StrCat("k", i));
     if (s.ok()) {
       ++ok;
     } else {
@@ -270,7 +258,7 @@ TEST_F(AuthTest, TenantLimitsRefuseWithRetryInfo) {
     }
     // The other tenant is not limited by it.
     ASSERT_TRUE(
-        begin(*billing, kBilling, "billing:x", absl::StrCat("k", i)).ok());
+        Begin(*billing, kBilling, "billing:x", absl::StrCat("k", i)).ok());
   }
   EXPECT_GE(ok, 20);  // the burst, and what refilled meanwhile
   EXPECT_GT(refused, 0);
