@@ -106,6 +106,9 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args,
   close(fds[1]);
   close(dev_null);
   *read_fd = fds[0];
+  // scripts/sanitize names the test behind a report file (named by pid).
+  std::fprintf(stderr, "[spawn] pid %d: %s\n", static_cast<int>(pid),
+               argv[0]);
   return pid;
 }
 
