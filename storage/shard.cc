@@ -391,13 +391,13 @@ void Shard::Process(Batch& batch, Operation& operation, int64_t now_ms) {
 }
 
 void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
-  absl::StatusOr<std::optional<Record>> stored = batch.Read(op.skey);
-  if (!stored.ok()) {
-    Fail(op, stored.status());
+  absl::StatusOr<Batch::Found> found = batch.ReadLeavingResult(op.skey);
+  if (!found.ok()) {
+    Fail(op, found.status());
     return;
   }
   absl::Status fence_status;
-  BeginDecision d = DecideBegin(*stored, op.params, now_ms, [&]() -> uint64_t {
+  auto next_fence = [&]() -> uint64_t {
     if (batch.is_inline()) {
       // A read-only batch will be refused anyway: spend no fence. Never
       // reserve a fence block (a synced write) on a caller's thread.
@@ -412,7 +412,8 @@ void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
       return 0;
     }
     return *fence;
-  });
+  };
+  BeginDecision d = DecideBegin(found->record, op.params, now_ms, next_fence);
   if (!fence_status.ok()) {
     Fail(op, fence_status);
     return;
@@ -424,12 +425,15 @@ void Shard::ProcessBegin(Batch& batch, BeginOp op, int64_t now_ms) {
     Park(std::move(op), next_check);
     return;
   }
-  if (d.status == BeginStatus::kDuplicate && op.result_budget != nullptr &&
-      !op.result_budget->Take(d.record.result.size())) {
-    // Answered now, holding nothing: a DUPLICATE writes nothing, so there
-    // is no write for this answer to wait for.
-    std::move(op.done)(ResultBudgetExceeded(*op.result_budget));
-    return;
+  if (d.status == BeginStatus::kDuplicate) {
+    if (op.result_budget != nullptr &&
+        !op.result_budget->Take(found->result_size)) {
+      // Answered now, holding nothing: a DUPLICATE writes nothing, so there
+      // is no write for this answer to wait for.
+      std::move(op.done)(ResultBudgetExceeded(*op.result_budget));
+      return;
+    }
+    d.record.result = found->Result();
   }
   batch.Apply(std::move(op.skey), d.write, d.record);
   batch.Answer(std::move(op.done), BeginResult{std::move(d), op.waited});

@@ -66,27 +66,46 @@ class Shard::Batch {
   void Refuse() { refused_ = true; }
 
   absl::StatusOr<std::optional<Record>> Read(const std::string& skey) {
-    std::string value;
-    if (auto it = latest_.find(skey); it != latest_.end()) {
-      const std::optional<std::string>& written = writes_[it->second].value;
-      if (!written.has_value()) return std::optional<Record>();
-      value = *written;
-    } else {
-      rocksdb::Status s = db_->Get(read_options_, skey, &value);
-      if (s.IsNotFound()) {
-        stored_bytes_.try_emplace(KeyId(skey), 0);
-        return std::optional<Record>();
-      }
-      if (s.IsIncomplete() && is_inline()) Refuse();
-      if (!s.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("storage read: ", s.ToString()));
-      }
-      stored_bytes_.try_emplace(KeyId(skey), StoredRecordBytes(skey, value));
-    }
-    absl::StatusOr<Record> record = DecodeRecord(value);
+    std::optional<std::string> value;
+    if (absl::Status s = ReadValue(skey, &value); !s.ok()) return s;
+    if (!value.has_value()) return std::optional<Record>();
+    absl::StatusOr<Record> record = DecodeRecord(*value);
     if (!record.ok()) return record.status();
     return std::optional<Record>(*std::move(record));
+  }
+
+  // What ReadLeavingResult finds: a completed record without its result,
+  // which stays in the encoded value until asked for.
+  struct Found {
+    std::optional<Record> record;  // nullopt: no record
+    std::string value;             // the encoded record
+    size_t result_offset = 0;      // of a completed record's result in value
+    size_t result_size = 0;
+    std::string Result() const {
+      return value.substr(result_offset, result_size);
+    }
+  };
+
+  // Read, leaving a completed record's result out of `record`: a Begin
+  // decides without it, and a DUPLICATE that its result budget refuses
+  // never copies it.
+  absl::StatusOr<Found> ReadLeavingResult(const std::string& skey) {
+    Found found;
+    std::optional<std::string> value;
+    if (absl::Status s = ReadValue(skey, &value); !s.ok()) return s;
+    if (!value.has_value()) return found;
+    found.value = *std::move(value);
+    absl::StatusOr<RecordView> view = DecodeRecordView(found.value);
+    if (!view.ok()) return view.status();
+    found.record = std::move(view->record);
+    if (found.record->state == RecordState::kCompleted) {
+      found.result_offset =
+          static_cast<size_t>(view->result.data() - found.value.data());
+      found.result_size = view->result.size();
+    } else {
+      found.record->result = std::string(view->result);
+    }
+    return found;
   }
 
   // Queues the write and returns the key as the batch keeps it (stable until
@@ -193,6 +212,31 @@ class Shard::Batch {
     std::string skey;
     std::optional<std::string> value;  // encoded record; nullopt: delete
   };
+
+  // The encoded record at `skey` as this batch sees it (its own writes
+  // first); *value is nullopt when there is none.
+  absl::Status ReadValue(const std::string& skey,
+                         std::optional<std::string>* value) {
+    if (auto it = latest_.find(skey); it != latest_.end()) {
+      *value = writes_[it->second].value;
+      return absl::OkStatus();
+    }
+    std::string stored;
+    rocksdb::Status s = db_->Get(read_options_, skey, &stored);
+    if (s.IsNotFound()) {
+      stored_bytes_.try_emplace(KeyId(skey), 0);
+      value->reset();
+      return absl::OkStatus();
+    }
+    if (s.IsIncomplete() && is_inline()) Refuse();
+    if (!s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("storage read: ", s.ToString()));
+    }
+    stored_bytes_.try_emplace(KeyId(skey), StoredRecordBytes(skey, stored));
+    *value = std::move(stored);
+    return absl::OkStatus();
+  }
 
   rocksdb::DB* const db_;
   const Mode mode_;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "benchmark/benchmark.h"
 #include "storage/store.h"
 
@@ -200,6 +201,63 @@ BENCHMARK(BM_StoreBeginManyNewKeys)
     ->Args({1, 100})
     ->UseRealTime()
     ->MinTime(3);
+
+// BeginMany of 100 Begins naming one completed key whose result is
+// `result_bytes` long, under a 64 KiB ResultBudget (as a BeginBatch has):
+// 64 B results are all answered DUPLICATE, 256 KiB ones all refused by the
+// budget. A refused one should cost what a small DUPLICATE costs, whatever
+// the size of the result it did not send (cpu_us/key).
+void BM_StoreDuplicatesUnderResultBudget(benchmark::State& state) {
+  TempStore db(Durability::kNone);
+  const size_t result_bytes = static_cast<size_t>(state.range(0));
+  constexpr int kBatch = 100;
+  Store& store = db.store();
+  absl::Notification completed;
+  store.Begin("bench", "big", Params(), 0, [&](absl::StatusOr<BeginResult> r) {
+    store.Complete("bench", "big",
+                   CompleteParams{r->decision.record.fence, Outcome::kSuccess,
+                                  std::string(result_bytes, 'r'), 0},
+                   [&](absl::StatusOr<FencedDecision>) { completed.Notify(); });
+  });
+  completed.WaitForNotification();
+  std::atomic<int> duplicates{0};
+  std::atomic<int> refused{0};
+  const double cpu_before = ProcessCpuSeconds();
+  for (auto _ : state) {
+    ResultBudget budget(64 << 10);
+    absl::BlockingCounter done(kBatch);
+    std::vector<Store::BeginCall> calls;
+    calls.reserve(kBatch);
+    for (int i = 0; i < kBatch; ++i) {
+      calls.push_back(Store::BeginCall{
+          "bench", "big", Params(),
+          [&](absl::StatusOr<BeginResult> r) {
+            if (r.ok() && r->decision.status == BeginStatus::kDuplicate) {
+              duplicates.fetch_add(1);
+            } else if (!r.ok() && r.status().GetPayload(kResultBudgetPayload)) {
+              refused.fetch_add(1);
+            }
+            done.DecrementCount();
+          },
+          &budget});
+    }
+    store.BeginMany(std::move(calls));
+    done.Wait();
+  }
+  const double keys = static_cast<double>(state.iterations()) * kBatch;
+  state.SetItemsProcessed(static_cast<int64_t>(keys));
+  state.counters["cpu_us/key"] =
+      (ProcessCpuSeconds() - cpu_before) / keys * 1e6;
+  state.counters["refused"] = refused.load() / keys;
+  if (duplicates.load() + refused.load() != keys) {
+    state.SkipWithError("answers other than DUPLICATE or a budget refusal");
+  }
+}
+BENCHMARK(BM_StoreDuplicatesUnderResultBudget)
+    ->ArgNames({"result_bytes"})
+    ->Arg(64)
+    ->Arg(256 << 10)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace dedup
