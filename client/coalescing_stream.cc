@@ -23,12 +23,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-// A tenant over its limits: a unary call gets RESOURCE_EXHAUSTED with a
-// RetryInfo, an operation of a stream an ItemError whose message ends
-// "; retry in N ms" (it has no field for the delay). The status a unary
-// call would have got, so the retry rule waits as it would; nullopt when
-// the message names no delay.
-std::optional<grpc::Status> OverLimitStatus(const v1::ItemError& error) {
+// The delay an over-limit ItemError asks for: retry_after_ms, or from a
+// server older than that field the message's "; retry in N ms" ending.
+std::optional<int64_t> RetryAfterMs(const v1::ItemError& error) {
+  if (error.retry_after_ms() > 0) return error.retry_after_ms();
   absl::string_view message = error.message();
   const size_t at = message.rfind("retry in ");
   int64_t ms = 0;
@@ -37,6 +35,17 @@ std::optional<grpc::Status> OverLimitStatus(const v1::ItemError& error) {
                         &ms)) {
     return std::nullopt;
   }
+  return ms;
+}
+
+// A tenant over its limits: a unary call gets RESOURCE_EXHAUSTED with a
+// RetryInfo, an operation of a stream an ItemError with the delay. The
+// status a unary call would have got, so the retry rule waits as it would;
+// nullopt when the error names no delay.
+std::optional<grpc::Status> OverLimitStatus(const v1::ItemError& error) {
+  const std::optional<int64_t> retry_ms = RetryAfterMs(error);
+  if (!retry_ms.has_value()) return std::nullopt;
+  const int64_t ms = *retry_ms;
   v1::RetryInfo retry;
   retry.mutable_retry_delay()->set_seconds(ms / 1000);
   retry.mutable_retry_delay()->set_nanos(static_cast<int32_t>(ms % 1000) *

@@ -1,7 +1,10 @@
 #include "server/item_error.h"
 
+#include <cstdint>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "server/tenant_limiter.h"
 #include "storage/store.h"
 
 namespace dedup {
@@ -15,6 +18,11 @@ void FillItemError(const absl::Status& status, std::string message,
   }
   if (auto leader = status.GetPayload(kLeaderAddressPayload)) {
     out->set_leader(std::string(*leader));
+  }
+  uint32_t retry_ms = 0;
+  if (auto delay = status.GetPayload(kRetryDelayPayload);
+      delay.has_value() && absl::SimpleAtoi(delay->Flatten(), &retry_ms)) {
+    out->set_retry_after_ms(retry_ms);
   }
 }
 

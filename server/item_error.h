@@ -16,7 +16,8 @@ inline constexpr char kItemErrorOutcomeUnknown[] = "OUTCOME_UNKNOWN";
 
 // Fills `out` from `status`: code, `message`, reason OUTCOME_UNKNOWN when
 // the status carries kOutcomeUnknownPayload, leader when it carries
-// kLeaderAddressPayload (storage/store.h). Leaves other reasons alone.
+// kLeaderAddressPayload (storage/store.h), retry_after_ms when it carries
+// kRetryDelayPayload (server/tenant_limiter.h). Leaves other reasons alone.
 void FillItemError(const absl::Status& status, std::string message,
                    v1::ItemError* out);
 inline void FillItemError(const absl::Status& status, v1::ItemError* out) {

@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/coalescing_client.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -245,6 +247,35 @@ TEST(SessionCoalescingTest, ResultBudgetRefusalsSpendNoAttempt) {
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_EQ(answer->fence(), 6u);
   EXPECT_THAT(f.service.frames(), ElementsAre(1, 1, 1, 1));
+}
+
+// A tenant over its limits: the operation goes again after the delay the
+// server named in ItemError.retry_after_ms, as a unary call waits out its
+// RetryInfo; an over-limit error naming no delay is the caller's answer.
+TEST(SessionCoalescingTest, OverLimitRefusalsWaitTheNamedDelay) {
+  for (const uint32_t retry_ms : {0u, 300u}) {
+    Fixture f(100);
+    v1::ItemError over;
+    over.set_code(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+    over.set_message("tenant \"t\" is over its limit of 20 requests/s");
+    over.set_retry_after_ms(retry_ms);
+    f.service.SetError(over);
+    f.service.SetAutoAnswer(true);
+    CoalescingOptions options = Options();
+    options.rpc.max_attempts = 2;
+    CoalescingClient client(f.channel, options);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<v1::BeginResponse> answer = client.Begin(Item(7));
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(answer.status().code(), absl::StatusCode::kResourceExhausted)
+        << retry_ms << ": " << answer.status();
+    if (retry_ms == 0) {
+      EXPECT_THAT(f.service.frames(), ElementsAre(1));
+    } else {
+      EXPECT_THAT(f.service.frames(), ElementsAre(1, 1));
+      EXPECT_GE(took, absl::Milliseconds(retry_ms));
+    }
+  }
 }
 
 // A server without Session (UNIMPLEMENTED, or an older dedupd's "cannot be

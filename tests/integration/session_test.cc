@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/auth_fixture.h"
 #include "tests/integration/integration_util.h"
@@ -429,6 +430,53 @@ TEST_F(AuthTest, SessionAuthenticatesOnceAndAuthorizesEachOperation) {
   ASSERT_EQ(answers.size(), 2u);
   EXPECT_EQ(answers[1].begin().status(), v1::BeginResponse::STARTED);
   EXPECT_EQ(answers[2].error().code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(s.Close().ok());
+}
+
+// A frame over the tenant's rate is answered per operation, each refusal
+// saying when to send it again (ItemError.retry_after_ms, as the RetryInfo
+// of a unary call), and the stream goes on.
+TEST_F(AuthTest, SessionOperationsOverTheRateSayWhenToRetry) {
+  WriteFileAtomically(tenants_file_,
+                      WithLimitedTenant(StandardTenantsJson(), "burst",
+                                        "burst-token", R"({"rps": 20})"));
+  DEDUP_START_SERVER(server, {"--tenants_file=" + tenants_file_});
+  auto stub = v1::Dedup::NewStub(grpc::CreateChannel(
+      server->address(), grpc::InsecureChannelCredentials()));
+  Stream s(stub.get(), "burst-token");
+  ASSERT_GT(s.Start(), 0u);
+  // 60 operations, then 60 more: the first frame spends the burst (one
+  // frame's worth), the second comes before the bucket refills.
+  auto frame = [](uint64_t first) {
+    std::vector<SessionOp> ops;
+    for (uint64_t id = first; id < first + 60; ++id) {
+      ops.push_back(BeginOp(id, "burst:x", TestKey(std::to_string(id)), "o"));
+    }
+    return ops;
+  };
+  ASSERT_TRUE(s.Send(frame(1)));
+  auto admitted = s.Read(60);
+  ASSERT_EQ(admitted.size(), 60u);
+  EXPECT_EQ(admitted[1].begin().status(), v1::BeginResponse::STARTED)
+      << admitted[1].error().message();
+  ASSERT_TRUE(s.Send(frame(101)));
+  auto answers = s.Read(60);
+  ASSERT_EQ(answers.size(), 60u);
+  for (const auto& [id, answer] : answers) {
+    ASSERT_TRUE(answer.has_error()) << id;
+    EXPECT_EQ(answer.error().code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << answer.error().message();
+    // 60 operations at 20 per second: at most 3 s to wait.
+    EXPECT_GT(answer.error().retry_after_ms(), 0u) << answer.error().message();
+    EXPECT_LE(answer.error().retry_after_ms(), 3000u);
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // a few tokens back
+  // The stream goes on: a frame within the rate is served.
+  ASSERT_TRUE(s.Send({BeginOp(200, "burst:x", TestKey("within"), "o")}));
+  auto later = s.Read(1);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[200].begin().status(), v1::BeginResponse::STARTED)
+      << later[200].error().message();
   EXPECT_TRUE(s.Close().ok());
 }
 

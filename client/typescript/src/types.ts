@@ -213,6 +213,12 @@ export type BatchItemResult<T> =
        */
       readonly leader?: string;
       /**
+       * How long to wait before sending the item again, when the server
+       * named a delay (ItemError.retry_after_ms: a tenant over its limits;
+       * newer servers only).
+       */
+      readonly retryAfterMs?: number;
+      /**
        * Present (true, with code ABORTED) when the item may or may not have
        * taken effect: its outcome was unknown (a leader change) and safe
        * retries did not settle it. Otherwise nothing was done for the item.

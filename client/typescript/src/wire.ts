@@ -181,6 +181,7 @@ export interface ItemErrorWire {
   message: string;
   reason: string;
   leader: string;
+  retry_after_ms: number;
 }
 export interface BeginBatchRequestWire {
   items: BeginRequestWire[];
@@ -280,7 +281,13 @@ export const WIRE_FIELDS = {
   'dedup.v1.GetResponse': fields<GetResponseWire>({ found: true, record: true }),
   'dedup.v1.ForgetRequest': fields<KeyRequestWire>({ namespace: true, key: true }),
   'dedup.v1.ForgetResponse': fields<ForgetResponseWire>({ existed: true }),
-  'dedup.v1.ItemError': fields<ItemErrorWire>({ code: true, message: true, reason: true, leader: true }),
+  'dedup.v1.ItemError': fields<ItemErrorWire>({
+    code: true,
+    message: true,
+    reason: true,
+    leader: true,
+    retry_after_ms: true,
+  }),
   'dedup.v1.BeginBatchRequest': fields<BeginBatchRequestWire>({ items: true }),
   'dedup.v1.BeginBatchResponse': fields<BeginBatchResponseWire>({ items: true }),
   'dedup.v1.BeginBatchResponse.Item': fields<BeginBatchItemWire>({ response: true, error: true }),
@@ -485,9 +492,16 @@ function batchFromWire<W, T>(
   return items.map((item, i): BatchItemResult<T> => {
     if (item.response !== undefined && item.response !== null) return { ok: true, answer: answerFromWire(item.response) };
     if (item.error !== undefined && item.error !== null) {
-      const { code, message, reason, leader } = item.error;
-      // An older server sends no reason nor leader (proto-loader: "").
-      return { ok: false, code, message, ...(reason ? { reason } : {}), ...(leader ? { leader } : {}) };
+      const { code, message, reason, leader, retry_after_ms: retryAfterMs } = item.error;
+      // An older server sends no reason, leader nor delay (proto-loader: "" and 0).
+      return {
+        ok: false,
+        code,
+        message,
+        ...(reason ? { reason } : {}),
+        ...(leader ? { leader } : {}),
+        ...(retryAfterMs ? { retryAfterMs } : {}),
+      };
     }
     throw new DedupProtocolError(`${messageName}.items[${i}] has neither a response nor an error`);
   });

@@ -82,7 +82,7 @@ test('out-of-range uint32 options are refused instead of wrapped', () => {
 test('batch answers pair with items by position: errors are typed, a count mismatch or an empty item is refused', () => {
   const response: wire.CompleteResponseWire = { status: 'OK', fence: '7', expires_at: '9' };
   const results = wire.completeBatchResponseFromWire(
-    { items: [{ response }, { error: { code: 3, message: 'items[1].fence: must be non-zero', reason: '', leader: '' } }] },
+    { items: [{ response }, { error: { code: 3, message: 'items[1].fence: must be non-zero', reason: '', leader: '', retry_after_ms: 0 } }] },
     2,
   );
   assert.deepEqual(results, [
@@ -93,19 +93,22 @@ test('batch answers pair with items by position: errors are typed, a count misma
   assert.throws(() => wire.completeBatchResponseFromWire({ items: [{ response }, {}] }, 2), /items\[1\]/);
 });
 
-test("an item error's reason and leader are kept when the server gives them", () => {
+test("an item error's reason, leader and delay are kept when the server gives them", () => {
+  const none = { reason: '', leader: '', retry_after_ms: 0 };
   const results = wire.beginBatchResponseFromWire(
     {
       items: [
-        { error: { code: 14, message: 'items[0].results: over the budget', reason: 'RESULT_BUDGET', leader: '' } },
-        { error: { code: 14, message: 'not the leader', reason: '', leader: '127.0.0.2:7001' } },
+        { error: { ...none, code: 14, message: 'items[0].results: over the budget', reason: 'RESULT_BUDGET' } },
+        { error: { ...none, code: 14, message: 'not the leader', leader: '127.0.0.2:7001' } },
+        { error: { ...none, code: 8, message: 'tenant "t" is over its limit', retry_after_ms: 250 } },
       ],
     },
-    2,
+    3,
   );
   assert.deepEqual(results, [
     { ok: false, code: 14, message: 'items[0].results: over the budget', reason: 'RESULT_BUDGET' },
     { ok: false, code: 14, message: 'not the leader', leader: '127.0.0.2:7001' },
+    { ok: false, code: 8, message: 'tenant "t" is over its limit', retryAfterMs: 250 },
   ]);
 });
 
