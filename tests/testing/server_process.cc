@@ -107,8 +107,7 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args,
   close(dev_null);
   *read_fd = fds[0];
   // scripts/sanitize names the test behind a report file (named by pid).
-  std::fprintf(stderr, "[spawn] pid %d: %s\n", static_cast<int>(pid),
-               argv[0]);
+  std::fprintf(stderr, "[spawn] pid %d: %s\n", static_cast<int>(pid), argv[0]);
   return pid;
 }
 
