@@ -196,7 +196,13 @@ TEST(OverloadTest, FloodingTenantIsRefusedAndOthersKeepTheirLatency) {
   EXPECT_EQ(during.errors, 0) << during.first_error;
   // The flooding tenant: refused past its rate, each refusal with a
   // RetryInfo; what got through stays within the limit (plus the burst).
-  EXPECT_GT(counts.refused, counts.accepted) << "the flood was not a flood";
+  // Past the limit: refusals. Under a sanitizer 4 flooding threads offer
+  // little more than the limit itself, so "more refused than accepted"
+  // only says something uninstrumented.
+  EXPECT_GT(counts.refused, 0) << "the flood was not a flood";
+  if (!UnderSanitizer()) {
+    EXPECT_GT(counts.refused, counts.accepted) << "the flood was not a flood";
+  }
   EXPECT_EQ(counts.refused_without_retry_info, 0);
   EXPECT_EQ(counts.other_errors, 0);
   EXPECT_LE(counts.accepted, kFloodRps * (flood_s + 1) + kFloodRps / 10);
