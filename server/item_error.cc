@@ -1,9 +1,9 @@
 #include "server/item_error.h"
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "server/tenant_limiter.h"
 #include "storage/store.h"
 
@@ -19,10 +19,8 @@ void FillItemError(const absl::Status& status, std::string message,
   if (auto leader = status.GetPayload(kLeaderAddressPayload)) {
     out->set_leader(std::string(*leader));
   }
-  uint32_t retry_ms = 0;
-  if (auto delay = status.GetPayload(kRetryDelayPayload);
-      delay.has_value() && absl::SimpleAtoi(delay->Flatten(), &retry_ms)) {
-    out->set_retry_after_ms(retry_ms);
+  if (std::optional<uint32_t> retry_ms = RetryDelayMs(status)) {
+    out->set_retry_after_ms(*retry_ms);
   }
 }
 

@@ -1,8 +1,8 @@
 #include "server/proto_convert.h"
 
+#include <optional>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "dedup/v1/error_details.pb.h"
 #include "server/tenant_limiter.h"
 
@@ -68,9 +68,8 @@ static_assert(v1::CheckpointResponse::OK == 1 &&
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  int64_t retry_ms = 0;
-  if (auto delay = status.GetPayload(kRetryDelayPayload);
-      delay.has_value() && absl::SimpleAtoi(std::string(*delay), &retry_ms)) {
+  if (const std::optional<uint32_t> delay = RetryDelayMs(status)) {
+    const int64_t retry_ms = *delay;
     // grpc-status-details-bin: a google.rpc.Status carrying a RetryInfo.
     v1::RpcStatus details;
     details.set_code(static_cast<int>(status.code()));

@@ -9,11 +9,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "server/tenants.h"
 #include "storage/clock.h"
@@ -21,8 +25,19 @@
 namespace dedup {
 
 // Payload of a RESOURCE_EXHAUSTED refusal: the retry delay in decimal
-// milliseconds; ToGrpcStatus turns it into a RetryInfo.
+// milliseconds; ToGrpcStatus turns it into a RetryInfo, FillItemError into
+// ItemError.retry_after_ms.
 inline constexpr absl::string_view kRetryDelayPayload = "dedup.retry_delay_ms";
+
+// The delay `status` carries under kRetryDelayPayload; nullopt without one.
+inline std::optional<uint32_t> RetryDelayMs(const absl::Status& status) {
+  uint32_t ms = 0;
+  auto delay = status.GetPayload(kRetryDelayPayload);
+  if (!delay.has_value() || !absl::SimpleAtoi(delay->Flatten(), &ms)) {
+    return std::nullopt;
+  }
+  return ms;
+}
 // Payload of the same refusal: which limit, "rps" or "inflight" (a metric
 // label).
 inline constexpr absl::string_view kLimitPayload = "dedup.limit";
