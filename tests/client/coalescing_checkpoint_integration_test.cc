@@ -22,6 +22,7 @@
 #include "tests/testing/shared_server.h"
 
 namespace dedup {
+namespace coalescing_checkpoint_integration_test {
 namespace {
 
 using ::dedup::checkpoint_test::Answers;
@@ -282,4 +283,5 @@ TEST_F(CoalescingCheckpointIntegrationTest, RunOnceCheckpointsThroughIt) {
 }
 
 }  // namespace
+}  // namespace coalescing_checkpoint_integration_test
 }  // namespace dedup

@@ -30,6 +30,7 @@
 #include "tests/client/scripted_node.h"
 
 namespace dedup {
+namespace coalescing_checkpoint_test {
 namespace {
 
 using ::dedup::checkpoint_test::Answers;
@@ -500,4 +501,5 @@ TEST(IsValidUtf8Test, StringsAreValidUtf8ChecksEveryStringField) {
 }
 
 }  // namespace
+}  // namespace coalescing_checkpoint_test
 }  // namespace dedup

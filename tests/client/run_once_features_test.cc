@@ -16,6 +16,7 @@
 #include "tests/testing/server_process.h"
 
 namespace dedup {
+namespace run_once_features_test {
 namespace {
 
 constexpr char kNs[] = "run-once-features";
@@ -139,4 +140,5 @@ TEST_F(RunOnceFeaturesTest, ATakeoverResumesFromTheCheckpoint) {
 }
 
 }  // namespace
+}  // namespace run_once_features_test
 }  // namespace dedup

@@ -28,6 +28,7 @@
 #include "tests/cluster/cluster_fixture.h"
 
 namespace dedup {
+namespace move_test {
 namespace {
 
 using Keys = std::map<std::string, std::pair<uint64_t, std::string>>;
@@ -571,4 +572,5 @@ TEST_F(MoveTest, AMapThatDisagreesWithTheVotersIsRepaired) {
 }
 
 }  // namespace
+}  // namespace move_test
 }  // namespace dedup

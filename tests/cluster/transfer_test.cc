@@ -18,6 +18,7 @@
 #include "tests/cluster/cluster_fixture.h"
 
 namespace dedup {
+namespace transfer_test {
 namespace {
 
 constexpr int kTransfers = 20;
@@ -253,4 +254,5 @@ INSTANTIATE_TEST_SUITE_P(Groups, TransferTest, ::testing::Values(1, 3),
                          });
 
 }  // namespace
+}  // namespace transfer_test
 }  // namespace dedup

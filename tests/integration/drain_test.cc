@@ -19,6 +19,7 @@
 #include "tests/testing/server_process.h"
 
 namespace dedup::testing {
+namespace drain_test {
 namespace {
 
 constexpr int kCallers = 48;
@@ -139,4 +140,5 @@ TEST(DrainTest, SigtermUnderLoadAnswersEveryCallOrUnavailable) {
 }
 
 }  // namespace
+}  // namespace drain_test
 }  // namespace dedup::testing

@@ -25,6 +25,7 @@
 #include "tests/testing/server_process.h"
 
 namespace dedup::testing {
+namespace hardening_test {
 namespace {
 
 // A TCP connection to 127.0.0.1:port that sends nothing; -1 on failure.
@@ -335,4 +336,5 @@ TEST(HardeningTest, SilentAndIdleConnectionsAreClosed) {
 }
 
 }  // namespace
+}  // namespace hardening_test
 }  // namespace dedup::testing

@@ -33,6 +33,7 @@
 #include "tests/testing/test_pki.h"
 
 namespace dedup::testing {
+namespace overload_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -225,4 +226,5 @@ TEST(OverloadTest, FloodingTenantIsRefusedAndOthersKeepTheirLatency) {
 }
 
 }  // namespace
+}  // namespace overload_test
 }  // namespace dedup::testing

@@ -17,6 +17,7 @@
 #include "tests/testing/test_pki.h"
 
 namespace dedup::testing {
+namespace stored_bytes_test {
 namespace {
 
 constexpr int64_t kLimit = 200'000;
@@ -251,4 +252,5 @@ TEST(StoredBytesTest, TenantAtItsLimitIsRefusedUntilForgetFreesBytes) {
 }
 
 }  // namespace
+}  // namespace stored_bytes_test
 }  // namespace dedup::testing

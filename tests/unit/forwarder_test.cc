@@ -30,6 +30,7 @@
 #include "tests/testing/server_process.h"
 
 namespace dedup {
+namespace forwarder_test {
 namespace {
 
 // On a node (`leader` given): keys starting "remote" belong to another
@@ -577,4 +578,5 @@ TEST(LeaderAddressInMessageTest, ReadsTheRefusalsThatNameALeader) {
 }
 
 }  // namespace
+}  // namespace forwarder_test
 }  // namespace dedup

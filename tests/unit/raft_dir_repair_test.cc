@@ -33,6 +33,7 @@ extern "C" {
 #include "tests/testing/server_process.h"
 
 namespace dedup {
+namespace raft_dir_repair_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -554,4 +555,5 @@ TEST_F(BootstrapCutTest, LeavesABootstrappedNodeAlone) {
 }
 
 }  // namespace
+}  // namespace raft_dir_repair_test
 }  // namespace dedup

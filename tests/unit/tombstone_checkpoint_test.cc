@@ -11,6 +11,7 @@
 #include "storage/ttl_compaction_filter.h"
 
 namespace dedup {
+namespace tombstone_checkpoint_test {
 namespace {
 
 constexpr int64_t kT0 = 1'700'000'000'000;
@@ -317,4 +318,5 @@ TEST(TombstoneFilterTest, InFlightAndUnretainedRecordsAreNeverShrunk) {
 }
 
 }  // namespace
+}  // namespace tombstone_checkpoint_test
 }  // namespace dedup

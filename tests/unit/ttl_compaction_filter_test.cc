@@ -5,6 +5,7 @@
 #include "storage/storage_key.h"
 
 namespace dedup {
+namespace ttl_compaction_filter_test {
 namespace {
 
 constexpr int64_t kGraceMs = 60'000;
@@ -63,4 +64,5 @@ TEST(TtlCompactionFilterTest, FilterUsesInjectedClockAndCountsDrops) {
 }
 
 }  // namespace
+}  // namespace ttl_compaction_filter_test
 }  // namespace dedup
