@@ -40,7 +40,7 @@ absl::StatusOr<v1::ClusterStatusResponse> QueryStatus(
   return response;
 }
 
-std::string OrDash(uint64_t value) {
+std::string IdOrDash(uint64_t value) {
   return value == 0 ? "-" : absl::StrCat(value);
 }
 
@@ -210,12 +210,12 @@ void PrintClusterStatus(std::ostream& out,
         match = absl::StrCat(it->second->match_index());
         lag = absl::StrCat(it->second->lag());
       }
-      rows.push_back(
-          {s.node_id(),
-           {absl::StrCat(s.node_id()), report.address, s.role(),
-            absl::StrCat(s.term()), absl::StrCat(s.commit_index()),
-            absl::StrCat(s.applied_index()), match, lag, OrDash(s.leader_id()),
-            absl::StrCat(s.last_log_term()), absl::StrCat(s.last_index())}});
+      rows.push_back({s.node_id(),
+                      {absl::StrCat(s.node_id()), report.address, s.role(),
+                       absl::StrCat(s.term()), absl::StrCat(s.commit_index()),
+                       absl::StrCat(s.applied_index()), match, lag,
+                       IdOrDash(s.leader_id()), absl::StrCat(s.last_log_term()),
+                       absl::StrCat(s.last_index())}});
     } else {
       const auto it = id_of_address.find(report.address);
       const uint64_t id = it == id_of_address.end() ? 0 : it->second;

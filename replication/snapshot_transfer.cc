@@ -21,7 +21,7 @@ constexpr char kDescriptorTag[] = "dedup-snapshot/1";
 // fetched (the data dir's own error code: a restart recovers it).
 constexpr int kExitSnapshotInstall = exit_code::kDataDir;
 
-void RemoveAll(const std::string& dir) {
+void RemoveDir(const std::string& dir) {
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
@@ -80,14 +80,14 @@ absl::Status InstallSnapshot(ReplicatedState* state,
       absl::SleepFor(pause);
     }
     for (const std::string& address : sources) {
-      RemoveAll(incoming);
+      RemoveDir(incoming);
       absl::StatusOr<uint64_t> fetched =
           fetch(address, descriptor.index, incoming, nullptr);
       if (!fetched.ok()) {
         last = fetched.status();
         LogWarning("snapshot ", descriptor.index, " from ", address, ": ",
                    last.message());
-        RemoveAll(incoming);
+        RemoveDir(incoming);
         continue;
       }
       SwapIn(state, descriptor);
@@ -117,10 +117,10 @@ absl::StatusOr<OutgoingCheckpoint> MakeOutgoingCheckpoint(
   }
   OutgoingCheckpoint out;
   out.dir = absl::StrCat(root, "/", name);
-  RemoveAll(out.dir);
+  RemoveDir(out.dir);
   absl::StatusOr<uint64_t> applied = state->Checkpoint(out.dir);
   if (!applied.ok()) {
-    RemoveAll(out.dir);
+    RemoveDir(out.dir);
     return applied.status();
   }
   out.applied_index = *applied;
